@@ -1,0 +1,112 @@
+// Command drainscope answers "why did this deployment drop requests?".
+//
+// It records EndpointSlice and Pod transitions (watcher), what the kernel did
+// to the pods' processes and sockets (ebpf), and the failures clients saw
+// (ingest), in one store, and lines them up (analysis, web).
+//
+// Each subcommand lives in a file of its own name.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"sort"
+	"syscall"
+)
+
+// command is one subcommand: its flags are registered on fs, run does the work.
+type command struct {
+	summary string
+	run     func(ctx context.Context, fs *flag.FlagSet, args []string) error
+}
+
+var commands = map[string]command{
+	"agent":   {"record pod, endpoint and kernel events on this node", notBuilt("agent", 9)},
+	"serve":   {"serve the web timeline and the JSON API", notBuilt("serve", 7)},
+	"lab":     {"run the local lab: a real single-node Kubernetes that drops requests", notBuilt("lab", 5)},
+	"import":  {"import client failures from load-test or proxy logs", notBuilt("import", 8)},
+	"report":  {"print rollouts, pod timelines, failures by cause and fixes", notBuilt("report", 6)},
+	"migrate": {"apply the store's schema migrations and print its version", runMigrate},
+	"version": {"print drainscope's version", runVersion},
+}
+
+// errUsage marks an error in the command line; main exits 2 for it.
+var errUsage = errors.New("usage")
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(stderr)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	name := args[0]
+	cmd, ok := commands[name]
+	if !ok {
+		fmt.Fprintf(stderr, "drainscope: unknown command %q\n\n", name)
+		usage(stderr)
+		return 2
+	}
+	fs := flag.NewFlagSet("drainscope "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	slog.SetDefault(slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo})))
+	err := cmd.run(ctx, fs, args[1:])
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.Is(err, errUsage):
+		fmt.Fprintf(stderr, "drainscope %s: %v\n", name, err)
+		return 2
+	default:
+		fmt.Fprintf(stderr, "drainscope %s: %v\n", name, err)
+		return 1
+	}
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: drainscope COMMAND [flags]\n\ncommands:")
+	names := make([]string, 0, len(commands))
+	for n := range commands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-8s %s\n", n, commands[n].summary)
+	}
+	fmt.Fprintln(w, "\nRun 'drainscope COMMAND -h' for a command's flags.")
+}
+
+// notBuilt is the stand-in for a command a later change builds: it says so
+// and fails, so nobody mistakes it for working.
+func notBuilt(name string, issue int) func(context.Context, *flag.FlagSet, []string) error {
+	return func(_ context.Context, fs *flag.FlagSet, args []string) error {
+		return fmt.Errorf("not built yet (tracked as issue %d); nothing was done", issue)
+	}
+}
+
+// parseFlags parses args and rejects stray positional arguments unless
+// positional is true.
+func parseFlags(fs *flag.FlagSet, args []string, positional bool) error {
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if !positional && fs.NArg() > 0 {
+		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
+	}
+	return nil
+}

@@ -1,0 +1,125 @@
+package event
+
+import "fmt"
+
+// Kind names what an event records. The string is what the stores keep.
+//
+// Fields each kind uses, beyond Time, Node, Source, Pod and Workload:
+//
+//	kind                   fields
+//	pod_created            Attrs[creation_timestamp]
+//	pod_deletion           Duration (grace period), Attrs[deletion_timestamp]
+//	pod_ready              Local (pod IP, port 0)
+//	pod_not_ready          Local
+//	container_terminated   Code (exit code), Signal, Reason (Completed, Error, OOMKilled …)
+//	endpoint_added         Local (endpoint address), Service, Slice, Attrs[conditions, last_change_trigger_time]
+//	endpoint_ready         as endpoint_added
+//	endpoint_not_ready     as endpoint_added
+//	endpoint_serving       as endpoint_added
+//	endpoint_not_serving   as endpoint_added
+//	endpoint_terminating   as endpoint_added
+//	endpoint_removed       as endpoint_added
+//	signal                 PID/Comm (target), PeerPID/PeerComm (sender), Signal
+//	process_exit           PID/Comm, Code (exit code) or Signal (terminating signal)
+//	listener_closed        PID/Comm, Local, NetNS, Flags(AtExit)
+//	conn_closed            PID/Comm, Local, Remote, NetNS, Reason (initiator: local, peer), Flags(AtExit)
+//	rst_sent               PID/Comm, Local, Remote, NetNS, Reason (kernel reset reason), Flags(AtExit, UnreadData)
+//	rst_received           PID/Comm, Local, Remote, NetNS
+//	conn_refused           Local (closed port), Remote (client), NetNS: a SYN answered by a no-socket RST
+//	client_failure         Local (client), Remote (target dialled), Service, Code (HTTP status),
+//	                       Duration, Reason (error class), Attrs[backend], Flags(Inferred)
+type Kind string
+
+const (
+	PodCreated          Kind = "pod_created"
+	PodDeletion         Kind = "pod_deletion"
+	PodReady            Kind = "pod_ready"
+	PodNotReady         Kind = "pod_not_ready"
+	ContainerTerminated Kind = "container_terminated"
+
+	EndpointAdded       Kind = "endpoint_added"
+	EndpointReady       Kind = "endpoint_ready"
+	EndpointNotReady    Kind = "endpoint_not_ready"
+	EndpointServing     Kind = "endpoint_serving"
+	EndpointNotServing  Kind = "endpoint_not_serving"
+	EndpointTerminating Kind = "endpoint_terminating"
+	EndpointRemoved     Kind = "endpoint_removed"
+
+	Signal         Kind = "signal"
+	ProcessExit    Kind = "process_exit"
+	ListenerClosed Kind = "listener_closed"
+	ConnClosed     Kind = "conn_closed"
+	RSTSent        Kind = "rst_sent"
+	RSTReceived    Kind = "rst_received"
+	ConnRefused    Kind = "conn_refused"
+
+	ClientFailure Kind = "client_failure"
+)
+
+// Kinds lists every kind, in the order above.
+var Kinds = []Kind{
+	PodCreated, PodDeletion, PodReady, PodNotReady, ContainerTerminated,
+	EndpointAdded, EndpointReady, EndpointNotReady, EndpointServing, EndpointNotServing,
+	EndpointTerminating, EndpointRemoved,
+	Signal, ProcessExit, ListenerClosed, ConnClosed, RSTSent, RSTReceived, ConnRefused,
+	ClientFailure,
+}
+
+// Valid reports whether k is a known kind.
+func (k Kind) Valid() bool {
+	for _, x := range Kinds {
+		if x == k {
+			return true
+		}
+	}
+	return false
+}
+
+// ParseKind returns the kind named s, or an error naming it.
+func ParseKind(s string) (Kind, error) {
+	k := Kind(s)
+	if !k.Valid() {
+		return "", fmt.Errorf("unknown event kind %q", s)
+	}
+	return k, nil
+}
+
+// IsEndpoint reports whether k is an EndpointSlice condition transition.
+func (k Kind) IsEndpoint() bool {
+	switch k {
+	case EndpointAdded, EndpointReady, EndpointNotReady, EndpointServing,
+		EndpointNotServing, EndpointTerminating, EndpointRemoved:
+		return true
+	}
+	return false
+}
+
+// IsKernel reports whether k is recorded by the eBPF programs.
+func (k Kind) IsKernel() bool {
+	switch k {
+	case Signal, ProcessExit, ListenerClosed, ConnClosed, RSTSent, RSTReceived, ConnRefused:
+		return true
+	}
+	return false
+}
+
+// Common attribute keys.
+const (
+	AttrCreationTimestamp     = "creation_timestamp"
+	AttrDeletionTimestamp     = "deletion_timestamp"
+	AttrLastChangeTriggerTime = "last_change_trigger_time"
+	AttrConditions            = "conditions"
+	AttrBackend               = "backend" // client_failure: the pod address that served it, when known
+	AttrClockUncertainty      = "clock_uncertainty_ns"
+	AttrTarget                = "target" // client_failure: URL or host the client asked for
+)
+
+// Client failure classes (Reason of client_failure).
+const (
+	FailEOF     = "eof"     // remote disconnected: connection closed before a response
+	FailRefused = "refused" // connection refused
+	FailReset   = "reset"   // connection reset by peer
+	FailTimeout = "timeout"
+	FailStatus  = "status" // an HTTP error status (Code holds it)
+	FailOther   = "other"
+)

@@ -1,0 +1,143 @@
+// Package store keeps events. One contract, two implementations: Postgres
+// (pgx, partitioned by time, for clusters) and an embedded SQLite file (the
+// default, so one machine needs no database server). Both pass the same
+// contract tests in storetest.
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/drainscope/drainscope/event"
+)
+
+// Store is where events are written and read back.
+type Store interface {
+	// Append writes a batch atomically: all of it or none of it. Events
+	// already stored (same Time and ID) are skipped, so a retried batch
+	// stores nothing twice. On error the caller still owns the batch and
+	// should retry it later; nothing was lost.
+	Append(ctx context.Context, batch []event.Event) error
+	// Scan calls fn for each event matching q, in time order, without
+	// holding all of them in memory. fn must not keep the pointer.
+	Scan(ctx context.Context, q Query, fn func(*event.Event) error) error
+	// Terminations summarises, per pod, the termination events in q's
+	// window (pods with a deletion, SIGTERM, SIGKILL or exit).
+	Terminations(ctx context.Context, q Query) ([]event.Termination, error)
+	// Prune deletes events older than before (UTC ns) and reports how many
+	// went, or -1 when whole partitions were dropped without counting.
+	Prune(ctx context.Context, before int64) (int64, error)
+	// Version is the schema version of the database.
+	Version(ctx context.Context) (int, error)
+	// Describe names the backend and where it is, for logs.
+	Describe() string
+	Close() error
+}
+
+// Query selects events. Zero fields select everything.
+type Query struct {
+	Window    event.Window
+	Kinds     []event.Kind
+	PodUIDs   []string
+	Namespace string
+	Workload  event.Workload // with Namespace
+	Node      string
+	Limit     int // at most this many events; 0 means no limit
+}
+
+// Events collects the events matching q.
+func Events(ctx context.Context, s Store, q Query) ([]event.Event, error) {
+	var out []event.Event
+	err := s.Scan(ctx, q, func(e *event.Event) error {
+		c := *e
+		if e.Attrs != nil {
+			c.Attrs = make(map[string]string, len(e.Attrs))
+			for k, v := range e.Attrs {
+				c.Attrs[k] = v
+			}
+		}
+		out = append(out, c)
+		return nil
+	})
+	return out, err
+}
+
+// Rollouts groups the terminations in q into rollouts per workload.
+func Rollouts(ctx context.Context, s Store, q Query) ([]event.Rollout, error) {
+	ts, err := s.Terminations(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	return event.GroupRollouts(ts), nil
+}
+
+// ErrSchemaTooNew is returned when the database was migrated by a newer
+// drainscope than this one.
+var ErrSchemaTooNew = errors.New("database schema is newer than this drainscope knows")
+
+// DefaultPath is the SQLite file used when no DSN is given:
+// $XDG_DATA_HOME/drainscope/events.db, or ~/.local/share/drainscope/events.db.
+func DefaultPath() string {
+	dir := os.Getenv("XDG_DATA_HOME")
+	if dir == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return "drainscope.db"
+		}
+		dir = filepath.Join(home, ".local", "share")
+	}
+	return filepath.Join(dir, "drainscope", "events.db")
+}
+
+// Kind of backend a DSN names.
+const (
+	BackendPostgres = "postgres"
+	BackendSQLite   = "sqlite"
+)
+
+// Backend tells which backend dsn selects and the address or path to hand
+// it: "postgres://…" and "postgresql://…" (or key=value strings with host=)
+// choose Postgres; "sqlite:PATH", "file:PATH" or a plain path choose SQLite;
+// an empty DSN chooses SQLite at DefaultPath.
+func Backend(dsn string) (backend, target string, err error) {
+	switch {
+	case dsn == "":
+		return BackendSQLite, DefaultPath(), nil
+	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
+		return BackendPostgres, dsn, nil
+	case strings.Contains(dsn, "host=") || strings.Contains(dsn, "dbname="):
+		return BackendPostgres, dsn, nil
+	case strings.HasPrefix(dsn, "sqlite:"):
+		p := strings.TrimPrefix(strings.TrimPrefix(dsn, "sqlite:"), "//")
+		if p == "" {
+			return "", "", fmt.Errorf("store %q: sqlite: needs a file path, as in sqlite:/var/lib/drainscope/events.db", dsn)
+		}
+		return BackendSQLite, p, nil
+	case strings.Contains(dsn, "://"):
+		scheme, _, _ := strings.Cut(dsn, "://")
+		return "", "", fmt.Errorf("store %q: unknown scheme %q (want postgres://, postgresql://, sqlite: or a file path)", redact(dsn), scheme)
+	default:
+		return BackendSQLite, dsn, nil
+	}
+}
+
+// redact hides a password in a URL-style DSN for error messages.
+func redact(dsn string) string {
+	scheme, rest, ok := strings.Cut(dsn, "://")
+	if !ok {
+		return dsn
+	}
+	userinfo, host, ok := strings.Cut(rest, "@")
+	if !ok {
+		return dsn
+	}
+	user, _, hasPass := strings.Cut(userinfo, ":")
+	if !hasPass {
+		return dsn
+	}
+	return scheme + "://" + user + ":xxxxx@" + host
+}
