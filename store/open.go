@@ -12,12 +12,19 @@ func Open(ctx context.Context, dsn string) (Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	switch backend {
-	case BackendPostgres:
-		return OpenPostgres(ctx, target)
-	default:
-		return OpenSQLite(ctx, target)
+	// Each branch returns a nil interface on error, never a typed nil.
+	if backend == BackendPostgres {
+		s, err := OpenPostgres(ctx, target)
+		if err != nil {
+			return nil, err
+		}
+		return s, nil
 	}
+	s, err := OpenSQLite(ctx, target)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 // LatestVersion is the newest schema version this drainscope knows.

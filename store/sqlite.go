@@ -2,10 +2,319 @@ package store
 
 import (
 	"context"
+	"database/sql"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/drainscope/drainscope/event"
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
 )
 
-// OpenSQLite opens (creating if needed) the SQLite store at path.
-func OpenSQLite(ctx context.Context, path string) (Store, error) {
-	return nil, errors.New("sqlite store: not built yet")
+// sqliteRowsPerInsert is how many rows one INSERT statement carries. Fewer
+// statements amortise the driver's per-call cost; 28 columns × 64 rows stays
+// well under SQLite's limit of 32,766 bound parameters.
+const sqliteRowsPerInsert = 64
+
+// SQLite is the embedded store: one file, no server.
+type SQLite struct {
+	db       *sql.DB
+	path     string
+	readOnly bool
+}
+
+// OpenSQLite opens (creating if needed) the SQLite store at path and brings
+// its schema up to date. A path may end in "?mode=ro" to open read-only.
+func OpenSQLite(ctx context.Context, path string) (*SQLite, error) {
+	file, params, _ := strings.Cut(path, "?")
+	s := &SQLite{path: file, readOnly: strings.Contains(params, "mode=ro")}
+	fail := func(what string, err error) (*SQLite, error) {
+		if s.db != nil {
+			s.db.Close()
+		}
+		return nil, fmt.Errorf("store sqlite:%s: %s: %s", file, what, oneLine(err))
+	}
+	if !s.readOnly {
+		if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+			return fail("creating its directory", err)
+		}
+	}
+	dsn := "file:" + file + "?_busy_timeout=10000&_txlock=immediate"
+	if s.readOnly {
+		dsn += "&mode=ro"
+	} else {
+		dsn += "&_journal_mode=WAL&_synchronous=NORMAL"
+	}
+	db, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return fail("opening", err)
+	}
+	s.db = db
+	if err := db.PingContext(ctx); err != nil {
+		if isReadOnly(err) {
+			return fail("opening", errors.New("database is read-only and cannot be prepared for writing (open it with ?mode=ro to read)"))
+		}
+		return fail("opening", err)
+	}
+	if !s.readOnly {
+		if ro, err := s.probeReadOnly(ctx); err != nil {
+			return fail("checking write access", err)
+		} else if ro {
+			s.readOnly = true
+		}
+	}
+	if s.readOnly {
+		v, err := s.Version(ctx)
+		if err != nil {
+			return fail("reading schema version", err)
+		}
+		if v > LatestVersion {
+			return fail("schema", fmt.Errorf("%w: database at version %d, this binary knows up to %d; upgrade drainscope", ErrSchemaTooNew, v, LatestVersion))
+		}
+		if v < LatestVersion {
+			return fail("schema", fmt.Errorf("database is read-only and at schema version %d, older than %d; run 'drainscope migrate' with write access", v, LatestVersion))
+		}
+		return s, nil
+	}
+	if err := migrateUp(ctx, BackendSQLite, sqliteMigrator{db}); err != nil {
+		if errors.Is(err, ErrSchemaTooNew) {
+			db.Close()
+			return nil, fmt.Errorf("store sqlite:%s: %w", file, err)
+		}
+		return fail("migrating", err)
+	}
+	return s, nil
+}
+
+// probeReadOnly takes the write lock and gives it back: the only reliable
+// test, since root ignores file modes but not a read-only mount.
+func (s *SQLite) probeReadOnly(ctx context.Context) (bool, error) {
+	tx, err := s.db.BeginTx(ctx, nil) // _txlock=immediate: BEGIN IMMEDIATE
+	if err != nil {
+		if isReadOnly(err) {
+			return true, nil
+		}
+		return false, err
+	}
+	_, err = tx.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)")
+	if err != nil {
+		tx.Rollback()
+		if isReadOnly(err) {
+			return true, nil
+		}
+		return false, err
+	}
+	return false, tx.Commit()
+}
+
+func isReadOnly(err error) bool {
+	var se *sqlite.Error
+	if errors.As(err, &se) {
+		code := se.Code() & 0xff
+		return code == sqlite3.SQLITE_READONLY || code == sqlite3.SQLITE_CANTOPEN && strings.Contains(err.Error(), "read")
+	}
+	return strings.Contains(err.Error(), "readonly") || strings.Contains(err.Error(), "read-only")
+}
+
+// Describe implements Store.
+func (s *SQLite) Describe() string { return "sqlite:" + s.path }
+
+// Close implements Store.
+func (s *SQLite) Close() error { return s.db.Close() }
+
+// Version implements Store.
+func (s *SQLite) Version(ctx context.Context) (int, error) {
+	var v int
+	err := s.db.QueryRowContext(ctx, "SELECT coalesce(max(version), 0) FROM schema_migrations").Scan(&v)
+	if err != nil && strings.Contains(err.Error(), "no such table") {
+		return 0, nil
+	}
+	return v, err
+}
+
+// Append implements Store: one transaction, INSERT OR IGNORE so that events
+// already stored are skipped.
+func (s *SQLite) Append(ctx context.Context, batch []event.Event) error {
+	if len(batch) == 0 {
+		return nil
+	}
+	if s.readOnly {
+		return fmt.Errorf("store sqlite:%s: database is read-only; %d events not written", s.path, len(batch))
+	}
+	if err := checkBatch(batch); err != nil {
+		return fmt.Errorf("store sqlite:%s: %w", s.path, err)
+	}
+	fail := func(err error) error {
+		if isReadOnly(err) {
+			return fmt.Errorf("store sqlite:%s: database is read-only; %d events not written", s.path, len(batch))
+		}
+		return fmt.Errorf("store sqlite:%s: appending %d events: %s", s.path, len(batch), oneLine(err))
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fail(err)
+	}
+	defer tx.Rollback()
+
+	full, err := tx.PrepareContext(ctx, sqliteInsert(sqliteRowsPerInsert))
+	if err != nil {
+		return fail(err)
+	}
+	defer full.Close()
+	args := make([]any, 0, len(columns)*sqliteRowsPerInsert)
+	for start := 0; start < len(batch); start += sqliteRowsPerInsert {
+		end := min(start+sqliteRowsPerInsert, len(batch))
+		args = args[:0]
+		for i := start; i < end; i++ {
+			if args, err = appendRow(args, &batch[i], sqliteAddr, sqliteAttrs); err != nil {
+				return fail(err)
+			}
+		}
+		stmt := full
+		if n := end - start; n < sqliteRowsPerInsert {
+			if stmt, err = tx.PrepareContext(ctx, sqliteInsert(n)); err != nil {
+				return fail(err)
+			}
+			defer stmt.Close()
+		}
+		if _, err := stmt.ExecContext(ctx, args...); err != nil {
+			return fail(err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fail(err)
+	}
+	return nil
+}
+
+func sqliteInsert(rows int) string {
+	one := "(" + strings.TrimSuffix(strings.Repeat("?,", len(columns)), ",") + ")"
+	return "INSERT OR IGNORE INTO events (" + columnList + ") VALUES " +
+		strings.TrimSuffix(strings.Repeat(one+",", rows), ",")
+}
+
+func sqliteAddr(a netip.Addr) any { return a.String() }
+
+func sqliteAttrs(m map[string]string) (any, error) {
+	if len(m) == 0 {
+		return nil, nil
+	}
+	b, err := json.Marshal(m)
+	return string(b), err
+}
+
+// Scan implements Store.
+func (s *SQLite) Scan(ctx context.Context, q Query, fn func(*event.Event) error) error {
+	query, args := selectEvents(q, sqlitePlaceholder)
+	rows, err := s.db.QueryContext(ctx, query, args...)
+	if err != nil {
+		return fmt.Errorf("store sqlite:%s: querying events: %s", s.path, oneLine(err))
+	}
+	defer rows.Close()
+	var laddr, raddr []byte
+	t := newScanTarget(&laddr, &raddr)
+	for rows.Next() {
+		laddr, raddr = laddr[:0], raddr[:0]
+		if err := rows.Scan(t.dest...); err != nil {
+			return fmt.Errorf("store sqlite:%s: reading events: %w", s.path, err)
+		}
+		local, err := parseAddr(laddr)
+		if err != nil {
+			return err
+		}
+		remote, err := parseAddr(raddr)
+		if err != nil {
+			return err
+		}
+		e, err := t.finish(local, remote)
+		if err != nil {
+			return err
+		}
+		if err := fn(e); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
+
+func parseAddr(b []byte) (netip.Addr, error) {
+	if len(b) == 0 {
+		return netip.Addr{}, nil
+	}
+	a, err := netip.ParseAddr(string(b))
+	if err != nil {
+		return a, fmt.Errorf("stored address %q: %w", b, err)
+	}
+	return a, nil
+}
+
+// Terminations implements Store.
+func (s *SQLite) Terminations(ctx context.Context, q Query) ([]event.Termination, error) {
+	query, args := selectTerminations(q, sqlitePlaceholder)
+	rows, err := s.db.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, fmt.Errorf("store sqlite:%s: querying terminations: %s", s.path, oneLine(err))
+	}
+	defer rows.Close()
+	var out []event.Termination
+	tt := newTerminationTarget()
+	for rows.Next() {
+		if err := rows.Scan(tt.dest...); err != nil {
+			return nil, fmt.Errorf("store sqlite:%s: reading terminations: %w", s.path, err)
+		}
+		out = append(out, tt.finish())
+	}
+	sortTerminations(out)
+	return out, rows.Err()
+}
+
+// Prune implements Store.
+func (s *SQLite) Prune(ctx context.Context, before int64) (int64, error) {
+	res, err := s.db.ExecContext(ctx, "DELETE FROM events WHERE ts < ?", before)
+	if err != nil {
+		return 0, fmt.Errorf("store sqlite:%s: pruning: %s", s.path, oneLine(err))
+	}
+	return res.RowsAffected()
+}
+
+type sqliteMigrator struct{ db *sql.DB }
+
+// lock is a no-op: every migration runs in a BEGIN IMMEDIATE transaction,
+// which already excludes other writers.
+func (sqliteMigrator) lock(context.Context) (func(), error) { return func() {}, nil }
+
+func (m sqliteMigrator) version(ctx context.Context) (int, error) {
+	if _, err := m.db.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)"); err != nil {
+		return 0, err
+	}
+	var v int
+	err := m.db.QueryRowContext(ctx, "SELECT coalesce(max(version), 0) FROM schema_migrations").Scan(&v)
+	return v, err
+}
+
+func (m sqliteMigrator) apply(ctx context.Context, mg migration) error {
+	tx, err := m.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	var done int
+	if err := tx.QueryRowContext(ctx, "SELECT count(*) FROM schema_migrations WHERE version = ?", mg.version).Scan(&done); err != nil {
+		return err
+	}
+	if done > 0 { // another process applied it while we waited for the lock
+		return nil
+	}
+	if _, err := tx.ExecContext(ctx, mg.sql); err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, datetime('now'))", mg.version, mg.name); err != nil {
+		return err
+	}
+	return tx.Commit()
 }

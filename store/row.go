@@ -1,0 +1,118 @@
+package store
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"sort"
+
+	"github.com/drainscope/drainscope/event"
+)
+
+// appendRow appends e's column values, in the order of columns, to vals.
+// addr converts an address for the backend; nil means NULL.
+func appendRow(vals []any, e *event.Event, addr func(netip.Addr) any, attrs func(map[string]string) (any, error)) ([]any, error) {
+	a, err := attrs(e.Attrs)
+	if err != nil {
+		return vals, fmt.Errorf("event %s: field attrs: %w", e.ID, err)
+	}
+	return append(vals,
+		e.Time, int64(e.ID), string(e.Kind), e.Node, string(e.Source),
+		e.Pod.Namespace, e.Pod.Name, e.Pod.UID, e.Pod.Container, e.Workload.Kind, e.Workload.Name,
+		e.PID, e.Comm, e.PeerPID, e.PeerComm,
+		e.Signal, e.Code, e.Duration,
+		addrOrNil(e.Local.Addr(), addr), int32(e.Local.Port()), addrOrNil(e.Remote.Addr(), addr), int32(e.Remote.Port()), int64(e.NetNS),
+		e.Service, e.Slice, e.Reason, int32(e.Flags), a,
+	), nil
+}
+
+func addrOrNil(a netip.Addr, conv func(netip.Addr) any) any {
+	if !a.IsValid() {
+		return nil
+	}
+	return conv(a)
+}
+
+// checkBatch validates every event before anything is written, so a bad
+// event fails the whole batch with a message that names it.
+func checkBatch(batch []event.Event) error {
+	for i := range batch {
+		if err := batch[i].Validate(); err != nil {
+			return fmt.Errorf("batch event %d (kind %q, time %d): %w", i, batch[i].Kind, batch[i].Time, err)
+		}
+	}
+	return nil
+}
+
+// scanTarget holds the destinations for one row; reused across rows.
+type scanTarget struct {
+	id, netns                int64
+	kind, source, wk, wn     string
+	lport, rport, flags      int32
+	laddr, raddr, attrs      []byte
+	e                        event.Event
+	dest                     []any
+}
+
+func newScanTarget(laddr, raddr any) *scanTarget {
+	t := &scanTarget{}
+	e := &t.e
+	t.dest = []any{
+		&e.Time, &t.id, &t.kind, &e.Node, &t.source,
+		&e.Pod.Namespace, &e.Pod.Name, &e.Pod.UID, &e.Pod.Container, &t.wk, &t.wn,
+		&e.PID, &e.Comm, &e.PeerPID, &e.PeerComm,
+		&e.Signal, &e.Code, &e.Duration,
+		laddr, &t.lport, raddr, &t.rport, &t.netns,
+		&e.Service, &e.Slice, &e.Reason, &t.flags, &t.attrs,
+	}
+	return t
+}
+
+// finish completes the event after a row was scanned into dest.
+func (t *scanTarget) finish(local, remote netip.Addr) (*event.Event, error) {
+	e := &t.e
+	e.ID = event.ID(t.id)
+	e.Kind = event.Kind(t.kind)
+	e.Source = event.Source(t.source)
+	e.Workload = event.Workload{Kind: t.wk, Name: t.wn}
+	e.NetNS = uint64(t.netns)
+	e.Flags = event.Flags(t.flags)
+	e.Local, e.Remote = netip.AddrPort{}, netip.AddrPort{}
+	if local.IsValid() {
+		e.Local = netip.AddrPortFrom(local, uint16(t.lport))
+	}
+	if remote.IsValid() {
+		e.Remote = netip.AddrPortFrom(remote, uint16(t.rport))
+	}
+	e.Attrs = nil
+	if len(t.attrs) > 0 {
+		if err := json.Unmarshal(t.attrs, &e.Attrs); err != nil {
+			return nil, fmt.Errorf("event %s: decoding attrs: %w", e.ID, err)
+		}
+	}
+	return e, nil
+}
+
+// terminationTarget scans one row of selectTerminations.
+type terminationTarget struct {
+	t    event.Termination
+	n    int64
+	dest []any
+}
+
+func newTerminationTarget() *terminationTarget {
+	tt := &terminationTarget{}
+	t := &tt.t
+	tt.dest = []any{&t.Pod.Namespace, &t.Pod.Name, &t.Pod.UID, &t.Workload.Kind, &t.Workload.Name,
+		&t.Deletion, &t.Signal, &t.Kill, &t.Exit, &t.Removed, &tt.n}
+	return tt
+}
+
+func (tt *terminationTarget) finish() event.Termination {
+	tt.t.Events = int(tt.n)
+	return tt.t
+}
+
+func sortTerminations(ts []event.Termination) {
+	sort.SliceStable(ts, func(i, j int) bool { return ts[i].Start() < ts[j].Start() })
+}

@@ -1,0 +1,118 @@
+package store
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/drainscope/drainscope/event"
+)
+
+// columns is the events table's column order, shared by both backends for
+// writes and reads.
+var columns = []string{
+	"ts", "id", "kind", "node", "source",
+	"namespace", "pod", "pod_uid", "container", "workload_kind", "workload",
+	"pid", "comm", "peer_pid", "peer_comm",
+	"signal", "code", "duration",
+	"laddr", "lport", "raddr", "rport", "netns",
+	"service", "slice", "reason", "flags", "attrs",
+}
+
+var columnList = strings.Join(columns, ", ")
+
+// placeholder renders the n-th (1-based) bind parameter in a dialect.
+type placeholder func(n int) string
+
+func pgPlaceholder(n int) string   { return fmt.Sprintf("$%d", n) }
+func sqlitePlaceholder(int) string { return "?" }
+
+// where renders q's filters as a WHERE clause and its arguments.
+func where(q Query, ph placeholder) (string, []any) {
+	var conds []string
+	var args []any
+	add := func(cond string, vals ...any) {
+		for _, v := range vals {
+			args = append(args, v)
+			cond = strings.Replace(cond, "?", ph(len(args)), 1)
+		}
+		conds = append(conds, cond)
+	}
+	in := func(col string, n int) string {
+		return col + " IN (" + strings.TrimSuffix(strings.Repeat("?, ", n), ", ") + ")"
+	}
+	if q.Window.From != 0 {
+		add("ts >= ?", q.Window.From)
+	}
+	if q.Window.To != 0 {
+		add("ts < ?", q.Window.To)
+	}
+	if len(q.Kinds) > 0 {
+		vals := make([]any, len(q.Kinds))
+		for i, k := range q.Kinds {
+			vals[i] = string(k)
+		}
+		add(in("kind", len(vals)), vals...)
+	}
+	if len(q.PodUIDs) > 0 {
+		vals := make([]any, len(q.PodUIDs))
+		for i, u := range q.PodUIDs {
+			vals[i] = u
+		}
+		add(in("pod_uid", len(vals)), vals...)
+	}
+	if q.Namespace != "" {
+		add("namespace = ?", q.Namespace)
+	}
+	if !q.Workload.IsZero() {
+		add("workload_kind = ? AND workload = ?", q.Workload.Kind, q.Workload.Name)
+	}
+	if q.Node != "" {
+		add("node = ?", q.Node)
+	}
+	if len(conds) == 0 {
+		return "", nil
+	}
+	return " WHERE " + strings.Join(conds, " AND "), args
+}
+
+// selectEvents renders the query that Scan runs.
+func selectEvents(q Query, ph placeholder) (string, []any) {
+	w, args := where(q, ph)
+	s := "SELECT " + columnList + " FROM events" + w + " ORDER BY ts, id"
+	if q.Limit > 0 {
+		s += fmt.Sprintf(" LIMIT %d", q.Limit)
+	}
+	return s, args
+}
+
+// selectTerminations renders the per-pod termination summary. A pod counts
+// as terminating when it has a deletion or a SIGTERM/SIGKILL in the window.
+func selectTerminations(q Query, ph placeholder) (string, []any) {
+	q.Kinds = nil // the summary needs every kind of the pods' events
+	w, args := where(q, ph)
+	if w == "" {
+		w = " WHERE pod_uid <> ''"
+	} else {
+		w += " AND pod_uid <> ''"
+	}
+	const sigterm, sigkill = 15, 9
+	s := fmt.Sprintf(`SELECT namespace, max(pod), pod_uid, max(workload_kind), max(workload),
+	coalesce(min(ts) FILTER (WHERE kind = '%[1]s'), 0),
+	coalesce(min(ts) FILTER (WHERE kind = '%[2]s' AND signal = %[3]d), 0),
+	coalesce(min(ts) FILTER (WHERE kind = '%[2]s' AND signal = %[4]d), 0),
+	coalesce(max(ts) FILTER (WHERE kind = '%[5]s'), 0),
+	coalesce(max(ts) FILTER (WHERE kind = '%[6]s'), 0),
+	count(*)
+FROM events%[7]s
+GROUP BY namespace, pod_uid
+HAVING count(*) FILTER (WHERE kind = '%[1]s' OR (kind = '%[2]s' AND signal IN (%[3]d, %[4]d))) > 0
+ORDER BY 6, 7, 3`,
+		event.PodDeletion, event.Signal, sigterm, sigkill, event.ProcessExit, event.EndpointRemoved, w)
+	return s, args
+}
+
+// oneLine folds a driver error onto one line: some servers' messages carry
+// detail lines that would break log records.
+func oneLine(err error) string {
+	return strings.Join(strings.Fields(err.Error()), " ")
+}
