@@ -46,12 +46,12 @@ func checkBatch(batch []event.Event) error {
 
 // scanTarget holds the destinations for one row; reused across rows.
 type scanTarget struct {
-	id, netns                int64
-	kind, source, wk, wn     string
-	lport, rport, flags      int32
-	laddr, raddr, attrs      []byte
-	e                        event.Event
-	dest                     []any
+	id, netns            int64
+	kind, source, wk, wn string
+	lport, rport, flags  int32
+	laddr, raddr, attrs  []byte
+	e                    event.Event
+	dest                 []any
 }
 
 func newScanTarget(laddr, raddr any) *scanTarget {
