@@ -1,0 +1,160 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/mattn/go-isatty"
+
+	"github.com/drainscope/drainscope/ingest"
+	"github.com/drainscope/drainscope/store"
+)
+
+const importUsage = `usage: drainscope import --format FORMAT [--strict] [--log-format STR] [--store DSN] FILE… | -
+
+Reads client or proxy logs (gzip or plain; - is standard input) and stores
+each failed request as a client_failure event, attributed to the pod that
+held the upstream address at that time when the store knows it. Successful
+requests are counted, not stored. Importing the same file twice stores
+nothing twice.
+
+Formats:
+`
+
+func runImport(ctx context.Context, fs *flag.FlagSet, args []string) error {
+	format := fs.String("format", "", "input format (required): "+strings.Join(ingest.FormatNames(), ", "))
+	strict := fs.Bool("strict", false, "store nothing from a file that has any bad line (default: store the good lines, report the bad)")
+	logFormat := fs.String("log-format", "", "nginx log_format string, bare or as written in nginx.conf (default: combined + $upstream_addr $upstream_status $request_time)")
+	failStatus := fs.String("fail-status", "500-599", "HTTP statuses that count as failures, e.g. 500-599,429")
+	dsn := fs.String("store", os.Getenv("DRAINSCOPE_STORE"), "store DSN: postgres://… or a SQLite file path (default: "+store.DefaultPath()+"; env DRAINSCOPE_STORE)")
+	dryRun := fs.Bool("dry-run", false, "read and count, store nothing")
+	fs.Usage = func() {
+		w := fs.Output()
+		fmt.Fprint(w, importUsage)
+		for _, f := range ingest.Formats() {
+			fmt.Fprintf(w, "  %-11s %s\n", f.Name, f.Summary)
+		}
+		fmt.Fprintln(w, "\nExit status: 0 when every file was read (rejected lines are listed in the summary),\n1 when a file could not be read, had no readable line, or (--strict) had a bad line.\n\nFlags:")
+		fs.PrintDefaults()
+	}
+	if err := parseFlags(fs, args, true); err != nil {
+		return err
+	}
+	// Flags may follow the files too: drainscope import access.log --format nginx.
+	var files []string
+	for rest := fs.Args(); len(rest) > 0; rest = fs.Args() {
+		files = append(files, rest[0])
+		if err := fs.Parse(rest[1:]); err != nil {
+			return err
+		}
+	}
+	if *format == "" {
+		return fmt.Errorf("%w: --format is required (one of %s)", errUsage, strings.Join(ingest.FormatNames(), ", "))
+	}
+	if len(files) == 0 {
+		return fmt.Errorf("%w: name the files to import, or - for standard input", errUsage)
+	}
+	f, err := ingest.LookupFormat(*format)
+	if err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	codes, err := ingest.ParseCodeSet(*failStatus)
+	if err != nil {
+		return fmt.Errorf("%w: --fail-status: %v", errUsage, err)
+	}
+	parse, err := f.Parser(ingest.Options{LogFormat: *logFormat, FailStatus: codes})
+	if err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	stdin := 0
+	for _, name := range files {
+		if name == "-" {
+			stdin++
+		}
+	}
+	if stdin > 1 {
+		return fmt.Errorf("%w: - (standard input) can be named once", errUsage)
+	}
+
+	im := &ingest.Importer{Parser: parse, Strict: *strict, Progress: &ingest.Progress{}}
+	if !*dryRun {
+		s, err := store.Open(ctx, *dsn)
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		im.Store = s
+	}
+	return importFiles(ctx, im, files, os.Stdin, os.Stdout, os.Stderr)
+}
+
+// importFiles imports each file in turn, printing a summary per file (and a
+// total) to out and drawing progress on errOut when it is a terminal.
+func importFiles(ctx context.Context, im *ingest.Importer, files []string, stdin io.Reader, out, errOut io.Writer) error {
+	showBar := false
+	if f, ok := errOut.(*os.File); ok {
+		showBar = isatty.IsTerminal(f.Fd())
+	}
+	total := &ingest.Summary{File: "total"}
+	var errs []error
+	for _, name := range files {
+		if err := ctx.Err(); err != nil {
+			errs = append(errs, err)
+			break
+		}
+		var r io.Reader
+		var size int64
+		if name == "-" {
+			r = stdin
+			name = "(stdin)"
+		} else {
+			fh, err := os.Open(name)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			if st, err := fh.Stat(); err == nil && st.Mode().IsRegular() {
+				size = st.Size()
+			}
+			defer fh.Close() // also closed below; this covers a panic
+			r = fh
+		}
+		im.Progress.SetSize(size)
+		stop := func() {}
+		if showBar {
+			stop = ingest.ShowProgress(errOut, im.Progress, termWidth(), 200*time.Millisecond)
+		}
+		sum, err := im.Import(ctx, name, r)
+		stop()
+		if c, ok := r.(io.Closer); ok && r != stdin {
+			c.Close()
+		}
+		sum.WriteTo(out)
+		total.Add(sum)
+		switch {
+		case err != nil:
+			errs = append(errs, err)
+		case sum.NoGoodLines():
+			errs = append(errs, fmt.Errorf("%s: no line could be read (wrong --format, or not a log?)", name))
+		}
+	}
+	if len(files) > 1 {
+		fmt.Fprintf(out, "total: %d files, %d lines read: %d succeeded, %d failed (%d stored, %d attributed to a pod), %d rejected\n",
+			len(files), total.Lines, total.Successes, total.Failures, total.Stored, total.Resolved, total.Rejected)
+	}
+	return errors.Join(errs...)
+}
+
+func termWidth() int {
+	if n, err := strconv.Atoi(os.Getenv("COLUMNS")); err == nil && n > 20 {
+		return n
+	}
+	return 100
+}

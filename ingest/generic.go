@@ -1,0 +1,208 @@
+package ingest
+
+import (
+	"bufio"
+	"encoding/csv"
+	"encoding/json"
+	"io"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// GenericColumns are the columns (CSV header names, JSON keys) the generic
+// formats read; see the package documentation for their meaning.
+var GenericColumns = []string{"time", "time_ns", "time_ms", "time_s", "target", "error", "status",
+	"client", "remote", "backend", "duration_ms", "service", "reason"}
+
+var timeColumns = []struct {
+	name string
+	unit time.Duration // 0: RFC 3339
+}{{"time", 0}, {"time_ns", time.Nanosecond}, {"time_ms", time.Millisecond}, {"time_s", time.Second}}
+
+// genericRecord fills rec from a row's columns; get returns a column's
+// value and whether the row has it.
+func genericRecord(rec *Record, opts *Options, get func(string) (string, bool)) *LineError {
+	var timeCol string
+	for _, tc := range timeColumns {
+		v, ok := get(tc.name)
+		if !ok || v == "" {
+			continue
+		}
+		if timeCol != "" {
+			return lineErr(0, tc.name, "more than one time column (%s and %s): give one", timeCol, tc.name)
+		}
+		timeCol = tc.name
+		var err error
+		if tc.unit == 0 {
+			if isNumber(v) {
+				return lineErr(0, "time", "%q is a number: name its unit with time_ns, time_ms or time_s", v)
+			}
+			rec.Time, err = parseRFC3339(v)
+		} else {
+			rec.Time, err = parseEpoch(v, tc.unit)
+		}
+		if err != nil {
+			return lineErr(0, tc.name, "%v", err)
+		}
+	}
+	if timeCol == "" {
+		return lineErr(0, "time", "missing (give time, time_ns, time_ms or time_s)")
+	}
+	errText, _ := get("error")
+	errText = strings.TrimSpace(errText)
+	status := 0
+	if v, ok := get("status"); ok && v != "" && v != "-" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > 999 {
+			return lineErr(0, "status", "%q is not an HTTP status", v)
+		}
+		status = n
+	}
+	if status == 0 && errText == "" {
+		return lineErr(0, "status", "no status and no error: cannot tell whether the request failed")
+	}
+	rec.Status = status
+	rec.Failed = errText != "" || status == 0 || opts.failStatus(status)
+	if !rec.Failed {
+		return nil
+	}
+	if v, ok := get("reason"); ok && v != "" {
+		if !validReason(v) {
+			return lineErr(0, "reason", "%q is not a failure class (eof, refused, reset, timeout, status, other)", v)
+		}
+		rec.Reason = v
+	} else {
+		rec.Reason = Classify(errText)
+		if errText == "" || (rec.Reason == "other" && opts.failStatus(status)) {
+			rec.Reason = "status"
+		}
+	}
+	rec.Error = errText
+	rec.Target, _ = get("target")
+	rec.Service, _ = get("service")
+	if v, ok := get("duration_ms"); ok {
+		d, err := parseMillis(v)
+		if err != nil {
+			return lineErr(0, "duration_ms", "%v", err)
+		}
+		rec.Duration = d
+	}
+	for _, c := range []struct {
+		name string
+		dst  *netip.AddrPort
+	}{{"client", &rec.Client}, {"remote", &rec.Remote}} {
+		v, _ := get(c.name)
+		a, ok := parseAddr(v)
+		if !ok {
+			return lineErr(0, c.name, "%q is not an IP address or ip:port", v)
+		}
+		*c.dst = a
+	}
+	if v, _ := get("backend"); v != "" && v != "-" {
+		rec.Backend = v
+	}
+	return nil
+}
+
+func isNumber(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if (s[i] < '0' || s[i] > '9') && s[i] != '.' {
+			return false
+		}
+	}
+	return true
+}
+
+// ParseJSONLines reads generic JSON lines: one object per line with the
+// GenericColumns as keys; values may be strings or numbers.
+func ParseJSONLines(r io.Reader, opts Options, emit Emit) error {
+	return scanLines(r, emit, func(line []byte, rec *Record) *LineError {
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(line, &m); err != nil {
+			return jsonError(line, err)
+		}
+		var bad *LineError
+		lerr := genericRecord(rec, &opts, func(k string) (string, bool) {
+			raw, ok := m[k]
+			if !ok {
+				return "", false
+			}
+			s, err := jsonScalar(raw)
+			if err != nil && bad == nil {
+				bad = lineErr(0, k, "%v", err)
+			}
+			return s, true
+		})
+		if bad != nil {
+			return bad
+		}
+		return lerr
+	})
+}
+
+// ParseCSV reads generic CSV whose first line names the columns (any of
+// GenericColumns, in any order; others are ignored).
+func ParseCSV(r io.Reader, opts Options, emit Emit) error {
+	br := bufio.NewReaderSize(r, 64<<10)
+	var rec Record
+	if off := sniffBinary(br); off >= 0 {
+		rec.reset(1)
+		rec.Err = binaryError(off)
+		return emit(&rec)
+	}
+	cr := csv.NewReader(br)
+	cr.FieldsPerRecord = -1
+	cr.TrimLeadingSpace = true
+	header, err := cr.Read()
+	if err == io.EOF {
+		return nil
+	}
+	if err != nil {
+		rec.reset(1)
+		rec.Err = lineErr(1, FieldLine, "header: not CSV: %v", err)
+		return emit(&rec)
+	}
+	col := map[string]int{}
+	for i, h := range header {
+		h = strings.ToLower(strings.TrimSpace(strings.TrimPrefix(h, "\ufeff")))
+		if _, dup := col[h]; dup {
+			rec.reset(1)
+			rec.Err = lineErr(1, h, "header names the column twice")
+			return emit(&rec)
+		}
+		col[h] = i
+	}
+	hasTime := false
+	for _, tc := range timeColumns {
+		if _, ok := col[tc.name]; ok {
+			hasTime = true
+		}
+	}
+	if !hasTime {
+		rec.reset(1)
+		rec.Err = lineErr(1, "time", "the header (first line) names no time column; it must name the columns, e.g. time,target,error,status (nothing else read)")
+		return emit(&rec)
+	}
+	cr.ReuseRecord = true
+	return scanCSV(cr, emit, &rec, func(fields []string, rec *Record) *LineError {
+		if len(fields) != len(header) {
+			name := FieldLine
+			if len(fields) < len(header) {
+				name = strings.TrimSpace(header[len(fields)])
+			}
+			return lineErr(0, name, "%d columns where the header has %d", len(fields), len(header))
+		}
+		return genericRecord(rec, &opts, func(k string) (string, bool) {
+			i, ok := col[k]
+			if !ok {
+				return "", false
+			}
+			return strings.TrimSpace(fields[i]), true
+		})
+	})
+}
