@@ -137,10 +137,18 @@ func (s *Postgres) Append(ctx context.Context, batch []event.Event) error {
 	if err := s.ensurePartitions(ctx, batch); err != nil {
 		return fail(err)
 	}
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		_, err := tx.CopyFrom(ctx, pgx.Identifier{"events"}, columns, newPgRows(batch))
-		return err
-	})
+	var err error
+	// A connection the server dropped while idle fails on first use; one
+	// more try on a fresh connection is safe because writes are idempotent.
+	for attempt := 0; attempt < 2; attempt++ {
+		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			_, err := tx.CopyFrom(ctx, pgx.Identifier{"events"}, columns, newPgRows(batch))
+			return err
+		})
+		if err == nil || pgCode(err) != "" || ctx.Err() != nil {
+			break
+		}
+	}
 	if pgCode(err) == "23505" { // unique_violation
 		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, "CREATE TEMP TABLE events_in (LIKE events INCLUDING DEFAULTS) ON COMMIT DROP"); err != nil {

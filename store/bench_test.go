@@ -1,0 +1,112 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/drainscope/drainscope/event"
+	"github.com/drainscope/drainscope/internal/eventgen"
+	"github.com/jackc/pgx/v5"
+)
+
+// benchEvents is the size of the ingest benchmark; benchBatch is how many
+// events one Append carries, as the agent batches them.
+const (
+	benchEvents = 1_000_000
+	benchBatch  = 10_000
+)
+
+func batches(evs []event.Event, f func([]event.Event) error) error {
+	for i := 0; i < len(evs); i += benchBatch {
+		if err := f(evs[i:min(i+benchBatch, len(evs))]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// BenchmarkPostgresIngest writes 1,000,000 realistic events through the
+// store, and the same events as pre-built rows through a raw pgx CopyFrom
+// into an identical table, in the same run, and reports both rates and
+// their ratio. Run: scripts/bench.sh (or go test -run X -bench PostgresIngest ./store/).
+func BenchmarkPostgresIngest(b *testing.B) {
+	ctx := context.Background()
+	evs := eventgen.Rollout(benchEvents, day0, 99, "checkout")
+	var storeRate, rawRate float64
+	for i := 0; i < b.N; i++ {
+		// Raw baseline: a migrated, empty table with its partitions made,
+		// fed rows that were converted before the clock started.
+		raw, err := OpenPostgres(ctx, freshSchema(b))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := raw.ensurePartitions(ctx, evs); err != nil {
+			b.Fatal(err)
+		}
+		rows := make([][]any, len(evs))
+		for j := range evs {
+			rows[j], _ = appendRow(nil, &evs[j], pgAddr, pgAttrs)
+		}
+		start := time.Now()
+		for j := 0; j < len(rows); j += benchBatch {
+			chunk := rows[j:min(j+benchBatch, len(rows))]
+			err := pgx.BeginFunc(ctx, raw.pool, func(tx pgx.Tx) error {
+				_, err := tx.CopyFrom(ctx, pgx.Identifier{"events"}, columns, pgx.CopyFromRows(chunk))
+				return err
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+		rawRate = float64(len(evs)) / time.Since(start).Seconds()
+		raw.Close()
+		rows = nil
+
+		s, err := OpenPostgres(ctx, freshSchema(b))
+		if err != nil {
+			b.Fatal(err)
+		}
+		start = time.Now()
+		if err := batches(evs, func(batch []event.Event) error { return s.Append(ctx, batch) }); err != nil {
+			b.Fatal(err)
+		}
+		storeRate = float64(len(evs)) / time.Since(start).Seconds()
+		if n := count(b, s, Query{}); n != len(evs) {
+			b.Fatalf("stored %d events, want %d", n, len(evs))
+		}
+		s.Close()
+	}
+	b.ReportMetric(storeRate, "store-events/s")
+	b.ReportMetric(rawRate, "raw-copy-events/s")
+	b.ReportMetric(storeRate/rawRate, "store/raw")
+	fmt.Printf("postgres ingest of %d events in batches of %d: store %.0f events/s, raw pgx CopyFrom %.0f events/s, ratio %.2f (target >= 0.7)\n",
+		len(evs), benchBatch, storeRate, rawRate, storeRate/rawRate)
+}
+
+// BenchmarkSQLiteIngest writes 1,000,000 realistic events into a fresh
+// SQLite file through the store and reports the rate (target >= 100,000/s).
+func BenchmarkSQLiteIngest(b *testing.B) {
+	ctx := context.Background()
+	evs := eventgen.Rollout(benchEvents, day0, 99, "checkout")
+	var rate float64
+	for i := 0; i < b.N; i++ {
+		s, err := OpenSQLite(ctx, filepath.Join(b.TempDir(), "events.db"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		start := time.Now()
+		if err := batches(evs, func(batch []event.Event) error { return s.Append(ctx, batch) }); err != nil {
+			b.Fatal(err)
+		}
+		rate = float64(len(evs)) / time.Since(start).Seconds()
+		if n := count(b, s, Query{}); n != len(evs) {
+			b.Fatalf("stored %d events, want %d", n, len(evs))
+		}
+		s.Close()
+	}
+	b.ReportMetric(rate, "events/s")
+	fmt.Printf("sqlite ingest of %d events in batches of %d: %.0f events/s (target >= 100000)\n", len(evs), benchBatch, rate)
+}

@@ -1,0 +1,261 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/drainscope/drainscope/event"
+	"github.com/drainscope/drainscope/internal/eventgen"
+	"github.com/drainscope/drainscope/internal/testenv"
+)
+
+// proxy forwards a loopback port to the test Postgres, and can be stopped
+// and started again: to the store it looks like the server going away.
+type proxy struct {
+	t        *testing.T
+	target   string
+	addr     string
+	mu       sync.Mutex
+	ln       net.Listener
+	conns    []net.Conn
+	stopping bool
+}
+
+func startProxy(t *testing.T, target string) *proxy {
+	p := &proxy{t: t, target: target}
+	p.listen("127.0.0.1:0")
+	t.Cleanup(p.stop)
+	return p
+}
+
+func (p *proxy) listen(addr string) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	p.mu.Lock()
+	p.ln, p.addr, p.stopping = ln, ln.Addr().String(), false
+	p.mu.Unlock()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", p.target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c, s)
+			p.mu.Unlock()
+			go func() { io.Copy(s, c); s.Close() }()
+			go func() { io.Copy(c, s); c.Close() }()
+		}
+	}()
+}
+
+// stop closes the listener and every proxied connection.
+func (p *proxy) stop() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stopping {
+		return
+	}
+	p.stopping = true
+	p.ln.Close()
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+}
+
+func (p *proxy) restart() { p.listen(p.addr) }
+
+func TestPostgresStoppedKeepsBatch(t *testing.T) {
+	dsn := freshSchema(t)
+	u, _ := url.Parse(dsn)
+	px := startProxy(t, u.Host)
+	u.Host = px.addr
+	ctx := context.Background()
+	s, err := OpenPostgres(ctx, u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	first := eventgen.Rollout(500, day0, 20, "checkout")
+	if err := s.Append(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+
+	px.stop()
+	second := eventgen.Rollout(500, day0.Add(1e12), 21, "checkout")
+	err = s.Append(ctx, second)
+	if err == nil {
+		t.Fatal("Append succeeded with the server gone")
+	}
+	if strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), "appending 500 events") {
+		t.Errorf("error is not one clear line: %q", err)
+	}
+
+	px.restart()
+	if err := s.Append(ctx, second); err != nil { // the caller retries the batch it kept
+		t.Fatalf("retry after the server came back: %v", err)
+	}
+	if n := count(t, s, Query{}); n != 1000 {
+		t.Fatalf("%d events stored, want 1000: something was lost or doubled", n)
+	}
+}
+
+func TestBadDSNIsOneClearLine(t *testing.T) {
+	ctx := context.Background()
+	cases := []struct{ dsn, want string }{
+		{"postgres://u:secret@127.0.0.1:1/db?connect_timeout=2&sslmode=disable", "connecting"},
+		{"postgres://u:secret@127.0.0.1:notaport/db", "bad DSN"},
+		{"mysql://u@h/db", `unknown scheme "mysql"`},
+		{"sqlite:", "needs a file path"},
+		{"sqlite:" + filepath.Join(t.TempDir(), "a-file", "x.db"), "creating its directory"},
+	}
+	if err := os.WriteFile(filepath.Join(t.TempDir(), "a-file"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	blocker := filepath.Join(t.TempDir(), "blocker")
+	os.WriteFile(blocker, []byte("x"), 0o644)
+	cases[4].dsn = "sqlite:" + filepath.Join(blocker, "x.db")
+	for _, tc := range cases {
+		_, err := Open(ctx, tc.dsn)
+		if err == nil {
+			t.Errorf("Open(%q) succeeded", tc.dsn)
+			continue
+		}
+		msg := err.Error()
+		if strings.Contains(msg, "\n") || !strings.Contains(msg, tc.want) {
+			t.Errorf("Open(%q) = %q; want one line containing %q", tc.dsn, msg, tc.want)
+		}
+		if strings.Contains(msg, "secret") {
+			t.Errorf("Open(%q) error shows the password: %q", tc.dsn, msg)
+		}
+	}
+}
+
+func TestNewerSchemaRefused(t *testing.T) {
+	forEach(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		s, dsn := b.open(t)
+		var err error
+		switch s := s.(type) {
+		case *SQLite:
+			_, err = s.db.ExecContext(ctx, "INSERT INTO schema_migrations VALUES (99, 'future', datetime('now'))")
+		case *Postgres:
+			_, err = s.pool.Exec(ctx, "INSERT INTO schema_migrations (version, name) VALUES (99, 'future')")
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Close()
+		_, err = Open(ctx, dsn)
+		if !errors.Is(err, ErrSchemaTooNew) {
+			t.Fatalf("Open on a version-99 schema = %v, want ErrSchemaTooNew", err)
+		}
+		if !strings.Contains(err.Error(), "version 99") || strings.Contains(err.Error(), "\n") {
+			t.Fatalf("error %q should name version 99 on one line", err)
+		}
+	})
+}
+
+func TestReadOnlyDatabase(t *testing.T) {
+	ctx := context.Background()
+	batch := eventgen.Rollout(10, day0, 22, "checkout")
+	check := func(t *testing.T, s Store) {
+		t.Helper()
+		err := s.Append(ctx, batch)
+		if err == nil || !strings.Contains(err.Error(), "read-only") || strings.Contains(err.Error(), "\n") {
+			t.Fatalf("Append on a read-only database = %v; want one line saying read-only", err)
+		}
+		if _, err := Events(ctx, s, Query{}); err != nil {
+			t.Fatalf("reading a read-only database: %v", err)
+		}
+	}
+	t.Run("postgres", func(t *testing.T) {
+		dsn := freshSchema(t)
+		s, err := OpenPostgres(ctx, dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Close()
+		ro := withParam(t, dsn, "default_transaction_read_only", "on")
+		s, err = OpenPostgres(ctx, ro)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		check(t, s)
+		// An empty schema that cannot be migrated is refused at Open.
+		_, err = OpenPostgres(ctx, withParam(t, freshSchema(t), "default_transaction_read_only", "on"))
+		if err == nil || !strings.Contains(err.Error(), "read-only") {
+			t.Fatalf("Open of an unmigrated read-only schema = %v", err)
+		}
+	})
+	t.Run("sqlite-mode-ro", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "events.db")
+		s, err := OpenSQLite(ctx, path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Close()
+		s, err = OpenSQLite(ctx, path+"?mode=ro")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		check(t, s)
+	})
+	t.Run("sqlite-readonly-mount", func(t *testing.T) {
+		// Root ignores file modes, so a real read-only file system is the
+		// honest test of what a user with a read-only volume meets.
+		testenv.RequireRoot(t)
+		dir := t.TempDir()
+		path := filepath.Join(dir, "events.db")
+		s, err := OpenSQLite(ctx, path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Append(ctx, batch); err != nil {
+			t.Fatal(err)
+		}
+		s.Close()
+		mnt := t.TempDir()
+		if out, err := exec.Command("mount", "--bind", "-o", "ro", dir, mnt).CombinedOutput(); err != nil {
+			testenv.Unavailable(t, "bind mount: "+strings.TrimSpace(string(out)))
+		}
+		defer exec.Command("umount", mnt).Run()
+		if out, err := exec.Command("mount", "-o", "remount,ro,bind", mnt).CombinedOutput(); err != nil {
+			t.Fatalf("remount read-only: %v %s", err, out)
+		}
+		s2, err := OpenSQLite(ctx, filepath.Join(mnt, "events.db"))
+		if err != nil {
+			// Refusing at Open is also a clear answer, if it says why.
+			if !strings.Contains(err.Error(), "read-only") || strings.Contains(err.Error(), "\n") {
+				t.Fatalf("Open on a read-only mount = %q", err)
+			}
+			return
+		}
+		defer s2.Close()
+		check(t, s2)
+		if n := count(t, s2, Query{}); n != len(batch) {
+			t.Fatalf("read %d events from the read-only copy, want %d", n, len(batch))
+		}
+	})
+}
+
+var _ = event.Window{}
