@@ -1,0 +1,589 @@
+package analysis
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/drainscope/drainscope/event"
+	"github.com/drainscope/drainscope/store"
+)
+
+// Result is everything the report and the web UI show about a window.
+type Result struct {
+	From int64 `json:"from_ns"`
+	To   int64 `json:"to_ns"` // 0: open-ended
+	// Scope repeats the namespace/workload filter, empty for everything.
+	Scope string `json:"scope,omitempty"`
+
+	Rollouts  []Rollout     `json:"rollouts"`
+	Timelines []PodTimeline `json:"timelines"`
+
+	// Causes groups the client-reported failures, InferredCauses the
+	// failures kernel evidence alone proves; both in rule order.
+	Causes         []CauseSummary `json:"causes"`
+	InferredCauses []CauseSummary `json:"inferred_causes"`
+	Inference      Inference      `json:"inference"`
+
+	// Failures lists aligned failures, client-reported first, up to
+	// Options.MaxFailures; Truncated says some were left out (the counts
+	// above still include them).
+	Failures  []AlignedFailure `json:"failures"`
+	Truncated bool             `json:"truncated"`
+
+	// Offsets of client failures (inferred ones when there are none) from
+	// their pod's SIGTERM and exit, in 50 ms bins.
+	FromSigterm Histogram `json:"offsets_from_sigterm"`
+	FromExit    Histogram `json:"offsets_from_exit"`
+
+	Rules []RuleView `json:"rules"`
+	Stats Stats      `json:"stats"`
+}
+
+// RuleView is a rule as results list it.
+type RuleView struct {
+	Cause    Cause    `json:"cause"`
+	Title    string   `json:"title"`
+	Requires []string `json:"requires"`
+	Fix      string   `json:"fix,omitempty"`
+}
+
+// CauseSummary is the failures of one cause.
+type CauseSummary struct {
+	Cause       Cause            `json:"cause"`
+	Title       string           `json:"title"`
+	Count       int              `json:"count"`
+	Pods        []PodCount       `json:"pods"`
+	Explanation string           `json:"explanation"`
+	Fix         string           `json:"fix,omitempty"`
+	Evidence    map[string]int   `json:"evidence"` // role → failures it supported
+	FromSigterm Histogram        `json:"offsets_from_sigterm"`
+	FromExit    Histogram        `json:"offsets_from_exit"`
+	Examples    []AlignedFailure `json:"examples"`
+}
+
+// PodCount is the failures of one pod.
+type PodCount struct {
+	Pod   string `json:"pod"`
+	Count int    `json:"count"`
+}
+
+// Inference compares what kernel evidence alone proves with what clients
+// reported.
+type Inference struct {
+	Inferred int            `json:"inferred"`
+	ByProof  map[string]int `json:"by_proof"`
+	// ClientFailures with a client address can be matched to kernel
+	// evidence; Proven of them were.
+	ClientFailures    int      `json:"client_failures"`
+	WithClientAddress int      `json:"with_client_address"`
+	Proven            int      `json:"proven"`
+	Ratio             *float64 `json:"ratio,omitempty"` // Proven / ClientFailures
+}
+
+// Rollout is the terminations of one workload that belong together, with
+// the pods that replaced them.
+type Rollout struct {
+	Namespace string    `json:"namespace"`
+	Workload  string    `json:"workload"`
+	Kind      string    `json:"workload_kind,omitempty"`
+	Name      string    `json:"workload_name,omitempty"`
+	From      int64     `json:"from_ns"`
+	To        int64     `json:"to_ns"`
+	Replaced  []PodView `json:"replaced"`
+	NewPods   []NewPod  `json:"new_pods"`
+
+	Failures        int           `json:"failures"`
+	ByCause         map[Cause]int `json:"by_cause"`
+	Inferred        int           `json:"inferred"`
+	InferredByCause map[Cause]int `json:"inferred_by_cause"`
+	// Unattributed counts failures no pod was found for that happened
+	// during the rollout (they may belong to another workload).
+	Unattributed int `json:"unattributed"`
+
+	// The worst gaps among the replaced pods.
+	WorstSigtermAfterRotation *int64 `json:"worst_sigterm_after_rotation_ns,omitempty"`
+	LongestExitAfterSigterm   *int64 `json:"longest_exit_after_sigterm_ns,omitempty"`
+}
+
+// NewPod is a pod that became ready during a rollout.
+type NewPod struct {
+	Pod     PodView `json:"pod"`
+	Created int64   `json:"created_ns,omitempty"`
+	Ready   int64   `json:"ready_ns"`
+	// ReadyAfter is Ready minus Created.
+	ReadyAfter int64 `json:"ready_after_ns,omitempty"`
+}
+
+// RolloutLead is how long before a rollout's first termination a new pod of
+// the workload may have become ready and still belong to it: with maxSurge
+// the replacement is ready just before the old pod is deleted.
+const RolloutLead = time.Minute
+
+// Analyze reads the events of q's window from st (with Options.Lead of
+// history before it and the lookahead after it) and analyses them with the
+// default options. q's Namespace and Workload narrow the results, not the
+// read: client failures carry no workload until they are aligned.
+func Analyze(ctx context.Context, st store.Store, q store.Query) (*Result, error) {
+	return AnalyzeWith(ctx, st, q, Options{})
+}
+
+// AnalyzeWith is Analyze with options.
+func AnalyzeWith(ctx context.Context, st store.Store, q store.Query, opts Options) (*Result, error) {
+	o := opts.withDefaults()
+	c := newCollector(o, q)
+	al := NewAligner(o, c.failure, c.pod)
+	scan := store.Query{Window: event.Window{From: q.Window.From - int64(o.Lead)}}
+	if scan.Window.From < 0 {
+		scan.Window.From = 0
+	}
+	if q.Window.To != 0 {
+		scan.Window.To = q.Window.To + int64(o.Lookahead) + 1
+	}
+	n := 0
+	err := st.Scan(ctx, scan, func(e *event.Event) error {
+		n++
+		if n%65536 == 0 {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+		}
+		return al.Add(e)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading events from %s: %w", st.Describe(), err)
+	}
+	al.Flush()
+	return c.result(al.Stats()), nil
+}
+
+// AnalyzeEvents analyses events held in memory (in any order; the slice is
+// not modified), limited to q's window, namespace and workload.
+func AnalyzeEvents(events []event.Event, q store.Query, opts Options) (*Result, error) {
+	o := opts.withDefaults()
+	idx := make([]int32, len(events))
+	for i := range idx {
+		idx[i] = int32(i)
+	}
+	sort.SliceStable(idx, func(i, j int) bool { return events[idx[i]].Time < events[idx[j]].Time })
+	c := newCollector(o, q)
+	al := NewAligner(o, c.failure, c.pod)
+	for _, i := range idx {
+		if err := al.Add(&events[i]); err != nil {
+			return nil, err
+		}
+	}
+	al.Flush()
+	return c.result(al.Stats()), nil
+}
+
+// collector turns the aligner's stream of decisions and timelines into a
+// Result, keeping counts exact and examples bounded.
+type collector struct {
+	opts     Options
+	q        store.Query
+	causes   map[Cause]*causeAcc
+	inferred map[Cause]*causeAcc
+	tls      map[string]*PodTimeline
+	order    []*PodTimeline
+	failures []AlignedFailure
+	inferFs  []AlignedFailure
+	trunc    bool
+	inf      Inference
+	// unattributed client failures per second, for the rollouts
+	unattr                        map[int64]int
+	fromSigterm, fromExit         hist
+	infFromSigterm, infFromExit   hist
+	clientInWindow, inferInWindow int
+}
+
+type causeAcc struct {
+	rule           *Rule
+	count          int
+	pods           map[string]int
+	podNames       map[string]string
+	evidence       map[string]int
+	fromExit       hist
+	fromSigterm    hist
+	maxRotationLag int64
+	examples       []AlignedFailure
+}
+
+func newCollector(o Options, q store.Query) *collector {
+	return &collector{
+		opts: o, q: q,
+		causes: map[Cause]*causeAcc{}, inferred: map[Cause]*causeAcc{},
+		tls: map[string]*PodTimeline{}, unattr: map[int64]int{},
+		inf: Inference{ByProof: map[string]int{}},
+	}
+}
+
+func podKey(uid, ns, name string) string {
+	if uid != "" {
+		return uid
+	}
+	return ns + "/" + name
+}
+
+// inScope applies the namespace and workload filter to a pod.
+func (c *collector) inScope(ns string, wl event.Workload) bool {
+	if c.q.Namespace != "" && ns != c.q.Namespace {
+		return false
+	}
+	if !c.q.Workload.IsZero() {
+		if wl.Name != c.q.Workload.Name || (c.q.Workload.Kind != "" && wl.Kind != c.q.Workload.Kind) {
+			return false
+		}
+	}
+	return true
+}
+
+func (c *collector) scoped() bool { return c.q.Namespace != "" || !c.q.Workload.IsZero() }
+
+func (c *collector) failure(d *Decision) {
+	t := d.Failure.Time
+	if !c.q.Window.Contains(t) {
+		return
+	}
+	if d.Pod.IsZero() {
+		if c.scoped() {
+			return
+		}
+	} else if !c.inScope(d.Pod.Namespace, d.Workload) {
+		return
+	}
+	accs := c.causes
+	if d.Inferred {
+		accs = c.inferred
+		c.inf.Inferred++
+		c.inf.ByProof[d.Proof]++
+		c.inferInWindow++
+	} else {
+		c.clientInWindow++
+		c.inf.ClientFailures++
+		if d.Failure.Local.IsValid() {
+			c.inf.WithClientAddress++
+		}
+		if d.Proven {
+			c.inf.Proven++
+		}
+		if d.Pod.IsZero() {
+			c.unattr[t/1e9]++
+		}
+	}
+	acc := accs[d.Rule.Cause]
+	if acc == nil {
+		acc = &causeAcc{rule: d.Rule, pods: map[string]int{}, podNames: map[string]string{}, evidence: map[string]int{}}
+		accs[d.Rule.Cause] = acc
+	}
+	acc.count++
+	if !d.Pod.IsZero() {
+		k := podKey(d.Pod.UID, d.Pod.Namespace, d.Pod.Name)
+		acc.pods[k]++
+		acc.podNames[k] = d.Pod.String()
+	}
+	roles := map[string]bool{}
+	for _, p := range d.Evidence {
+		if !roles[p.Role] {
+			roles[p.Role] = true
+			acc.evidence[p.Role]++
+		}
+	}
+	if o := d.Offsets.Exit; o.OK {
+		acc.fromExit.add(o.NS)
+		if d.Inferred {
+			c.infFromExit.add(o.NS)
+		} else {
+			c.fromExit.add(o.NS)
+		}
+	}
+	if o := d.Offsets.Sigterm; o.OK {
+		acc.fromSigterm.add(o.NS)
+		if d.Inferred {
+			c.infFromSigterm.add(o.NS)
+		} else {
+			c.fromSigterm.add(o.NS)
+		}
+	}
+	if d.Rule.Cause == CauseEndpointRace && d.Offsets.Rotation.OK && -d.Offsets.Rotation.NS > acc.maxRotationLag {
+		acc.maxRotationLag = -d.Offsets.Rotation.NS
+	}
+	keep := len(acc.examples) < c.opts.Examples
+	list := &c.failures
+	if d.Inferred {
+		list = &c.inferFs
+	}
+	keepList := c.opts.MaxFailures < 0 || len(c.failures)+len(c.inferFs) < c.opts.MaxFailures
+	if !keepList {
+		c.trunc = true
+	}
+	if keep || keepList {
+		af := d.Aligned()
+		if keep {
+			acc.examples = append(acc.examples, af)
+		}
+		if keepList {
+			*list = append(*list, af)
+		}
+	}
+}
+
+func (c *collector) pod(t *PodTimeline) {
+	if !c.inScope(t.Pod.Namespace, event.Workload{Kind: t.Kind, Name: t.Name}) {
+		return
+	}
+	in := false
+	for _, e := range t.events {
+		if c.q.Window.Contains(e.Time) {
+			in = true
+			break
+		}
+	}
+	if !in {
+		return
+	}
+	cp := *t
+	cp.events = nil
+	c.tls[podKey(t.Pod.UID, t.Pod.Namespace, t.Pod.Name)] = &cp
+	c.order = append(c.order, &cp)
+}
+
+func (c *collector) result(st Stats) *Result {
+	r := &Result{From: c.q.Window.From, To: c.q.Window.To, Stats: st, Truncated: c.trunc}
+	if c.q.Namespace != "" || !c.q.Workload.IsZero() {
+		r.Scope = c.q.Namespace
+		if !c.q.Workload.IsZero() {
+			r.Scope += "/" + c.q.Workload.String()
+		}
+	}
+	sort.SliceStable(c.order, func(i, j int) bool { return tlStart(c.order[i]) < tlStart(c.order[j]) })
+	for _, t := range c.order {
+		r.Timelines = append(r.Timelines, *t)
+	}
+	for i := range c.opts.Rules {
+		rule := &c.opts.Rules[i]
+		rv := RuleView{Cause: rule.Cause, Title: rule.Title, Fix: render(rule.Fix, SummaryData{})}
+		for _, q := range rule.Requires {
+			rv.Requires = append(rv.Requires, q.Name)
+		}
+		r.Rules = append(r.Rules, rv)
+	}
+	r.Causes = c.summaries(c.causes)
+	r.InferredCauses = c.summaries(c.inferred)
+	r.Failures = append(c.failures, c.inferFs...)
+	if r.Failures == nil {
+		r.Failures = []AlignedFailure{}
+	}
+	r.Inference = c.inf
+	if c.inf.ClientFailures > 0 {
+		v := float64(c.inf.Proven) / float64(c.inf.ClientFailures)
+		r.Inference.Ratio = &v
+	}
+	if c.clientInWindow > 0 {
+		r.FromSigterm, r.FromExit = c.fromSigterm.export(50e6), c.fromExit.export(50e6)
+	} else {
+		r.FromSigterm, r.FromExit = c.infFromSigterm.export(50e6), c.infFromExit.export(50e6)
+	}
+	r.Rollouts = c.rollouts()
+	return r
+}
+
+func tlStart(t *PodTimeline) int64 {
+	for _, v := range []int64{t.Deletion, t.Created, t.Ready} {
+		if v != 0 {
+			return v
+		}
+	}
+	if len(t.Events) > 0 {
+		return t.Events[0].Time
+	}
+	return 0
+}
+
+func (c *collector) summaries(accs map[Cause]*causeAcc) []CauseSummary {
+	out := []CauseSummary{}
+	seen := map[Cause]bool{}
+	emit := func(acc *causeAcc) {
+		cs := CauseSummary{
+			Cause: acc.rule.Cause, Title: acc.rule.Title, Count: acc.count,
+			Evidence: acc.evidence, Examples: acc.examples,
+			FromSigterm: acc.fromSigterm.export(50e6), FromExit: acc.fromExit.export(50e6),
+		}
+		for k, n := range acc.pods {
+			cs.Pods = append(cs.Pods, PodCount{Pod: acc.podNames[k], Count: n})
+		}
+		sort.Slice(cs.Pods, func(i, j int) bool {
+			if cs.Pods[i].Count != cs.Pods[j].Count {
+				return cs.Pods[i].Count > cs.Pods[j].Count
+			}
+			return cs.Pods[i].Pod < cs.Pods[j].Pod
+		})
+		sd := summaryData(acc, c.tls)
+		cs.Explanation = render(acc.rule.Summary, sd)
+		cs.Fix = render(acc.rule.Fix, sd)
+		out = append(out, cs)
+	}
+	for i := range c.opts.Rules {
+		cause := c.opts.Rules[i].Cause
+		if acc := accs[cause]; acc != nil && !seen[cause] {
+			seen[cause] = true
+			emit(acc)
+		}
+	}
+	var rest []Cause
+	for k := range accs {
+		if !seen[k] {
+			rest = append(rest, k)
+		}
+	}
+	sort.Slice(rest, func(i, j int) bool { return rest[i] < rest[j] })
+	for _, k := range rest {
+		emit(accs[k])
+	}
+	return out
+}
+
+func (c *collector) rollouts() []Rollout {
+	var terms []event.Termination
+	for _, t := range c.order {
+		if t.Ended() {
+			terms = append(terms, t.Termination())
+		}
+	}
+	groups := event.GroupRollouts(terms)
+	out := make([]Rollout, 0, len(groups))
+	for _, g := range groups {
+		r := Rollout{
+			Namespace: g.Namespace, Workload: g.Workload.String(), Kind: g.Workload.Kind, Name: g.Workload.Name,
+			From: g.From, To: g.To, ByCause: map[Cause]int{}, InferredByCause: map[Cause]int{},
+			Replaced: []PodView{}, NewPods: []NewPod{},
+		}
+		replaced := map[string]bool{}
+		for _, t := range g.Terminations {
+			k := podKey(t.Pod.UID, t.Pod.Namespace, t.Pod.Name)
+			replaced[k] = true
+			tl := c.tls[k]
+			if tl == nil {
+				continue
+			}
+			r.Replaced = append(r.Replaced, tl.Pod)
+			for cause, n := range tl.Failures {
+				r.ByCause[cause] += n
+				r.Failures += n
+			}
+			for cause, n := range tl.InferredFailures {
+				r.InferredByCause[cause] += n
+				r.Inferred += n
+			}
+			if g := tl.Gaps.SigtermAfterRotation; g != nil && (r.WorstSigtermAfterRotation == nil || *g < *r.WorstSigtermAfterRotation) {
+				r.WorstSigtermAfterRotation = ptr(*g)
+			}
+			if g := tl.Gaps.ExitAfterSigterm; g != nil && (r.LongestExitAfterSigterm == nil || *g > *r.LongestExitAfterSigterm) {
+				r.LongestExitAfterSigterm = ptr(*g)
+			}
+		}
+		for _, tl := range c.order {
+			k := podKey(tl.Pod.UID, tl.Pod.Namespace, tl.Pod.Name)
+			if replaced[k] || tl.Pod.Namespace != g.Namespace || tl.Kind != g.Workload.Kind || tl.Name != g.Workload.Name {
+				continue
+			}
+			if tl.Ready == 0 || tl.Ready < g.From-int64(RolloutLead) || tl.Ready > g.To {
+				continue
+			}
+			np := NewPod{Pod: tl.Pod, Created: tl.Created, Ready: tl.Ready}
+			if tl.Created != 0 && tl.Ready >= tl.Created {
+				np.ReadyAfter = tl.Ready - tl.Created
+			}
+			r.NewPods = append(r.NewPods, np)
+		}
+		for sec, n := range c.unattr {
+			if sec*1e9 >= g.From-1e9 && sec*1e9 <= g.To+int64(c.opts.ExitAfter) {
+				r.Unattributed += n
+			}
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// hist is a sparse histogram of offsets in 1 ms bins: exact enough for
+// medians, bounded by the spread of the offsets rather than their number.
+type hist struct {
+	bins     map[int64]int
+	n        int
+	min, max int64
+}
+
+const histBin = int64(time.Millisecond)
+
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if (a%b != 0) && ((a < 0) != (b < 0)) {
+		q--
+	}
+	return q
+}
+
+func (h *hist) add(ns int64) {
+	if h.bins == nil {
+		h.bins = map[int64]int{}
+		h.min, h.max = ns, ns
+	}
+	h.bins[floorDiv(ns, histBin)]++
+	h.n++
+	h.min, h.max = min(h.min, ns), max(h.max, ns)
+}
+
+func (h *hist) quantile(q float64) int64 {
+	if h.n == 0 {
+		return 0
+	}
+	keys := make([]int64, 0, len(h.bins))
+	for k := range h.bins {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i] < keys[j] })
+	want := int(q * float64(h.n-1))
+	seen := 0
+	for _, k := range keys {
+		seen += h.bins[k]
+		if seen > want {
+			return k * histBin
+		}
+	}
+	return keys[len(keys)-1] * histBin
+}
+
+// Histogram is offsets binned for plotting; P50 is to the millisecond.
+type Histogram struct {
+	Count int   `json:"count"`
+	BinNS int64 `json:"bin_ns"`
+	MinNS int64 `json:"min_ns"`
+	P50NS int64 `json:"p50_ns"`
+	MaxNS int64 `json:"max_ns"`
+	Bins  []Bin `json:"bins"`
+}
+
+// Bin counts the offsets in [Start, Start+BinNS).
+type Bin struct {
+	Start int64 `json:"start_ns"`
+	Count int   `json:"count"`
+}
+
+func (h *hist) export(width int64) Histogram {
+	out := Histogram{Count: h.n, BinNS: width, Bins: []Bin{}}
+	if h.n == 0 {
+		return out
+	}
+	out.MinNS, out.MaxNS, out.P50NS = h.min, h.max, h.quantile(0.5)
+	m := map[int64]int{}
+	for k, n := range h.bins {
+		m[floorDiv(k*histBin, width)] += n
+	}
+	for k, n := range m {
+		out.Bins = append(out.Bins, Bin{Start: k * width, Count: n})
+	}
+	sort.Slice(out.Bins, func(i, j int) bool { return out.Bins[i].Start < out.Bins[j].Start })
+	return out
+}

@@ -1,0 +1,251 @@
+package analysis
+
+import (
+	"net/netip"
+	"sort"
+	"strings"
+
+	"github.com/drainscope/drainscope/event"
+)
+
+// Decision is the aligner's verdict on one failure. It points into the
+// aligner's state and is valid only during the onFailure call; Aligned
+// copies it into a self-contained AlignedFailure.
+type Decision struct {
+	Failure  *event.Event
+	Inferred bool
+	Proof    string // inferred: refused_syn, rst_after_close, rst_unread_data, stored
+	// Proven: a client-reported failure that kernel evidence alone also
+	// shows (an inferred failure on the same client address and port).
+	Proven   bool
+	Pod      event.PodRef
+	Workload event.Workload
+	Via      string // how the pod was found: pod, backend, target, kernel; "" when none was
+	Rule     *Rule
+	Evidence []Piece
+	Missing  []Missing // unexplained: the first requirement each rule lacked
+	Before   *event.Event
+	After    *event.Event
+	Offsets  Offsets
+
+	facts *Facts
+}
+
+// Missing names a requirement a rule lacked.
+type Missing struct {
+	Rule        *Rule
+	Requirement *Requirement
+}
+
+// Offset is a signed duration from a pod's event to the failure (positive:
+// the failure came after it); OK is false when the event was not seen.
+type Offset struct {
+	NS int64
+	OK bool
+}
+
+// Offsets of a failure from its pod's landmarks.
+type Offsets struct {
+	Sigterm, Exit, Kill, Deletion, Rotation Offset
+}
+
+// Cause is the decided cause.
+func (d *Decision) Cause() Cause { return d.Rule.Cause }
+
+func (a *Aligner) decide(pf *pending) {
+	f := &pf.ev
+	t := f.Time
+	la, kw := int64(a.opts.Lookahead), int64(a.opts.KernelWindow)
+	fx := &a.facts
+	*fx = Facts{
+		Failure: f, Inferred: pf.inferred, Proof: pf.proof, Class: f.Reason, Client: unmapAP(f.Local),
+		opts: &a.opts, a: a, horizon: t + la,
+	}
+	if pf.inferred {
+		a.stats.Inferred++
+	} else {
+		a.stats.ClientFailures++
+	}
+
+	// Which pod served it: named, by the backend address the client or
+	// proxy logged, by the address dialled, or by the pod-side kernel
+	// events on the client's connection.
+	var p *podState
+	via := ""
+	if !f.Pod.IsZero() {
+		if p = a.pod(&f.Pod, false); p != nil {
+			via = "pod"
+			if pf.inferred {
+				via = "kernel"
+			}
+		}
+	}
+	if p == nil {
+		if ip, ok := parseBackend(f.Attrs[event.AttrBackend]); ok {
+			if p = a.podByIP(ip, t); p != nil {
+				via = "backend"
+			}
+		}
+	}
+	if p == nil && f.Remote.IsValid() {
+		if p = a.podByIP(f.Remote.Addr(), t); p != nil {
+			via = "target"
+		}
+	}
+	proven := false
+	ks := a.kscratch[:0]
+	if fx.Client.IsValid() {
+		for i, s := 0, a.kernel[fx.Client]; i < len(s); i++ {
+			k := &s[i]
+			if k.Time < t-kw || k.Time > t+la {
+				continue
+			}
+			if p != nil && a.pod(&k.Pod, false) != p {
+				continue
+			}
+			ks = append(ks, k)
+		}
+		if p == nil && len(ks) > 0 {
+			var best *event.Event
+			for _, k := range ks {
+				if best == nil || abs(k.Time-t) < abs(best.Time-t) {
+					best = k
+				}
+			}
+			if p = a.pod(&best.Pod, false); p != nil {
+				via = "kernel"
+				out := ks[:0]
+				for _, k := range ks {
+					if a.pod(&k.Pod, false) == p {
+						out = append(out, k)
+					}
+				}
+				ks = out
+			}
+		}
+		if !pf.inferred {
+			a.stats.WithClientAddr++
+			for _, it := range a.inferredAt[fx.Client] {
+				if it >= t-kw && it <= t+la {
+					a.stats.ProvenByKernel++
+					proven = true
+					break
+				}
+			}
+		}
+	}
+	a.kscratch = ks
+	fx.Kernel, fx.Via, fx.pod = ks, via, p
+	fx.svcs = a.servicesFor(f, p)
+	if p == nil {
+		a.stats.Unresolved++
+	}
+
+	d := &a.dec
+	*d = Decision{Failure: f, Inferred: pf.inferred, Proof: pf.proof, Proven: proven, Via: via, facts: fx, Missing: a.missing[:0]}
+	ev := a.scratch[:0]
+	for i := range a.opts.Rules {
+		r := &a.opts.Rules[i]
+		n := len(ev)
+		ok := true
+		for j := range r.Requires {
+			ps := r.Requires[j].Find(fx)
+			if len(ps) == 0 {
+				ok = false
+				d.Missing = append(d.Missing, Missing{r, &r.Requires[j]})
+				break
+			}
+			ev = append(ev, ps...)
+		}
+		if ok {
+			d.Rule = r
+			d.Evidence = ev[n:]
+			break
+		}
+		ev = ev[:n]
+	}
+	a.scratch, a.missing = ev, d.Missing
+	if d.Rule == nil {
+		d.Rule = &Rule{Cause: CauseUnexplained, Title: "unexplained"}
+	}
+	if d.Rule.Cause != CauseUnexplained {
+		d.Missing = nil
+	}
+
+	if p != nil {
+		d.Pod, d.Workload = p.ref, p.wl
+		d.Before, d.After = nearest(p.landmarks, t)
+		d.Offsets = p.offsets(t, fx.svcs)
+		if pf.inferred {
+			if p.inferred == nil {
+				p.inferred = map[Cause]int{}
+			}
+			p.inferred[d.Rule.Cause]++
+		} else {
+			if p.failures == nil {
+				p.failures = map[Cause]int{}
+			}
+			p.failures[d.Rule.Cause]++
+		}
+	} else {
+		d.Before, d.After = nearest(a.global, t)
+	}
+	if a.onFailure != nil {
+		a.onFailure(d)
+	}
+}
+
+func (p *podState) offsets(t int64, svcs []string) Offsets {
+	var o Offsets
+	set := func(x *Offset, at int64) {
+		if at != 0 {
+			*x = Offset{NS: t - at, OK: true}
+		}
+	}
+	set(&o.Sigterm, p.sigterm.Time)
+	set(&o.Kill, p.kill.Time)
+	set(&o.Deletion, p.deletion.Time)
+	if x := p.mainExit(t); x != nil {
+		set(&o.Exit, x.Time)
+	}
+	r := p.rotationAt(t, svcs)
+	switch {
+	case r.leftAfter != nil:
+		set(&o.Rotation, r.leftAfter.Time)
+	case r.lastLeave != nil:
+		set(&o.Rotation, r.lastLeave.Time)
+	}
+	return o
+}
+
+// nearest returns the last event at or before t and the first after it in
+// a time-ordered slice.
+func nearest(ls []event.Event, t int64) (before, after *event.Event) {
+	i := sort.Search(len(ls), func(i int) bool { return ls[i].Time > t })
+	if i > 0 {
+		before = &ls[i-1]
+	}
+	if i < len(ls) {
+		after = &ls[i]
+	}
+	return before, after
+}
+
+// parseBackend reads the backend a client or proxy logged: "ip:port", "ip",
+// or a proxy's list of attempts ("a, b"; the last one answered).
+func parseBackend(s string) (netip.Addr, bool) {
+	if s == "" {
+		return netip.Addr{}, false
+	}
+	if i := strings.LastIndexByte(s, ','); i >= 0 {
+		s = s[i+1:]
+	}
+	s = strings.TrimSpace(s)
+	if ap, err := netip.ParseAddrPort(s); err == nil {
+		return ap.Addr().Unmap(), true
+	}
+	if ip, err := netip.ParseAddr(s); err == nil {
+		return ip.Unmap(), true
+	}
+	return netip.Addr{}, false
+}

@@ -1,0 +1,454 @@
+package analysis
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"sort"
+	"strings"
+
+	"github.com/drainscope/drainscope/event"
+)
+
+// ErrOutOfOrder is returned by Aligner.Add when an event is older than one
+// already added: the aligner needs events in time order.
+var ErrOutOfOrder = errors.New("events out of time order")
+
+// Aligner aligns failures to pods and names their causes while events
+// stream through it in time order. It decides a failure once the stream has
+// passed the failure's time plus Options.Lookahead, so its memory holds the
+// failures of one lookahead window, the kernel events of one KernelWindow,
+// and a small state per pod that is dropped Options.Retain after the pod
+// ended: it grows with the window, not with the history.
+type Aligner struct {
+	opts      Options
+	onFailure func(*Decision)
+	onPod     func(*PodTimeline)
+
+	now       int64
+	lastSweep int64
+	lastPods  int64
+
+	byUID  map[string]*podState
+	byName map[nsName]*podState
+	ips    map[netip.Addr][]ipLease
+	svcs   map[string]*svcState
+	svcIdx map[string][]string // bare service name → keys
+
+	kernel       map[netip.AddrPort][]event.Event // pod-side connection events by client address
+	inferredSeen map[connKey]int64
+	inferredAt   map[netip.AddrPort][]int64
+
+	global  []event.Event // recent landmarks of all pods, for failures no pod claims
+	pending []pending
+	head    int
+
+	scratch  []Piece
+	missing  []Missing
+	kscratch []*event.Event
+	dec      Decision
+	facts    Facts
+
+	stats Stats
+}
+
+type nsName struct{ ns, name string }
+
+type ipLease struct {
+	pod         *podState
+	first, last int64
+}
+
+type pending struct {
+	ev       event.Event
+	inferred bool
+	proof    string // for inferred failures: which kernel evidence proved it
+}
+
+// Stats counts what went through an Aligner.
+type Stats struct {
+	Events          int `json:"events"`
+	ClientFailures  int `json:"client_failures"`
+	Inferred        int `json:"inferred_failures"`
+	WithClientAddr  int `json:"client_failures_with_address"`
+	ProvenByKernel  int `json:"client_failures_proven_by_kernel"`
+	Unresolved      int `json:"failures_without_pod"`
+	PodsEvicted     int `json:"pods_evicted"`
+	MaxPending      int `json:"max_pending"`
+	MaxKernelWindow int `json:"max_kernel_window"`
+}
+
+// NewAligner returns an aligner that calls onFailure for every failure,
+// client-reported or inferred, once decided (the Decision is valid only
+// during the call), and onPod for every pod with lifecycle events once the
+// aligner forgets it or the stream ends. Either may be nil.
+func NewAligner(opts Options, onFailure func(*Decision), onPod func(*PodTimeline)) *Aligner {
+	return &Aligner{
+		opts:         opts.withDefaults(),
+		onFailure:    onFailure,
+		onPod:        onPod,
+		byUID:        map[string]*podState{},
+		byName:       map[nsName]*podState{},
+		ips:          map[netip.Addr][]ipLease{},
+		svcs:         map[string]*svcState{},
+		svcIdx:       map[string][]string{},
+		kernel:       map[netip.AddrPort][]event.Event{},
+		inferredSeen: map[connKey]int64{},
+		inferredAt:   map[netip.AddrPort][]int64{},
+	}
+}
+
+// Stats reports the counters so far.
+func (a *Aligner) Stats() Stats { return a.stats }
+
+// Add feeds one event. Events must come in time order (ties in any order);
+// e is not kept.
+func (a *Aligner) Add(e *event.Event) error {
+	if e.Time < a.now {
+		return fmt.Errorf("%w: %s at %d after %d", ErrOutOfOrder, e.Kind, e.Time, a.now)
+	}
+	a.flush(e.Time)
+	a.now = e.Time
+	a.stats.Events++
+	if a.now-a.lastSweep >= int64(a.opts.Lookahead) {
+		a.sweep()
+	}
+	if e.Kind == event.ClientFailure {
+		inferred := e.Flags.Has(event.FlagInferred)
+		if inferred {
+			k := connKey{unmapAP(e.Local), unmapAP(e.Remote)}
+			if t, ok := a.inferredSeen[k]; ok && e.Time-t <= int64(a.opts.KernelWindow) {
+				return nil // the aligner inferred this one itself
+			}
+			a.inferredSeen[k] = e.Time
+			a.markInferred(k.local, e.Time)
+		}
+		a.push(pending{ev: cloneEvent(e), inferred: inferred, proof: "stored"})
+		return nil
+	}
+	p := a.pod(&e.Pod, true)
+	if p != nil {
+		p.ingest(e, &a.opts)
+		a.learnIPs(p, e)
+		if isLandmark(e.Kind) {
+			a.global = append(a.global, cloneEvent(e))
+		}
+	}
+	if e.Kind.IsEndpoint() {
+		a.endpoint(e)
+	}
+	switch e.Kind {
+	case event.ConnClosed, event.RSTSent, event.RSTReceived, event.ConnRefused:
+		if c := unmapAP(e.Remote); c.IsValid() {
+			s := a.kernel[c]
+			ev := *e
+			ev.Attrs = nil // connection events need no extras; saves a copy per event
+			a.kernel[c] = append(s, ev)
+		}
+		a.infer(e)
+	}
+	return nil
+}
+
+// Flush decides every pending failure and reports every pod still known.
+// Call it once at the end of the stream.
+func (a *Aligner) Flush() {
+	for a.head < len(a.pending) {
+		a.decide(&a.pending[a.head])
+		a.head++
+	}
+	a.pending, a.head = a.pending[:0], 0
+	seen := map[*podState]bool{}
+	var all []*podState
+	for _, p := range a.byUID {
+		if !seen[p] {
+			seen[p] = true
+			all = append(all, p)
+		}
+	}
+	for _, p := range a.byName {
+		if !seen[p] {
+			seen[p] = true
+			all = append(all, p)
+		}
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].first < all[j].first })
+	for _, p := range all {
+		a.forget(p)
+	}
+}
+
+func (a *Aligner) push(p pending) {
+	a.pending = append(a.pending, p)
+	if n := len(a.pending) - a.head; n > a.stats.MaxPending {
+		a.stats.MaxPending = n
+	}
+}
+
+// flush decides the failures whose lookahead ends before now.
+func (a *Aligner) flush(now int64) {
+	la := int64(a.opts.Lookahead)
+	for a.head < len(a.pending) && a.pending[a.head].ev.Time+la < now {
+		a.decide(&a.pending[a.head])
+		a.pending[a.head] = pending{}
+		a.head++
+	}
+	if a.head > 1024 && a.head*2 > len(a.pending) {
+		n := copy(a.pending, a.pending[a.head:])
+		a.pending = a.pending[:n]
+		a.head = 0
+	}
+}
+
+// pod finds (or, with create, makes) the state of the pod ref names.
+func (a *Aligner) pod(ref *event.PodRef, create bool) *podState {
+	if ref.IsZero() {
+		return nil
+	}
+	var p *podState
+	if ref.UID != "" {
+		p = a.byUID[ref.UID]
+	}
+	nn := nsName{ref.Namespace, ref.Name}
+	if p == nil && ref.Name != "" {
+		p = a.byName[nn]
+		if p != nil && ref.UID != "" && p.ref.UID != "" && p.ref.UID != ref.UID {
+			p = nil // same name, another pod (a StatefulSet's next incarnation)
+		}
+	}
+	if p == nil {
+		if !create {
+			return nil
+		}
+		p = &podState{ref: *ref}
+	}
+	if ref.UID != "" && a.byUID[ref.UID] == nil {
+		a.byUID[ref.UID] = p
+	}
+	if ref.Name != "" && a.byName[nn] != p {
+		a.byName[nn] = p
+	}
+	return p
+}
+
+func (a *Aligner) learnIPs(p *podState, e *event.Event) {
+	var ip netip.Addr
+	switch e.Kind {
+	case event.PodReady, event.PodNotReady, event.ListenerClosed, event.ConnClosed,
+		event.RSTSent, event.RSTReceived, event.ConnRefused:
+		ip = e.Local.Addr()
+	default:
+		if e.Kind.IsEndpoint() {
+			ip = e.Local.Addr()
+		}
+	}
+	ip = ip.Unmap()
+	if !ip.IsValid() || ip.IsUnspecified() || ip.IsLoopback() {
+		return
+	}
+	ls := a.ips[ip]
+	for i := range ls {
+		if ls[i].pod == p {
+			if e.Time > ls[i].last {
+				ls[i].last = e.Time
+			}
+			return
+		}
+	}
+	a.ips[ip] = append(ls, ipLease{pod: p, first: e.Time, last: e.Time})
+	if len(p.ips) < 4 {
+		p.ips = append(p.ips, ip)
+	}
+}
+
+// podByIP picks the pod that had ip at t: the one whose observed tenure
+// covers t (the latest to arrive if several do), else the nearest tenure.
+func (a *Aligner) podByIP(ip netip.Addr, t int64) *podState {
+	var best *podState
+	var bestFirst, bestDist int64 = 0, -1
+	for _, l := range a.ips[ip.Unmap()] {
+		var d int64
+		switch {
+		case t < l.first:
+			d = l.first - t
+		case t > l.last:
+			d = t - l.last
+		}
+		if d > int64(a.opts.Retain) {
+			continue
+		}
+		if bestDist < 0 || d < bestDist || (d == bestDist && l.first > bestFirst) {
+			best, bestDist, bestFirst = l.pod, d, l.first
+		}
+	}
+	return best
+}
+
+func (a *Aligner) markInferred(client netip.AddrPort, t int64) {
+	a.inferredAt[client] = append(a.inferredAt[client], t)
+}
+
+// sweep drops what no pending or future failure can need.
+func (a *Aligner) sweep() {
+	a.lastSweep = a.now
+	la, kw := int64(a.opts.Lookahead), int64(a.opts.KernelWindow)
+	horizon := a.now - la - kw
+	n := 0
+	for k, s := range a.kernel {
+		i := 0
+		for i < len(s) && s[i].Time < horizon {
+			i++
+		}
+		if i == len(s) {
+			delete(a.kernel, k)
+			continue
+		}
+		if i > 0 {
+			s = append(s[:0], s[i:]...)
+			a.kernel[k] = s
+		}
+		n += len(s)
+	}
+	if n > a.stats.MaxKernelWindow {
+		a.stats.MaxKernelWindow = n
+	}
+	for k, t := range a.inferredSeen {
+		if t < horizon {
+			delete(a.inferredSeen, k)
+		}
+	}
+	for k, ts := range a.inferredAt {
+		i := 0
+		for i < len(ts) && ts[i] < horizon {
+			i++
+		}
+		if i == len(ts) {
+			delete(a.inferredAt, k)
+		} else if i > 0 {
+			a.inferredAt[k] = append(ts[:0], ts[i:]...)
+		}
+	}
+	retain := int64(a.opts.Retain)
+	if i := sort.Search(len(a.global), func(i int) bool { return a.global[i].Time >= a.now-retain }); i > 1 {
+		a.global = append(a.global[:0], a.global[i-1:]...)
+	}
+	for _, s := range a.svcs {
+		s.trim(a.now - retain)
+	}
+	if a.now-a.lastPods < retain/10 {
+		return
+	}
+	a.lastPods = a.now
+	var gone []*podState
+	for _, p := range a.byUID {
+		if (p.ended && p.last < a.now-retain) || p.last < a.now-6*retain {
+			gone = append(gone, p)
+		}
+	}
+	for _, p := range a.byName {
+		if p.ref.UID == "" && ((p.ended && p.last < a.now-retain) || p.last < a.now-6*retain) {
+			gone = append(gone, p)
+		}
+	}
+	for _, p := range gone {
+		a.forget(p)
+		a.stats.PodsEvicted++
+	}
+}
+
+// forget reports the pod's timeline and drops its state.
+func (a *Aligner) forget(p *podState) {
+	if p.ref.UID != "" && a.byUID[p.ref.UID] == p {
+		delete(a.byUID, p.ref.UID)
+	}
+	if nn := (nsName{p.ref.Namespace, p.ref.Name}); a.byName[nn] == p {
+		delete(a.byName, nn)
+	}
+	for _, ip := range p.ips {
+		ls := a.ips[ip]
+		out := ls[:0]
+		for _, l := range ls {
+			if l.pod != p {
+				out = append(out, l)
+			}
+		}
+		if len(out) == 0 {
+			delete(a.ips, ip)
+		} else {
+			a.ips[ip] = out
+		}
+	}
+	if a.onPod != nil && hasLifecycle(p) {
+		tl := p.timeline(&a.opts)
+		a.onPod(&tl)
+	}
+}
+
+func hasLifecycle(p *podState) bool {
+	return len(p.landmarks) > 0 || p.deletion.Time != 0 || p.created != 0 || p.ready != 0
+}
+
+// infer turns pod-side kernel evidence of a failed request into an inferred
+// client failure: a refused SYN, a RST answering data on a connection this
+// side had closed, a RST at close with unread data.
+func (a *Aligner) infer(e *event.Event) {
+	var proof, class string
+	switch e.Kind {
+	case event.ConnRefused:
+		proof, class = "refused_syn", event.FailRefused
+	case event.RSTSent:
+		r := normReason(e.Reason)
+		switch {
+		case e.Flags.Has(event.FlagUnreadData) || r == "TCP_ABORT_ON_CLOSE":
+			proof, class = "rst_unread_data", event.FailReset
+		case r == "TCP_ABORT_ON_DATA" || r == "NO_SOCKET" || a.closedBefore(e):
+			proof, class = "rst_after_close", event.FailReset
+		}
+	}
+	if proof == "" {
+		return
+	}
+	client := unmapAP(e.Remote)
+	k := connKey{client, unmapAP(e.Local)}
+	if t, ok := a.inferredSeen[k]; ok && e.Time-t <= int64(a.opts.KernelWindow) {
+		return // one failure per connection
+	}
+	a.inferredSeen[k] = e.Time
+	a.markInferred(client, e.Time)
+	a.push(pending{
+		ev: event.Event{
+			Time: e.Time, Kind: event.ClientFailure, Node: e.Node, Source: event.SourceKernel,
+			Pod: e.Pod, Workload: e.Workload, Local: client, Remote: unmapAP(e.Local),
+			Reason: class, Flags: event.FlagInferred,
+		},
+		inferred: true, proof: proof,
+	})
+}
+
+// closedBefore reports whether this side closed e's connection earlier.
+func (a *Aligner) closedBefore(e *event.Event) bool {
+	s := a.kernel[unmapAP(e.Remote)]
+	for i := len(s) - 1; i >= 0; i-- {
+		c := &s[i]
+		if c.Kind == event.ConnClosed && c.Reason != "peer" && c.Local == e.Local && c.Time <= e.Time {
+			return true
+		}
+	}
+	return false
+}
+
+// normReason reduces a kernel reset reason to the enum's bare name:
+// "SK_RST_REASON_NO_SOCKET", "no_socket" and "NO_SOCKET" all read NO_SOCKET.
+func normReason(r string) string {
+	r = strings.ToUpper(strings.TrimSpace(r))
+	return strings.TrimPrefix(r, "SK_RST_REASON_")
+}
+
+// unmapAP turns an IPv4-mapped IPv6 address into IPv4, so kernel and client
+// spellings of one address compare equal.
+func unmapAP(ap netip.AddrPort) netip.AddrPort {
+	if !ap.IsValid() || !ap.Addr().Is4In6() {
+		return ap
+	}
+	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+}

@@ -1,0 +1,332 @@
+package analysis
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"text/template"
+
+	"github.com/drainscope/drainscope/event"
+)
+
+// ExplainData is what a rule's Explain template sees about one failure.
+// Offsets are signed ("+4 ms": the failure came after), durations plain;
+// empty when unknown.
+type ExplainData struct {
+	Class, Pod, Service, Via string
+	FromExit, FromSigterm    string
+	FromKill, FromDeletion   string
+	ExitAfterSigterm         string
+	KillAfterDeletion, Grace string
+	Duration                 string
+	Terminating              string // what showed the pod terminating, e.g. "its listener closed 0.3 s before"
+	Rotation                 string // e.g. "node-b still routed to it until 0.2 s later"
+	Nearest                  string
+}
+
+// SummaryData is what a rule's Summary and Fix templates see about all the
+// failures of one cause. Per-pod figures are medians over the pods
+// involved, except ConnsAtExit and ConnsAtSigterm (sums) and Propagation
+// and RotationLag (maxima).
+type SummaryData struct {
+	Count, PodCount      int
+	PodsPhrase           string
+	ExitAfterSigterm     string
+	ConnsAtExit          int
+	ConnsAtSigterm       int
+	OffsetFromExit       string // e.g. "4 ms after"
+	OffsetFromSigterm    string
+	KillAfterDeletion    string
+	Grace                string
+	RotationLag          string
+	SigtermAfterRotation string // e.g. "0.5 s before"
+	Propagation          string
+}
+
+var (
+	tmplMu    sync.Mutex
+	tmplCache = map[string]*template.Template{}
+	tmplFuncs = template.FuncMap{
+		"plural": func(n int, one, many string) string {
+			if n == 1 {
+				return one
+			}
+			return many
+		},
+	}
+)
+
+// render executes a rule template; a broken template renders its error,
+// so a bad custom rule shows up in the report instead of hiding a cause.
+func render(text string, data any) string {
+	if text == "" {
+		return ""
+	}
+	tmplMu.Lock()
+	t, ok := tmplCache[text]
+	if !ok {
+		var err error
+		t, err = template.New("rule").Funcs(tmplFuncs).Option("missingkey=zero").Parse(text)
+		if err != nil {
+			tmplMu.Unlock()
+			return "(template error: " + err.Error() + ")"
+		}
+		tmplCache[text] = t
+	}
+	tmplMu.Unlock()
+	var b strings.Builder
+	if err := t.Execute(&b, data); err != nil {
+		return "(template error: " + err.Error() + ")"
+	}
+	return b.String()
+}
+
+// rel renders a signed offset as words: "4 ms after", "0.5 s before".
+func rel(ns int64) string {
+	if ns < 0 {
+		return fmtDur(-ns) + " before"
+	}
+	return fmtDur(ns) + " after"
+}
+
+// AlignedFailure is one failure with its pod, cause and evidence, ready for
+// JSON.
+type AlignedFailure struct {
+	Failure     EventView        `json:"failure"`
+	Inferred    bool             `json:"inferred"`
+	Proof       string           `json:"proof,omitempty"`
+	Pod         *PodView         `json:"pod,omitempty"`
+	Workload    string           `json:"workload,omitempty"`
+	Via         string           `json:"via,omitempty"`
+	Cause       Cause            `json:"cause"`
+	Title       string           `json:"title"`
+	Explanation string           `json:"explanation"`
+	Evidence    []EvidenceView   `json:"evidence"`
+	Missing     []string         `json:"missing,omitempty"`
+	Before      *Neighbor        `json:"before,omitempty"`
+	After       *Neighbor        `json:"after,omitempty"`
+	Offsets     map[string]int64 `json:"offsets_ns,omitempty"`
+}
+
+// EvidenceView is one piece of evidence; Offset is the event's time minus
+// the failure's.
+type EvidenceView struct {
+	Role   string    `json:"role"`
+	Offset int64     `json:"offset_ns"`
+	Event  EventView `json:"event"`
+}
+
+// Neighbor is a nearby event; Offset is its time minus the failure's.
+type Neighbor struct {
+	Offset int64     `json:"offset_ns"`
+	Event  EventView `json:"event"`
+}
+
+// Aligned copies the decision into a self-contained result, rendering the
+// explanation.
+func (d *Decision) Aligned() AlignedFailure {
+	f := d.Failure
+	out := AlignedFailure{
+		Failure: View(f), Inferred: d.Inferred, Via: d.Via,
+		Cause: d.Rule.Cause, Title: d.Rule.Title,
+		Pod: podView(d.Pod), Workload: d.Workload.String(),
+	}
+	if d.Inferred {
+		out.Proof = d.Proof
+	}
+	seen := map[*event.Event]bool{}
+	for _, p := range d.Evidence {
+		if seen[p.Event] {
+			continue
+		}
+		seen[p.Event] = true
+		out.Evidence = append(out.Evidence, EvidenceView{Role: p.Role, Offset: p.Event.Time - f.Time, Event: View(p.Event)})
+	}
+	for _, m := range d.Missing {
+		out.Missing = append(out.Missing, m.Rule.Title+": no evidence that "+m.Requirement.Name)
+	}
+	if d.Before != nil {
+		out.Before = &Neighbor{Offset: d.Before.Time - f.Time, Event: View(d.Before)}
+	}
+	if d.After != nil {
+		out.After = &Neighbor{Offset: d.After.Time - f.Time, Event: View(d.After)}
+	}
+	for name, o := range map[string]Offset{
+		"from_sigterm": d.Offsets.Sigterm, "from_exit": d.Offsets.Exit, "from_kill": d.Offsets.Kill,
+		"from_deletion": d.Offsets.Deletion, "from_rotation_exit": d.Offsets.Rotation,
+	} {
+		if o.OK {
+			if out.Offsets == nil {
+				out.Offsets = map[string]int64{}
+			}
+			out.Offsets[name] = o.NS
+		}
+	}
+	out.Explanation = render(d.Rule.Explain, d.explainData())
+	return out
+}
+
+func (d *Decision) explainData() ExplainData {
+	f := d.Failure
+	x := ExplainData{Class: f.Reason, Service: f.Service, Via: d.Via}
+	if f.Reason == event.FailStatus {
+		x.Class = fmt.Sprintf("HTTP %d", f.Code)
+	}
+	if d.Inferred {
+		x.Class = "inferred " + x.Class
+	}
+	if f.Duration > 0 {
+		x.Duration = fmtDur(f.Duration)
+	}
+	if !d.Pod.IsZero() {
+		x.Pod = d.Pod.String()
+	}
+	o := d.Offsets
+	if o.Exit.OK {
+		x.FromExit = fmtOffset(o.Exit.NS)
+	}
+	if o.Sigterm.OK {
+		x.FromSigterm = fmtOffset(o.Sigterm.NS)
+	}
+	if o.Kill.OK {
+		x.FromKill = fmtOffset(o.Kill.NS)
+	}
+	if o.Deletion.OK {
+		x.FromDeletion = fmtOffset(o.Deletion.NS)
+	}
+	if o.Exit.OK && o.Sigterm.OK && o.Sigterm.NS >= o.Exit.NS {
+		x.ExitAfterSigterm = fmtDur(o.Sigterm.NS - o.Exit.NS)
+	}
+	if o.Kill.OK && o.Deletion.OK {
+		x.KillAfterDeletion = fmtDur(o.Deletion.NS - o.Kill.NS)
+	}
+	fx := d.facts
+	if p := fx.pod; p != nil {
+		if p.deletion.Duration > 0 {
+			x.Grace = fmtDur(p.deletion.Duration)
+		}
+		t := f.Time
+		switch {
+		case p.listener.Time != 0 && p.listener.Time <= t:
+			x.Terminating = "its listener had closed " + fmtDur(t-p.listener.Time) + " before"
+		case p.lastMainExit() != nil && p.lastMainExit().Time <= t:
+			x.Terminating = "its process had exited " + fmtDur(t-p.lastMainExit().Time) + " before"
+		case p.sigterm.Time != 0 && p.sigterm.Time <= t:
+			x.Terminating = "it had received SIGTERM " + fmtDur(t-p.sigterm.Time) + " before"
+		case p.deletion.Time != 0 && p.deletion.Time <= t:
+			x.Terminating = "it had been deleted " + fmtDur(t-p.deletion.Time) + " before"
+		}
+		r := p.rotationAt(t, fx.svcs)
+		switch {
+		case r.in && r.leftAfter != nil:
+			x.Rotation = fmt.Sprintf("%s still routed to it until %s later", nodeName(r.leftAfter.Node), fmtDur(r.leftAfter.Time-t))
+		case r.in:
+			x.Rotation = "its endpoint was still ready"
+		case r.lastLeave != nil:
+			x.Rotation = fmt.Sprintf("%s had taken it out only %s before (the proxy rules lag the API)", nodeName(r.lastLeave.Node), fmtDur(t-r.lastLeave.Time))
+		}
+	}
+	var near []string
+	if d.Before != nil {
+		near = append(near, Describe(d.Before)+" "+fmtOffset(d.Before.Time-f.Time))
+	}
+	if d.After != nil {
+		near = append(near, Describe(d.After)+" "+fmtOffset(d.After.Time-f.Time))
+	}
+	x.Nearest = strings.Join(near, "; ")
+	return x
+}
+
+func nodeName(n string) string {
+	if n == "" {
+		return "a node"
+	}
+	return "node " + n
+}
+
+// summaryData gathers the per-cause figures from the pods involved.
+func summaryData(c *causeAcc, tls map[string]*PodTimeline) SummaryData {
+	s := SummaryData{Count: c.count, PodCount: len(c.pods)}
+	keys := make([]string, 0, len(c.pods))
+	for k := range c.pods {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var exitGaps, kills, graces, rot []int64
+	var prop int64 = -1
+	wls := map[string]bool{}
+	var names []string
+	for _, k := range keys {
+		tl := tls[k]
+		if tl == nil {
+			continue
+		}
+		names = append(names, tl.Pod.Namespace+"/"+tl.Pod.Name)
+		wls[tl.Pod.Namespace+"/"+tl.Workload] = true
+		if g := tl.Gaps.ExitAfterSigterm; g != nil {
+			exitGaps = append(exitGaps, *g)
+		}
+		if tl.Connections != nil {
+			s.ConnsAtExit += tl.Connections.ByExit
+			s.ConnsAtSigterm += tl.Connections.AtSigterm
+		}
+		if tl.Kill != nil && tl.Deletion != 0 {
+			kills = append(kills, tl.Kill.Time-tl.Deletion)
+		}
+		if tl.GracePeriod > 0 {
+			graces = append(graces, tl.GracePeriod)
+		}
+		if g := tl.Gaps.SigtermAfterRotation; g != nil {
+			rot = append(rot, *g)
+		}
+		if g := tl.Gaps.Propagation; g != nil && *g > prop {
+			prop = *g
+		}
+	}
+	switch {
+	case len(names) == 1:
+		s.PodsPhrase = names[0]
+	case len(names) > 1 && len(wls) == 1:
+		for w := range wls {
+			s.PodsPhrase = fmt.Sprintf("%d pods of %s", len(names), strings.TrimSuffix(w, "/"))
+		}
+	case len(names) > 1:
+		s.PodsPhrase = fmt.Sprintf("%d pods", len(names))
+	default:
+		s.PodsPhrase = "pods not identified"
+	}
+	if m, ok := median(exitGaps); ok {
+		s.ExitAfterSigterm = fmtDur(m)
+	}
+	if m, ok := median(kills); ok {
+		s.KillAfterDeletion = fmtDur(m)
+	}
+	if m, ok := median(graces); ok {
+		s.Grace = fmtDur(m)
+	}
+	if m, ok := median(rot); ok {
+		s.SigtermAfterRotation = rel(m)
+	}
+	if prop >= 0 {
+		s.Propagation = fmtDur(prop)
+	}
+	if c.fromExit.n > 0 {
+		s.OffsetFromExit = rel(c.fromExit.quantile(0.5))
+	}
+	if c.fromSigterm.n > 0 {
+		s.OffsetFromSigterm = rel(c.fromSigterm.quantile(0.5))
+	}
+	if c.maxRotationLag > 0 {
+		s.RotationLag = fmtDur(c.maxRotationLag)
+	}
+	return s
+}
+
+func median(v []int64) (int64, bool) {
+	if len(v) == 0 {
+		return 0, false
+	}
+	sort.Slice(v, func(i, j int) bool { return v[i] < v[j] })
+	return v[len(v)/2], true
+}

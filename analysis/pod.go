@@ -1,0 +1,469 @@
+package analysis
+
+import (
+	"net/netip"
+	"strings"
+
+	"github.com/drainscope/drainscope/event"
+)
+
+// podState is what the aligner remembers about one pod: a handful of
+// landmark events and per-node endpoint transitions, never the pod's full
+// event history (connection events only update counters).
+type podState struct {
+	ref      event.PodRef
+	wl       event.Workload
+	node     string
+	first    int64
+	last     int64
+	events   int
+	created  int64
+	ready    int64 // first pod_ready
+	notReady int64 // first pod_not_ready
+
+	deletion event.Event // first pod_deletion; Time 0 when none
+	sigterm  event.Event // first SIGTERM to a process of the pod
+	kill     event.Event // first SIGKILL
+	exits    []event.Event
+	term     event.Event // last container_terminated
+	listener event.Event // first listener_closed
+	pids     []int32     // signal targets and listener owners: the pod's main processes
+
+	ep       map[epKey][]epTrans
+	services []string
+	spreads  [3]spreadAcc // endpoint not ready, terminating, removed
+
+	// Connections that ended after SIGTERM (after deletion when no SIGTERM
+	// is seen): how each one ended first.
+	conns map[connKey]*connEnd
+
+	landmarks []event.Event
+	ips       []netip.Addr
+
+	failures map[Cause]int
+	inferred map[Cause]int
+	ended    bool // exit, kill or removal seen: may be evicted once quiet
+}
+
+type epKey struct{ svc, node string }
+
+type epTrans struct {
+	ev    event.Event
+	ready bool
+}
+
+type spreadAcc struct {
+	first, last int64
+	nodes       []string
+}
+
+func (s *spreadAcc) add(t int64, node string) {
+	if s.first == 0 || t < s.first {
+		s.first = t
+	}
+	if t > s.last {
+		s.last = t
+	}
+	for _, n := range s.nodes {
+		if n == node {
+			return
+		}
+	}
+	s.nodes = append(s.nodes, node)
+}
+
+type connKey struct{ local, remote netip.AddrPort }
+
+type connEnd struct {
+	t          int64
+	kind       event.Kind
+	reason     string
+	flags      event.Flags
+	resetAfter bool // a RST followed the close: the peer sent data on a closed connection
+}
+
+const (
+	spreadNotReady = iota
+	spreadTerminating
+	spreadRemoved
+)
+
+const maxLandmarks = 512
+
+func isLandmark(k event.Kind) bool {
+	switch k {
+	case event.ConnClosed, event.RSTSent, event.RSTReceived, event.ConnRefused, event.ClientFailure:
+		return false
+	}
+	return true
+}
+
+// terminating reports whether anything showed the pod ending at or before t.
+func (p *podState) terminatingAt(t int64) *event.Event {
+	for _, e := range []*event.Event{&p.deletion, &p.sigterm, &p.listener, &p.kill} {
+		if e.Time != 0 && e.Time <= t {
+			return e
+		}
+	}
+	for i := range p.exits {
+		if p.exits[i].Time <= t && p.isMainExit(&p.exits[i]) {
+			return &p.exits[i]
+		}
+	}
+	return nil
+}
+
+func (p *podState) ingest(e *event.Event, opts *Options) {
+	if p.first == 0 {
+		p.first = e.Time
+	}
+	p.last = e.Time
+	p.events++
+	if p.ref.UID == "" && e.Pod.UID != "" {
+		p.ref.UID = e.Pod.UID
+	}
+	if p.ref.Name == "" && e.Pod.Name != "" {
+		p.ref.Namespace, p.ref.Name = e.Pod.Namespace, e.Pod.Name
+	}
+	if p.ref.Container == "" && e.Pod.Container != "" {
+		p.ref.Container = e.Pod.Container
+	}
+	if p.wl.IsZero() && !e.Workload.IsZero() {
+		p.wl = e.Workload
+	}
+	if p.node == "" && e.Node != "" && (e.Kind.IsKernel() || strings.HasPrefix(string(e.Kind), "pod_") || e.Kind == event.ContainerTerminated) {
+		p.node = e.Node
+	}
+	if isLandmark(e.Kind) {
+		if len(p.landmarks) >= maxLandmarks {
+			p.landmarks = append(p.landmarks[:0], p.landmarks[maxLandmarks/2:]...)
+		}
+		p.landmarks = append(p.landmarks, cloneEvent(e))
+	}
+	switch e.Kind {
+	case event.PodCreated:
+		if p.created == 0 {
+			p.created = e.Time
+		}
+	case event.PodReady:
+		if p.ready == 0 {
+			p.ready = e.Time
+		}
+	case event.PodNotReady:
+		if p.notReady == 0 {
+			p.notReady = e.Time
+		}
+	case event.PodDeletion:
+		if p.deletion.Time == 0 {
+			p.deletion = cloneEvent(e)
+		}
+	case event.ContainerTerminated:
+		p.term = cloneEvent(e)
+	case event.Signal:
+		switch e.Signal {
+		case sigTERM:
+			if p.sigterm.Time == 0 {
+				p.sigterm = cloneEvent(e)
+			}
+		case sigKILL:
+			if p.kill.Time == 0 {
+				p.kill = cloneEvent(e)
+			}
+			p.ended = true
+		}
+		p.addPID(e.PID)
+	case event.ProcessExit:
+		if len(p.exits) < 64 {
+			p.exits = append(p.exits, cloneEvent(e))
+		}
+		if p.isMainExit(e) && p.sigterm.Time != 0 {
+			p.ended = true
+		}
+	case event.ListenerClosed:
+		if p.listener.Time == 0 {
+			p.listener = cloneEvent(e)
+		}
+		p.addPID(e.PID)
+	case event.ConnClosed, event.RSTSent, event.RSTReceived:
+		p.connEnded(e)
+	}
+	if e.Kind.IsEndpoint() {
+		p.endpoint(e)
+	}
+}
+
+func (p *podState) addPID(pid int32) {
+	if pid == 0 {
+		return
+	}
+	for _, x := range p.pids {
+		if x == pid {
+			return
+		}
+	}
+	if len(p.pids) < 16 {
+		p.pids = append(p.pids, pid)
+	}
+}
+
+// isMainExit tells the exit of a process that mattered (one that got the
+// signal or owned the listener) from helpers such as a preStop sleep. With
+// no signal or listener seen, an exit after SIGTERM or deletion counts.
+func (p *podState) isMainExit(e *event.Event) bool {
+	if len(p.pids) > 0 && e.PID != 0 {
+		for _, x := range p.pids {
+			if x == e.PID {
+				return true
+			}
+		}
+		return false
+	}
+	ref := p.sigterm.Time
+	if ref == 0 {
+		ref = p.deletion.Time
+	}
+	return ref == 0 || e.Time >= ref
+}
+
+// mainExit is the main process's exit nearest to t, or nil.
+func (p *podState) mainExit(t int64) *event.Event {
+	var best *event.Event
+	for i := range p.exits {
+		e := &p.exits[i]
+		if !p.isMainExit(e) {
+			continue
+		}
+		if best == nil || abs(e.Time-t) < abs(best.Time-t) {
+			best = e
+		}
+	}
+	return best
+}
+
+// lastMainExit is the main process's last exit, or nil.
+func (p *podState) lastMainExit() *event.Event {
+	for i := len(p.exits) - 1; i >= 0; i-- {
+		if p.isMainExit(&p.exits[i]) {
+			return &p.exits[i]
+		}
+	}
+	return nil
+}
+
+func (p *podState) connEnded(e *event.Event) {
+	ref := p.sigterm.Time
+	if ref == 0 {
+		ref = p.deletion.Time
+	}
+	if ref == 0 || e.Time < ref {
+		return
+	}
+	k := connKey{e.Local, e.Remote}
+	if p.conns == nil {
+		p.conns = make(map[connKey]*connEnd)
+	}
+	if c, ok := p.conns[k]; ok {
+		if e.Kind == event.RSTSent && c.kind == event.ConnClosed {
+			c.resetAfter = true
+		}
+		return
+	}
+	p.conns[k] = &connEnd{t: e.Time, kind: e.Kind, reason: e.Reason, flags: e.Flags}
+}
+
+func (p *podState) endpoint(e *event.Event) {
+	svc := serviceKey(e.Pod.Namespace, e.Service)
+	if svc != "" {
+		found := false
+		for _, s := range p.services {
+			if s == svc {
+				found = true
+				break
+			}
+		}
+		if !found && len(p.services) < 8 {
+			p.services = append(p.services, svc)
+		}
+	}
+	switch e.Kind {
+	case event.EndpointNotReady:
+		p.spreads[spreadNotReady].add(e.Time, e.Node)
+	case event.EndpointTerminating:
+		p.spreads[spreadTerminating].add(e.Time, e.Node)
+	case event.EndpointRemoved:
+		p.spreads[spreadRemoved].add(e.Time, e.Node)
+		p.ended = true
+	}
+	ready, known := endpointReady(e)
+	if !known {
+		return
+	}
+	if p.ep == nil {
+		p.ep = make(map[epKey][]epTrans)
+	}
+	k := epKey{svc, e.Node}
+	s := p.ep[k]
+	if n := len(s); n > 0 && s[n-1].ready == ready {
+		return // no change in this node's view
+	}
+	if len(s) >= 32 {
+		s = append(s[:0], s[16:]...)
+	}
+	p.ep[k] = append(s, epTrans{ev: cloneEvent(e), ready: ready})
+}
+
+// endpointReady tells whether an endpoint event leaves the endpoint routed
+// (ready) or not; known is false when the event does not say.
+func endpointReady(e *event.Event) (ready, known bool) {
+	switch e.Kind {
+	case event.EndpointReady:
+		return true, true
+	case event.EndpointNotReady, event.EndpointTerminating, event.EndpointRemoved:
+		return false, true
+	case event.EndpointAdded:
+		return readyFromConditions(e.Attrs[event.AttrConditions])
+	}
+	return false, false
+}
+
+// readyFromConditions reads the ready condition from the conditions
+// attribute in any of the spellings "ready,serving", "ready=true,…",
+// {"ready":true,…}.
+func readyFromConditions(s string) (ready, known bool) {
+	s = strings.ToLower(strings.TrimSpace(s))
+	if s == "" {
+		return false, false
+	}
+	for _, tok := range strings.FieldsFunc(s, func(r rune) bool {
+		return r == ',' || r == ' ' || r == '{' || r == '}' || r == ';' || r == '|'
+	}) {
+		k, v, hasV := strings.Cut(tok, "=")
+		if !hasV {
+			k, v, hasV = strings.Cut(tok, ":")
+		}
+		k, v = strings.Trim(k, `"'`), strings.Trim(v, `"'`)
+		switch k {
+		case "ready":
+			if !hasV {
+				return true, true
+			}
+			return v == "true" || v == "1" || v == "yes", true
+		case "!ready", "notready", "not_ready", "unready":
+			return false, true
+		}
+	}
+	return false, true
+}
+
+// rotation describes whether the pod's endpoint was routed at t.
+type rotation struct {
+	seen      bool         // any endpoint transition of the pod (for the service) was seen
+	in        bool         // some node still had it ready at t
+	leftAfter *event.Event // in: the last node's leave observed after t, if seen
+	lastLeave *event.Event // !in: the latest leave at or before t
+	leaves    int          // nodes whose view was examined
+}
+
+// rotationAt answers from the per-node transitions. A node whose first
+// transition after t is a leave had the endpoint ready at t even if its
+// earlier history fell outside what was recorded. A leave observed exactly
+// at t counts as still routed: the proxy's rules change after the API does.
+func (p *podState) rotationAt(t int64, svcs []string) rotation {
+	var r rotation
+	for k, s := range p.ep {
+		if len(svcs) > 0 && !containsService(svcs, k.svc) {
+			continue
+		}
+		r.seen = true
+		r.leaves++
+		i := 0
+		for i < len(s) && s[i].ev.Time < t {
+			i++
+		}
+		// s[:i] are before t, s[i:] at or after t.
+		var readyAtT bool
+		if i > 0 {
+			readyAtT = s[i-1].ready
+		}
+		if i == 0 && len(s) > 0 && !s[0].ready {
+			readyAtT = true // its first move is a leave: it was in rotation at t
+		}
+		if readyAtT {
+			r.in = true
+			for j := i; j < len(s); j++ {
+				if !s[j].ready {
+					if r.leftAfter == nil || s[j].ev.Time > r.leftAfter.Time {
+						r.leftAfter = &s[j].ev
+					}
+					break
+				}
+			}
+			continue
+		}
+		for j := i - 1; j >= 0; j-- {
+			if !s[j].ready {
+				if r.lastLeave == nil || s[j].ev.Time > r.lastLeave.Time {
+					r.lastLeave = &s[j].ev
+				}
+				break
+			}
+		}
+	}
+	return r
+}
+
+func cloneEvent(e *event.Event) event.Event {
+	c := *e
+	if e.Attrs != nil {
+		c.Attrs = make(map[string]string, len(e.Attrs))
+		for k, v := range e.Attrs {
+			c.Attrs[k] = v
+		}
+	}
+	return c
+}
+
+func abs(x int64) int64 {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
+
+// serviceKey renders a Service as namespace/name; a name that already has a
+// namespace is kept.
+func serviceKey(ns, svc string) string {
+	if svc == "" || strings.Contains(svc, "/") || ns == "" {
+		return svc
+	}
+	return ns + "/" + svc
+}
+
+// serviceMatch reports whether a client's idea of a Service (maybe only a
+// name, maybe a DNS name like web.default.svc) names key (namespace/name).
+func serviceMatch(client, key string) bool {
+	if client == "" || key == "" {
+		return false
+	}
+	if client == key {
+		return true
+	}
+	ns, name, _ := strings.Cut(key, "/")
+	if client == name {
+		return true
+	}
+	// web.default, web.default.svc, web.default.svc.cluster.local
+	if parts := strings.Split(client, "."); len(parts) >= 2 && parts[0] == name && parts[1] == ns {
+		return true
+	}
+	return false
+}
+
+func containsService(svcs []string, s string) bool {
+	for _, x := range svcs {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

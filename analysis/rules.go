@@ -1,0 +1,398 @@
+package analysis
+
+import (
+	"net/netip"
+
+	"github.com/drainscope/drainscope/event"
+)
+
+// Cause names why a failure happened.
+type Cause string
+
+const (
+	CauseSIGKILL          Cause = "sigkill"
+	CauseInFlight         Cause = "inflight_cut"
+	CauseKeepAliveAtExit  Cause = "keepalive_at_exit"
+	CauseEndpointRace     Cause = "endpoint_race"
+	CauseNoReadyEndpoints Cause = "no_ready_endpoints"
+	CauseUnexplained      Cause = "unexplained"
+)
+
+// Rule is one row of the cause table: the cause it names, the evidence it
+// requires (every requirement must find at least one piece), how to explain
+// one failure and a group of them, and the fix. Rules are tried in order;
+// the first whose requirements all hold decides. A rule with no
+// requirements always holds, so the table ends with "unexplained".
+//
+// Explain is a text/template over ExplainData, Summary and Fix over
+// SummaryData.
+type Rule struct {
+	Cause    Cause         `json:"cause"`
+	Title    string        `json:"title"`
+	Requires []Requirement `json:"requires"`
+	Explain  string        `json:"explain"`
+	Summary  string        `json:"summary"`
+	Fix      string        `json:"fix"`
+}
+
+// Requirement is one piece of evidence a rule needs. Find returns the events
+// that show it, or nothing when it does not hold.
+type Requirement struct {
+	Name string `json:"name"`
+	Find Finder `json:"-"`
+}
+
+// Finder looks for evidence in the facts about one failure.
+type Finder func(*Facts) []Piece
+
+// Piece is one event that supports a requirement, with the role it plays.
+type Piece struct {
+	Role  string
+	Event *event.Event
+}
+
+// Rules is the cause table, in the order the rules are tried. The order
+// matters where evidence overlaps: a connection cut when SIGKILL ended the
+// process is the grace period's fault before it is the keep-alive pool's;
+// a reset with unread data is a request cut in flight before it is an idle
+// connection's race.
+var Rules = []Rule{
+	{
+		Cause: CauseSIGKILL,
+		Title: "SIGKILL",
+		Requires: []Requirement{
+			{"the connection was cut (EOF, reset or gateway error), not refused", ConnectionCut},
+			{"the pod's process was killed by SIGKILL when the failure happened", KilledNear},
+		},
+		Explain: `{{.Class}} on {{.Pod}} at SIGKILL {{.FromKill}}{{if .KillAfterDeletion}}; the kill came {{.KillAfterDeletion}} after deletion with a grace period of {{.Grace}}{{end}}`,
+		Summary: `these {{.Count}} {{plural .Count "failure" "failures"}} happened because {{.PodsPhrase}} {{plural .PodCount "was" "were"}} killed by SIGKILL{{if .KillAfterDeletion}} {{.KillAfterDeletion}} after deletion, when the grace period of {{.Grace}} ran out{{end}}`,
+		Fix:     `raise terminationGracePeriodSeconds above preStop + drain + a margin{{if .Grace}} (now {{.Grace}}){{end}}, or shorten preStop and the drain`,
+	},
+	{
+		Cause: CauseInFlight,
+		Title: "in-flight request cut",
+		Requires: []Requirement{
+			{"the connection was cut (EOF, reset or gateway error), not refused", ConnectionCut},
+			{"a request was in progress when the connection closed: a reset with unread data, or a request that started before the exit", AnyOf(UnreadDataReset, InProgressAtExit)},
+		},
+		Explain: `{{.Class}} on {{.Pod}}: a request{{if .Duration}} of {{.Duration}}{{end}} was in progress when the connection was cut{{if .FromExit}} (exit {{.FromExit}}{{if .ExitAfterSigterm}}, which came {{.ExitAfterSigterm}} after SIGTERM{{end}}){{end}}`,
+		Summary: `these {{.Count}} {{plural .Count "failure" "failures"}} were requests still in progress when {{.PodsPhrase}} {{if .ExitAfterSigterm}}exited {{.ExitAfterSigterm}} after SIGTERM{{else}}closed their connections{{end}}: the shutdown ended before the requests did`,
+		Fix:     "make the shutdown timeout longer than the longest request (and the grace period longer than preStop plus that timeout)",
+	},
+	{
+		Cause: CauseKeepAliveAtExit,
+		Title: "keep-alive connection cut at exit",
+		Requires: []Requirement{
+			{"the connection was cut (EOF, reset or gateway error), not refused", ConnectionCut},
+			{"the server closed the client's connection at its exit, or the failure came as the process exited", AnyOf(ClosedAtExit, ExitNear)},
+		},
+		Explain: `{{.Class}} on {{.Pod}}{{if .FromExit}} at exit {{.FromExit}}{{if .ExitAfterSigterm}} (the exit came {{.ExitAfterSigterm}} after SIGTERM){{end}}{{end}}: the client used a keep-alive connection the exit closed`,
+		Summary: `these {{.Count}} {{plural .Count "failure" "failures"}} happened because the process exited{{if .ExitAfterSigterm}} {{.ExitAfterSigterm}} after SIGTERM{{end}}{{if .ConnsAtExit}} with {{.ConnsAtExit}} keep-alive {{plural .ConnsAtExit "connection" "connections"}} still open{{end}} ({{.PodsPhrase}}){{if .OffsetFromExit}}; the failures came {{.OffsetFromExit}} the exit (median){{end}}`,
+		Fix:     "while draining, answer with `Connection: close` (HTTP/1.1) or send GOAWAY (HTTP/2), and exit only after the connection pool has drained; closing the listener and preStop do nothing for established connections",
+	},
+	{
+		Cause: CauseEndpointRace,
+		Title: "endpoint removal race",
+		Requires: []Requirement{
+			{"the connection was refused", Refused},
+			{"the pod was terminating: deleted, signalled, listener closed or exited", PodTerminating},
+			{"the pod's endpoint was still in rotation on some node", InRotation},
+		},
+		Explain: `{{.Class}} by {{.Pod}}: {{.Terminating}}, while {{.Rotation}}`,
+		Summary: `these {{.Count}} {{plural .Count "failure" "failures"}} were new connections refused by {{.PodsPhrase}} after {{plural .PodCount "it" "they"}} stopped accepting{{if .RotationLag}} while the endpoint was still in rotation for up to {{.RotationLag}}{{end}}{{if .SigtermAfterRotation}}; SIGTERM came {{.SigtermAfterRotation}} the endpoint left rotation on the last node{{end}}`,
+		Fix:     `make the preStop delay longer than the observed propagation{{if .Propagation}} ({{.Propagation}} from deletion to the last node){{end}}, and keep the listener open until the endpoint is removed everywhere`,
+	},
+	{
+		Cause: CauseNoReadyEndpoints,
+		Title: "no ready endpoints",
+		Requires: []Requirement{
+			{"no pod served the failed request", NoPodServed},
+			{"the Service had no ready endpoint on any node that watched it", NoReadyEndpoints},
+		},
+		Explain: `{{.Class}}{{if .Service}}: {{.Service}} had no ready endpoint{{else}}: the Service had no ready endpoint{{end}}`,
+		Summary: `these {{.Count}} {{plural .Count "failure" "failures"}} happened while the Service had no ready endpoint`,
+		Fix:     "keep ready endpoints through the rollout: readiness probes that pass only when serving, maxUnavailable 0 with maxSurge ≥ 1",
+	},
+	{
+		Cause:   CauseUnexplained,
+		Title:   "unexplained",
+		Explain: `{{.Class}}{{if .Pod}} on {{.Pod}}{{end}}: no rule's evidence is complete{{if .Nearest}}; nearest events: {{.Nearest}}{{end}}`,
+		Summary: `these {{.Count}} {{plural .Count "failure" "failures"}} match no rule; each lists its nearest events and what evidence was missing`,
+	},
+}
+
+// Facts is what a Finder sees about one failure. Kernel holds the pod-side
+// events on the client's connection (same client address and port) in the
+// kernel window, oldest first.
+type Facts struct {
+	Failure  *event.Event
+	Inferred bool
+	Proof    string // inferred failures: the kernel evidence that proved it
+	Class    string
+	Client   netip.AddrPort
+	Via      string
+	Kernel   []*event.Event
+
+	opts    *Options
+	a       *Aligner
+	pod     *podState
+	svcs    []string
+	horizon int64
+}
+
+func piece(role string, e *event.Event) Piece { return Piece{Role: role, Event: e} }
+
+// AnyOf holds when any of fs does, with the evidence of all that do.
+func AnyOf(fs ...Finder) Finder {
+	return func(f *Facts) []Piece {
+		var out []Piece
+		for _, x := range fs {
+			out = append(out, x(f)...)
+		}
+		return out
+	}
+}
+
+// ConnectionCut holds when the client saw its connection end under a
+// request: EOF, a reset, or a proxy's 502/504 for its upstream.
+func ConnectionCut(f *Facts) []Piece {
+	switch {
+	case f.Class == event.FailEOF || f.Class == event.FailReset:
+	case f.Class == event.FailStatus && (f.Failure.Code == 502 || f.Failure.Code == 504):
+	default:
+		return nil
+	}
+	return []Piece{piece("client saw "+f.Class, f.Failure)}
+}
+
+// Refused holds when the client saw a refusal or the pod's kernel answered
+// the client's SYN with a reset.
+func Refused(f *Facts) []Piece {
+	var out []Piece
+	if f.Class == event.FailRefused {
+		out = append(out, piece("client saw refused", f.Failure))
+	}
+	for _, k := range f.Kernel {
+		if k.Kind == event.ConnRefused && k.Time >= f.Failure.Time-int64(f.opts.ExitAfter) {
+			out = append(out, piece("pod refused the client's SYN", k))
+		}
+	}
+	return out
+}
+
+// PodTerminating holds when the pod was being deleted or its process was
+// stopping at the failure.
+func PodTerminating(f *Facts) []Piece {
+	p := f.pod
+	if p == nil {
+		return nil
+	}
+	t := f.Failure.Time
+	e := p.terminatingAt(t)
+	if e == nil {
+		return nil
+	}
+	out := []Piece{piece("pod was terminating", e)}
+	if p.listener.Time != 0 && p.listener.Time <= t && e != &p.listener {
+		out = append(out, piece("listener closed", &p.listener))
+	}
+	if x := p.lastMainExit(); x != nil && x.Time <= t {
+		out = append(out, piece("process exited", x))
+	}
+	return out
+}
+
+// InRotation holds when some node still routed to the pod's endpoint at
+// the failure, or the last node took it out less than Options.ProxyLag
+// before.
+func InRotation(f *Facts) []Piece {
+	if f.pod == nil {
+		return nil
+	}
+	t := f.Failure.Time
+	r := f.pod.rotationAt(t, f.svcs)
+	switch {
+	case !r.seen:
+		return nil
+	case r.in && r.leftAfter != nil:
+		return []Piece{piece("endpoint left rotation on the last node after the failure", r.leftAfter)}
+	case r.in:
+		if e := f.pod.lastReady(t, f.svcs); e != nil {
+			return []Piece{piece("endpoint still ready", e)}
+		}
+		return nil
+	case r.lastLeave != nil && t-r.lastLeave.Time <= int64(f.opts.ProxyLag):
+		return []Piece{piece("endpoint left rotation within the proxy lag before the failure", r.lastLeave)}
+	}
+	return nil
+}
+
+// lastReady is the latest transition to ready at or before t.
+func (p *podState) lastReady(t int64, svcs []string) *event.Event {
+	var best *event.Event
+	for k, s := range p.ep {
+		if len(svcs) > 0 && !containsService(svcs, k.svc) {
+			continue
+		}
+		for i := range s {
+			if s[i].ready && s[i].ev.Time <= t && (best == nil || s[i].ev.Time > best.Time) {
+				best = &s[i].ev
+			}
+		}
+	}
+	return best
+}
+
+// exitNear is the main process's exit when the failure lies within
+// [exit-ExitBefore, exit+ExitAfter].
+func (f *Facts) exitNear() *event.Event {
+	if f.pod == nil {
+		return nil
+	}
+	t := f.Failure.Time
+	x := f.pod.mainExit(t)
+	if x == nil || t < x.Time-int64(f.opts.ExitBefore) || t > x.Time+int64(f.opts.ExitAfter) {
+		return nil
+	}
+	return x
+}
+
+// ExitNear holds when the failure came as the pod's main process exited.
+func ExitNear(f *Facts) []Piece {
+	x := f.exitNear()
+	if x == nil {
+		return nil
+	}
+	out := []Piece{piece("process exited", x)}
+	if f.pod.sigterm.Time != 0 && f.pod.sigterm.Time <= x.Time {
+		out = append(out, piece("SIGTERM", &f.pod.sigterm))
+	}
+	return out
+}
+
+// ClosedAtExit holds when the pod's kernel closed the client's connection
+// in the exit path (or the process closed it just before exiting).
+func ClosedAtExit(f *Facts) []Piece {
+	t := f.Failure.Time
+	var out []Piece
+	for i, k := range f.Kernel {
+		if k.Kind != event.ConnClosed || k.Reason == "peer" || k.Time > t+int64(f.opts.ExitBefore) {
+			continue
+		}
+		// The exit path closes sockets just after the exit event; a runtime
+		// tearing down closes them just before it (within ExitSlack).
+		var x *event.Event
+		if f.pod != nil {
+			if x = f.pod.mainExit(k.Time); x != nil && abs(x.Time-k.Time) > int64(f.opts.ExitSlack) {
+				x = nil
+			}
+		}
+		if !k.Flags.Has(event.FlagAtExit) && (x == nil || k.Time > x.Time) {
+			continue
+		}
+		out = append(out, piece("server closed the connection at exit", k))
+		for _, r := range f.Kernel[i+1:] {
+			if r.Kind == event.RSTSent && r.Local == k.Local {
+				out = append(out, piece("reset answering the client's data on the closed connection", r))
+				break
+			}
+		}
+		if x != nil {
+			out = append(out, piece("process exited", x))
+		}
+	}
+	return out
+}
+
+// UnreadDataReset holds when the pod reset the client's connection while
+// received data was unread: a request it had not finished reading.
+func UnreadDataReset(f *Facts) []Piece {
+	var out []Piece
+	for _, k := range f.Kernel {
+		if k.Kind == event.RSTSent && k.Time <= f.Failure.Time+int64(f.opts.ExitBefore) &&
+			(k.Flags.Has(event.FlagUnreadData) || normReason(k.Reason) == "TCP_ABORT_ON_CLOSE") {
+			out = append(out, piece("reset with unread data", k))
+		}
+	}
+	return out
+}
+
+// InProgressAtExit holds when the client's request started at least
+// Options.InFlightMin before the exit it failed at.
+func InProgressAtExit(f *Facts) []Piece {
+	d := f.Failure.Duration
+	x := f.exitNear()
+	if d <= 0 || x == nil || f.Failure.Time-d > x.Time-int64(f.opts.InFlightMin) {
+		return nil
+	}
+	return []Piece{piece("request started before the exit", f.Failure), piece("process exited", x)}
+}
+
+// KilledNear holds when the failure came as SIGKILL ended the pod's process.
+func KilledNear(f *Facts) []Piece {
+	p := f.pod
+	if p == nil {
+		return nil
+	}
+	t := f.Failure.Time
+	near := func(x int64) bool {
+		return x != 0 && t >= x-int64(f.opts.ExitBefore) && t <= x+int64(f.opts.ExitAfter)
+	}
+	var out []Piece
+	if near(p.kill.Time) {
+		out = append(out, piece("SIGKILL", &p.kill))
+	}
+	for i := range p.exits {
+		x := &p.exits[i]
+		if x.Signal == sigKILL && near(x.Time) {
+			out = append(out, piece("process killed", x))
+		}
+	}
+	if len(out) == 0 {
+		// A connection closed at exit, long before the client noticed:
+		// killed if the exit that closed it was SIGKILL's.
+		for _, c := range ClosedAtExit(f) {
+			if c.Event.Kind == event.ConnClosed && p.kill.Time != 0 &&
+				abs(c.Event.Time-p.kill.Time) <= int64(f.opts.ExitSlack) {
+				out = append(out, piece("SIGKILL", &p.kill), c)
+				break
+			}
+		}
+	}
+	if len(out) > 0 && p.deletion.Time != 0 {
+		out = append(out, piece("deletion (the grace period starts here)", &p.deletion))
+	}
+	return out
+}
+
+// NoPodServed holds when neither the client nor any pod's kernel tied the
+// failure to a pod: what a proxy rejecting for want of endpoints looks like.
+func NoPodServed(f *Facts) []Piece {
+	if f.pod != nil {
+		return nil
+	}
+	return []Piece{piece("no pod served it", f.Failure)}
+}
+
+// NoReadyEndpoints holds when every node watching the failure's Service
+// saw it without a ready endpoint.
+func NoReadyEndpoints(f *Facts) []Piece {
+	if len(f.svcs) == 0 {
+		return nil
+	}
+	var out []Piece
+	for _, k := range f.svcs {
+		s := f.a.svcs[k]
+		if s == nil {
+			return nil
+		}
+		ok, why := s.noReadyAt(f.Failure.Time)
+		if !ok {
+			return nil
+		}
+		for _, e := range why {
+			out = append(out, piece("last ready endpoint left", e))
+		}
+	}
+	return out
+}

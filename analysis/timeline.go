@@ -1,0 +1,276 @@
+package analysis
+
+import (
+	"sort"
+
+	"github.com/drainscope/drainscope/event"
+)
+
+// PodTimeline is one pod's life as far as drainscope saw it, centred on its
+// termination. Times are UTC ns, 0 when not seen; durations are ns.
+type PodTimeline struct {
+	Pod      PodView  `json:"pod"`
+	Workload string   `json:"workload,omitempty"`
+	Kind     string   `json:"workload_kind,omitempty"`
+	Name     string   `json:"workload_name,omitempty"`
+	Node     string   `json:"node,omitempty"`
+	Services []string `json:"services,omitempty"`
+	IPs      []string `json:"ips,omitempty"`
+
+	Created  int64 `json:"created_ns,omitempty"`
+	Ready    int64 `json:"ready_ns,omitempty"`
+	NotReady int64 `json:"not_ready_ns,omitempty"`
+	Deletion int64 `json:"deletion_ns,omitempty"`
+	// GracePeriod is the pod_deletion's grace period; it counts from the
+	// deletion, before preStop.
+	GracePeriod int64 `json:"grace_period_ns,omitempty"`
+
+	// Endpoint transitions across the nodes that observed them: first and
+	// last observation, i.e. the propagation spread.
+	EndpointNotReady    *Spread `json:"endpoint_not_ready,omitempty"`
+	EndpointTerminating *Spread `json:"endpoint_terminating,omitempty"`
+	EndpointRemoved     *Spread `json:"endpoint_removed,omitempty"`
+	// OutOfRotation is when each node first saw the endpoint stop being
+	// ready (not ready, terminating or removed, whichever came first there).
+	OutOfRotation *Spread `json:"out_of_rotation,omitempty"`
+
+	// PreStop is the window from deletion to SIGTERM: the kubelet runs the
+	// preStop hook in it.
+	PreStop        int64        `json:"prestop_ns,omitempty"`
+	Sigterm        *SignalView  `json:"sigterm,omitempty"`
+	ListenerClosed int64        `json:"listener_closed_ns,omitempty"`
+	Connections    *ConnSummary `json:"connections,omitempty"`
+	Exit           *ExitView    `json:"exit,omitempty"`
+	Kill           *SignalView  `json:"sigkill,omitempty"`
+	Terminated     *ExitView    `json:"container_terminated,omitempty"`
+
+	Gaps Gaps `json:"gaps"`
+
+	Failures         map[Cause]int `json:"failures,omitempty"`
+	InferredFailures map[Cause]int `json:"inferred_failures,omitempty"`
+	// Events are the pod's lifecycle events (no per-connection events).
+	Events []EventView `json:"events"`
+
+	events []event.Event
+}
+
+// Spread is the first and last observation of a transition across nodes.
+type Spread struct {
+	First  int64    `json:"first_ns"`
+	Last   int64    `json:"last_ns"`
+	Spread int64    `json:"spread_ns"`
+	Nodes  []string `json:"nodes"`
+}
+
+// SignalView is a signal delivered to the pod.
+type SignalView struct {
+	Time      int64  `json:"time_ns"`
+	Signal    string `json:"signal"`
+	Sender    string `json:"sender,omitempty"`
+	SenderPID int32  `json:"sender_pid,omitempty"`
+	Target    string `json:"target,omitempty"`
+	TargetPID int32  `json:"target_pid,omitempty"`
+}
+
+// ExitView is how the pod's main process (or its container) ended.
+type ExitView struct {
+	Time   int64  `json:"time_ns"`
+	PID    int32  `json:"pid,omitempty"`
+	Comm   string `json:"comm,omitempty"`
+	Code   int32  `json:"code"`
+	Signal string `json:"signal,omitempty"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// ConnSummary says how the connections that were open at SIGTERM ended:
+// those whose first close or reset came after SIGTERM (after deletion when no
+// SIGTERM was seen). After the listener closed no new connection could be
+// accepted, so these are the connections open at SIGTERM.
+type ConnSummary struct {
+	AtSigterm int `json:"open_at_sigterm"`
+	ByApp     int `json:"closed_by_app"`
+	ByExit    int `json:"closed_by_exit"`
+	ByPeer    int `json:"closed_by_peer"`
+	Reset     int `json:"reset"`
+	// RacedAfterClose counts connections the pod closed and then reset
+	// because the peer sent data on them: the keep-alive race's signature.
+	RacedAfterClose int `json:"reset_after_close"`
+}
+
+// Gaps are the intervals that decide whether a rollout drops requests.
+type Gaps struct {
+	// SigtermAfterRotation is SIGTERM minus the time the last node took the
+	// endpoint out of rotation: negative means SIGTERM came while some node
+	// still routed to the pod (the endpoint race window).
+	SigtermAfterRotation *int64 `json:"sigterm_after_rotation_ns,omitempty"`
+	// SigtermAfterRemoval is SIGTERM minus the last endpoint_removed.
+	SigtermAfterRemoval *int64 `json:"sigterm_after_removal_ns,omitempty"`
+	// Propagation is the deletion to the last node's out-of-rotation.
+	Propagation *int64 `json:"propagation_ns,omitempty"`
+	// ExitAfterSigterm is the main process's exit minus SIGTERM.
+	ExitAfterSigterm *int64 `json:"exit_after_sigterm_ns,omitempty"`
+	// GraceUsed is the end (exit or SIGKILL) minus the deletion;
+	// GraceLeft the grace period minus that.
+	GraceUsed *int64 `json:"grace_used_ns,omitempty"`
+	GraceLeft *int64 `json:"grace_left_ns,omitempty"`
+}
+
+// Termination summarises the timeline in the shared event model's form.
+func (t *PodTimeline) Termination() event.Termination {
+	tm := event.Termination{
+		Pod:      event.PodRef{Namespace: t.Pod.Namespace, Name: t.Pod.Name, UID: t.Pod.UID, Container: t.Pod.Container},
+		Workload: event.Workload{Kind: t.Kind, Name: t.Name},
+		Deletion: t.Deletion,
+		Events:   len(t.Events),
+	}
+	if t.Sigterm != nil {
+		tm.Signal = t.Sigterm.Time
+	}
+	if t.Kill != nil {
+		tm.Kill = t.Kill.Time
+	}
+	if t.Exit != nil {
+		tm.Exit = t.Exit.Time
+	}
+	if t.EndpointRemoved != nil {
+		tm.Removed = t.EndpointRemoved.Last
+	}
+	return tm
+}
+
+// Terminated reports whether the pod was seen ending.
+func (t *PodTimeline) Ended() bool {
+	return t.Deletion != 0 || t.Sigterm != nil || t.Kill != nil || t.Exit != nil
+}
+
+func ptr(v int64) *int64 { return &v }
+
+func (p *podState) timeline(opts *Options) PodTimeline {
+	t := PodTimeline{
+		Pod:      PodView{Namespace: p.ref.Namespace, Name: p.ref.Name, UID: p.ref.UID, Container: p.ref.Container},
+		Workload: p.wl.String(), Kind: p.wl.Kind, Name: p.wl.Name, Node: p.node,
+		Services: append([]string(nil), p.services...),
+		Created:  p.created, Ready: p.ready, NotReady: p.notReady,
+		Deletion: p.deletion.Time, GracePeriod: p.deletion.Duration,
+		ListenerClosed: p.listener.Time,
+		events:         p.landmarks,
+	}
+	for _, ip := range p.ips {
+		t.IPs = append(t.IPs, ip.String())
+	}
+	spread := func(s *spreadAcc) *Spread {
+		if s.first == 0 {
+			return nil
+		}
+		nodes := append([]string(nil), s.nodes...)
+		sort.Strings(nodes)
+		return &Spread{First: s.first, Last: s.last, Spread: s.last - s.first, Nodes: nodes}
+	}
+	t.EndpointNotReady = spread(&p.spreads[spreadNotReady])
+	t.EndpointTerminating = spread(&p.spreads[spreadTerminating])
+	t.EndpointRemoved = spread(&p.spreads[spreadRemoved])
+	var out spreadAcc
+	for k, s := range p.ep {
+		for _, tr := range s {
+			if !tr.ready {
+				out.add(tr.ev.Time, k.node)
+				break
+			}
+		}
+	}
+	// Only nodes whose first leave is counted: a node that came back ready
+	// and left again keeps its first leave, which is what routed traffic.
+	t.OutOfRotation = spread(&out)
+	if p.sigterm.Time != 0 {
+		s := sigView(&p.sigterm)
+		t.Sigterm = &s
+		if p.deletion.Time != 0 && p.sigterm.Time >= p.deletion.Time {
+			t.PreStop = p.sigterm.Time - p.deletion.Time
+		}
+	}
+	if p.kill.Time != 0 {
+		s := sigView(&p.kill)
+		t.Kill = &s
+	}
+	exit := p.lastMainExit()
+	if exit != nil {
+		t.Exit = &ExitView{Time: exit.Time, PID: exit.PID, Comm: exit.Comm, Code: exit.Code}
+		if exit.Signal != 0 {
+			t.Exit.Signal = signalName(exit.Signal)
+		}
+	}
+	if p.term.Time != 0 {
+		t.Terminated = &ExitView{Time: p.term.Time, Code: p.term.Code, Reason: p.term.Reason}
+		if p.term.Signal != 0 {
+			t.Terminated.Signal = signalName(p.term.Signal)
+		}
+	}
+	if len(p.conns) > 0 {
+		c := &ConnSummary{}
+		for _, e := range p.conns {
+			c.AtSigterm++
+			switch {
+			case e.kind == event.RSTSent || e.kind == event.RSTReceived:
+				c.Reset++
+			case e.reason == "peer":
+				c.ByPeer++
+			case e.flags.Has(event.FlagAtExit) || (exit != nil && e.t <= exit.Time+int64(opts.ExitSlack) && exit.Time-e.t <= int64(opts.ExitSlack)):
+				c.ByExit++
+			default:
+				c.ByApp++
+			}
+			if e.resetAfter {
+				c.RacedAfterClose++
+			}
+		}
+		t.Connections = c
+	}
+	// Gaps.
+	if p.sigterm.Time != 0 {
+		if t.OutOfRotation != nil {
+			t.Gaps.SigtermAfterRotation = ptr(p.sigterm.Time - t.OutOfRotation.Last)
+		}
+		if t.EndpointRemoved != nil {
+			t.Gaps.SigtermAfterRemoval = ptr(p.sigterm.Time - t.EndpointRemoved.Last)
+		}
+		if exit != nil && exit.Time >= p.sigterm.Time {
+			t.Gaps.ExitAfterSigterm = ptr(exit.Time - p.sigterm.Time)
+		}
+	}
+	if p.deletion.Time != 0 {
+		if t.OutOfRotation != nil {
+			t.Gaps.Propagation = ptr(t.OutOfRotation.Last - p.deletion.Time)
+		}
+		end := int64(0)
+		if exit != nil {
+			end = exit.Time
+		}
+		if p.kill.Time != 0 && (end == 0 || p.kill.Time < end) {
+			end = p.kill.Time
+		}
+		if end >= p.deletion.Time && end != 0 {
+			t.Gaps.GraceUsed = ptr(end - p.deletion.Time)
+			if p.deletion.Duration > 0 {
+				t.Gaps.GraceLeft = ptr(p.deletion.Duration - (end - p.deletion.Time))
+			}
+		}
+	}
+	if len(p.failures) > 0 {
+		t.Failures = p.failures
+	}
+	if len(p.inferred) > 0 {
+		t.InferredFailures = p.inferred
+	}
+	t.Events = make([]EventView, 0, len(p.landmarks))
+	for i := range p.landmarks {
+		t.Events = append(t.Events, View(&p.landmarks[i]))
+	}
+	return t
+}
+
+func sigView(e *event.Event) SignalView {
+	return SignalView{
+		Time: e.Time, Signal: signalName(e.Signal),
+		Sender: e.PeerComm, SenderPID: e.PeerPID, Target: e.Comm, TargetPID: e.PID,
+	}
+}
