@@ -1,0 +1,73 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var o, e bytes.Buffer
+	// Commands print results to os.Stdout; capture it through a pipe.
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := os.Stdout
+	os.Stdout = w
+	code = run(args, &o, &e)
+	os.Stdout = old
+	w.Close()
+	var out bytes.Buffer
+	out.ReadFrom(r)
+	return code, out.String() + o.String(), e.String()
+}
+
+func TestUnknownCommandIsAUsageError(t *testing.T) {
+	code, _, stderr := runCLI(t, "frobnicate")
+	if code != 2 || !strings.Contains(stderr, `unknown command "frobnicate"`) {
+		t.Fatalf("exit %d, stderr %q", code, stderr)
+	}
+}
+
+// Every command answers -h with its flags, except those not built yet,
+// which must fail and say so rather than pretend to work.
+func TestEveryCommandHelpsOrSaysNotBuilt(t *testing.T) {
+	for name := range commands {
+		code, _, stderr := runCLI(t, name, "-h")
+		notBuilt := strings.Contains(stderr, "not built yet")
+		if !(code == 0 && !notBuilt || code == 1 && notBuilt) {
+			t.Errorf("%s -h: exit %d, stderr %q", name, code, stderr)
+		}
+	}
+	err := notBuilt("x", 1)(t.Context(), nil, nil)
+	if err == nil || !strings.Contains(err.Error(), "not built yet") {
+		t.Fatalf("notBuilt returned %v", err)
+	}
+}
+
+func TestMigrateReportsVersion(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "events.db")
+	code, stdout, stderr := runCLI(t, "migrate", "--store", path)
+	if code != 0 || !strings.Contains(stdout, "schema version 1") {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	code, _, stderr = runCLI(t, "migrate", "--store", "mysql://x/y")
+	if code != 1 || !strings.Contains(stderr, "unknown scheme") {
+		t.Fatalf("bad store: exit %d, stderr %q", code, stderr)
+	}
+	code, _, stderr = runCLI(t, "migrate", "stray")
+	if code != 2 || !strings.Contains(stderr, `unexpected argument "stray"`) {
+		t.Fatalf("stray argument: exit %d, stderr %q", code, stderr)
+	}
+}
+
+func TestVersion(t *testing.T) {
+	code, stdout, _ := runCLI(t, "version")
+	if code != 0 || !strings.HasPrefix(stdout, "drainscope ") {
+		t.Fatalf("exit %d, %q", code, stdout)
+	}
+}
