@@ -34,6 +34,9 @@ type envoyLayout struct {
 
 // ParseEnvoy reads envoy access logs in envoy's default text format or
 // Istio's (the default plus response code details, cluster and addresses).
+// Envoy does not escape quotes inside quoted fields; a quoted value is taken
+// to end at a quote followed by a space, so a user agent holding `" ` splits
+// wrongly (the line is then rejected for its field count, not misread).
 func ParseEnvoy(r io.Reader, opts Options, emit Emit) error {
 	var toks []string
 	var f envoyFields

@@ -34,25 +34,40 @@ func newLineReader(r io.Reader) *lineReader {
 }
 
 // sniffBinary looks at the first bytes of the input for signs it is not
-// text: a NUL byte, or mostly invalid UTF-8. It returns the offset of the
-// first bad byte, or -1.
+// text: a NUL byte on the first line, or more than a tenth of the bytes
+// being control characters or invalid UTF-8. It returns the offset of the
+// first such byte, or -1. A text log with a damaged line further on (a run
+// of NULs after a crash) is not binary: that line alone is rejected.
 func sniffBinary(br *bufio.Reader) int {
 	head, _ := br.Peek(4096)
-	if i := bytes.IndexByte(head, 0); i >= 0 {
-		return i
+	nl := bytes.IndexByte(head, '\n')
+	if nl < 0 {
+		nl = len(head)
 	}
 	bad, first := 0, -1
 	for i := 0; i < len(head); {
-		r, size := utf8.DecodeRune(head[i:])
-		if r == utf8.RuneError && size == 1 && len(head)-i >= utf8.UTFMax {
+		c := head[i]
+		size := 1
+		isBad := false
+		if c < utf8.RuneSelf {
+			isBad = c == 0 || c == 0x7f || (c < 0x20 && c != '\t' && c != '\n' && c != '\r' && c != '\f' && c != 0x1b)
+			if c == 0 && i < nl {
+				return i
+			}
+		} else {
+			var r rune
+			r, size = utf8.DecodeRune(head[i:])
+			isBad = r == utf8.RuneError && size == 1 && len(head)-i >= utf8.UTFMax
+		}
+		if isBad {
+			bad++
 			if first < 0 {
 				first = i
 			}
-			bad++
 		}
 		i += size
 	}
-	if len(head) >= 64 && bad*4 > len(head) {
+	if bad*10 > len(head) {
 		return first
 	}
 	return -1
