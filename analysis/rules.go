@@ -116,7 +116,7 @@ var Rules = []Rule{
 	{
 		Cause:   CauseUnexplained,
 		Title:   "unexplained",
-		Explain: `{{.Class}}{{if .Pod}} on {{.Pod}}{{end}}: no rule's evidence is complete{{if .Nearest}}; nearest events: {{.Nearest}}{{end}}`,
+		Explain: `{{.Class}}{{if .Pod}} on {{.Pod}}{{end}}{{if .FromSigterm}} at SIGTERM {{.FromSigterm}}{{end}}: no rule's evidence is complete{{if .Nearest}}; nearest events: {{.Nearest}}{{end}}`,
 		Summary: `these {{.Count}} {{plural .Count "failure" "failures"}} match no rule; each lists its nearest events and what evidence was missing`,
 	},
 }
@@ -322,7 +322,10 @@ func UnreadDataReset(f *Facts) []Piece {
 func InProgressAtExit(f *Facts) []Piece {
 	d := f.Failure.Duration
 	x := f.exitNear()
-	if d <= 0 || x == nil || f.Failure.Time-d > x.Time-int64(f.opts.InFlightMin) {
+	// It must have started well before the exit and ended no earlier than
+	// the teardown that precedes the exit event.
+	if d <= 0 || x == nil || f.Failure.Time-d > x.Time-int64(f.opts.InFlightMin) ||
+		f.Failure.Time < x.Time-int64(f.opts.ExitSlack) {
 		return nil
 	}
 	return []Piece{piece("request started before the exit", f.Failure), piece("process exited", x)}

@@ -1,0 +1,356 @@
+package analysis
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/drainscope/drainscope/event"
+	"github.com/drainscope/drainscope/store"
+)
+
+type want struct {
+	cause Cause
+	pod   string // namespace/name, "" for none
+	via   string
+	// for unexplained: the kinds of the nearest events before and after
+	before, after event.Kind
+	// substring the explanation must hold
+	says string
+}
+
+func analyzeAll(t *testing.T, r *rec) *Result {
+	t.Helper()
+	res, err := AnalyzeEvents(r.events, store.Query{}, Options{MaxFailures: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+func clientFailures(res *Result) []AlignedFailure {
+	var out []AlignedFailure
+	for _, f := range res.Failures {
+		if !f.Inferred {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func TestCauses(t *testing.T) {
+	cases := []struct {
+		name  string
+		build func(r *rec)
+		want  []want
+	}{
+		{
+			name: "keep-alive cut at exit, backend known (seed 000 graceful+preStop)",
+			build: func(r *rec) {
+				p := r.pod("web-1", "10.244.0.11")
+				r.ready(p, -60*s)
+				exit := r.gracefulPreStop(p, 0, []netip.AddrPort{client(1), client(2)})
+				r.failure(exit+3*ms, client(1), event.FailEOF, backend(p))
+				r.failure(exit+4*ms, client(2), event.FailEOF, backend(p))
+			},
+			want: []want{
+				{cause: CauseKeepAliveAtExit, pod: "default/web-1", via: "backend", says: "the exit came 3.0 s after SIGTERM"},
+				{cause: CauseKeepAliveAtExit, pod: "default/web-1", via: "backend"},
+			},
+		},
+		{
+			name: "keep-alive cut at exit, client knew only the ClusterIP: found by kernel evidence",
+			build: func(r *rec) {
+				p := r.pod("web-1", "10.244.0.11")
+				q := r.pod("web-2", "10.244.0.12")
+				r.ready(p, -60*s)
+				r.ready(q, -60*s)
+				exit := r.gracefulPreStop(p, 0, []netip.AddrPort{client(1)})
+				r.failure(exit+3*ms, client(1), event.FailEOF)
+			},
+			want: []want{{cause: CauseKeepAliveAtExit, pod: "default/web-1", via: "kernel"}},
+		},
+		{
+			name: "keep-alive cut at exit noticed 4 s later by an idle client: the kernel close decides",
+			build: func(r *rec) {
+				p := r.pod("web-1", "10.244.0.11")
+				r.ready(p, -60*s)
+				exit := r.gracefulPreStop(p, 0, []netip.AddrPort{client(1)})
+				r.failure(exit+4*s, client(1), event.FailReset)
+			},
+			want: []want{{cause: CauseKeepAliveAtExit, pod: "default/web-1", via: "kernel"}},
+		},
+		{
+			name: "runtime closed its sockets 13 ms before exit, no at-exit flag",
+			build: func(r *rec) {
+				p := r.pod("web-1", "10.244.0.11")
+				r.ready(p, -60*s)
+				r.deletion(p, 0, 30*time.Second)
+				r.leave(p, 400*ms, 0)
+				r.signal(p, 5*s, 15)
+				r.listenerClosed(p, 5*s)
+				r.connClosed(p, 8*s-13*ms, client(1), "local", 0)
+				r.exit(p, 8*s, 0, 0)
+				r.failure(8*s+2*s, client(1), event.FailEOF)
+			},
+			want: []want{{cause: CauseKeepAliveAtExit, pod: "default/web-1", via: "kernel"}},
+		},
+		{
+			name: "exit at SIGTERM: refused while the endpoint is still ready on another node",
+			build: func(r *rec) {
+				p := r.pod("web-1", "10.244.0.11")
+				r.nodes = []string{"node-a", "node-b"}
+				r.ready(p, -60*s)
+				r.deletion(p, 0, 30*time.Second)
+				r.signal(p, 30*ms, 15)
+				r.exit(p, 31*ms, 0, 0)
+				r.refused(p, 200*ms, client(7))
+				r.failure(201*ms, client(7), event.FailRefused)
+				r.leave(p, 300*ms, 400*ms) // node-b takes it out at 700 ms
+			},
+			want: []want{{cause: CauseEndpointRace, pod: "default/web-1", via: "kernel", says: "node node-b still routed to it until 499 ms later"}},
+		},
+		{
+			name: "refused 300 ms after the last node's removal: within proxy lag",
+			build: func(r *rec) {
+				p := r.pod("web-1", "10.244.0.11")
+				r.ready(p, -60*s)
+				r.deletion(p, 0, 30*time.Second)
+				r.leave(p, 100*ms, 0)
+				r.signal(p, 30*ms, 15)
+				r.listenerClosed(p, 31*ms)
+				r.failure(400*ms, client(7), event.FailRefused, backend(p))
+			},
+			want: []want{{cause: CauseEndpointRace, pod: "default/web-1", via: "backend", says: "only 300 ms before"}},
+		},
+		{
+			name: "refused 2 s after removal everywhere: not a race the data shows",
+			build: func(r *rec) {
+				p := r.pod("web-1", "10.244.0.11")
+				r.ready(p, -60*s)
+				r.deletion(p, 0, 30*time.Second)
+				r.leave(p, 100*ms, 0)
+				r.signal(p, 30*ms, 15)
+				r.listenerClosed(p, 31*ms)
+				r.failure(2100*ms, client(7), event.FailRefused, backend(p))
+			},
+			want: []want{{cause: CauseUnexplained, pod: "default/web-1", via: "backend", before: event.EndpointTerminating}},
+		},
+		{
+			name: "reset with unread data at exit: in-flight cut",
+			build: func(r *rec) {
+				p := r.pod("web-1", "10.244.0.11")
+				r.ready(p, -60*s)
+				r.deletion(p, 0, 30*time.Second)
+				r.signal(p, 0, 15)
+				r.exit(p, 1*s, 0, 0)
+				r.rst(p, 1*s+100_000, client(3), "TCP_ABORT_ON_CLOSE", event.FlagAtExit|event.FlagUnreadData)
+				r.failure(1*s+1*ms, client(3), event.FailReset, backend(p))
+			},
+			want: []want{{cause: CauseInFlight, pod: "default/web-1", via: "backend"}},
+		},
+		{
+			name: "a 800 ms request failed at exit: in-flight cut by its duration",
+			build: func(r *rec) {
+				p := r.pod("web-1", "10.244.0.11")
+				r.ready(p, -60*s)
+				r.deletion(p, 0, 30*time.Second)
+				r.signal(p, 0, 15)
+				r.exit(p, 1*s, 0, 0)
+				r.failure(1*s+2*ms, client(3), event.FailEOF, backend(p), took(800*time.Millisecond))
+			},
+			want: []want{{cause: CauseInFlight, pod: "default/web-1", via: "backend", says: "a request of 800 ms"}},
+		},
+		{
+			name: "SIGKILL when preStop and drain outlast the grace period",
+			build: func(r *rec) {
+				p := r.pod("web-1", "10.244.0.11")
+				r.ready(p, -60*s)
+				r.deletion(p, 0, 10*time.Second)
+				r.leave(p, 300*ms, 0)
+				r.signal(p, 5*s, 15)
+				r.listenerClosed(p, 5*s)
+				r.signal(p, 10*s, 9)
+				r.exit(p, 10*s+1*ms, 0, 9)
+				r.connClosed(p, 10*s+2*ms, client(4), "local", event.FlagAtExit)
+				r.failure(10*s+3*ms, client(4), event.FailEOF, backend(p))
+			},
+			want: []want{{cause: CauseSIGKILL, pod: "default/web-1", via: "backend", says: "grace period of 10.0 s"}},
+		},
+		{
+			name: "no ready endpoint: the Service's only endpoint left, the proxy refused",
+			build: func(r *rec) {
+				p := r.pod("web-1", "10.244.0.11")
+				r.nodes = []string{"node-a", "node-b"}
+				r.ready(p, -60*s)
+				r.deletion(p, 0, 30*time.Second)
+				r.leave(p, 100*ms, 10*ms)
+				r.failure(500*ms, client(5), event.FailRefused, service("web"))
+			},
+			want: []want{{cause: CauseNoReadyEndpoints, pod: "", via: ""}},
+		},
+		{
+			name: "another endpoint still ready: a refusal no pod saw is unexplained",
+			build: func(r *rec) {
+				p := r.pod("web-1", "10.244.0.11")
+				q := r.pod("web-2", "10.244.0.12")
+				r.ready(p, -60*s)
+				r.ready(q, -59*s)
+				r.deletion(p, 0, 30*time.Second)
+				r.leave(p, 100*ms, 10*ms)
+				r.failure(500*ms, client(5), event.FailRefused, service("web.default.svc.cluster.local"))
+			},
+			want: []want{{cause: CauseUnexplained, before: event.EndpointTerminating}},
+		},
+		{
+			name: "missing: no exit seen, EOF 3.0 s after SIGTERM",
+			build: func(r *rec) {
+				p := r.pod("web-1", "10.244.0.11")
+				r.ready(p, -60*s)
+				r.deletion(p, 0, 30*time.Second)
+				r.leave(p, 400*ms, 0)
+				r.signal(p, 5*s, 15)
+				r.listenerClosed(p, 5*s+1*ms)
+				r.failure(8*s+3*ms, client(1), event.FailEOF, backend(p))
+				r.removed(p, 8*s+100*ms, 0)
+			},
+			want: []want{{cause: CauseUnexplained, pod: "default/web-1", via: "backend",
+				before: event.ListenerClosed, after: event.EndpointRemoved, says: "at SIGTERM +3.003 s"}},
+		},
+		{
+			name: "missing: no endpoint event seen, refused by an exited pod",
+			build: func(r *rec) {
+				p := r.pod("web-1", "10.244.0.11")
+				e := r.podEvent(p, -60*s, event.PodReady)
+				e.Local = netip.AddrPortFrom(p.ip, 0)
+				r.add(e)
+				r.deletion(p, 0, 30*time.Second)
+				r.signal(p, 30*ms, 15)
+				r.exit(p, 31*ms, 0, 0)
+				r.refused(p, 200*ms, client(7))
+				r.failure(201*ms, client(7), event.FailRefused)
+			},
+			want: []want{{cause: CauseUnexplained, pod: "default/web-1", via: "kernel", before: event.ProcessExit}},
+		},
+		{
+			name: "missing: preStop sleep exits next to the failure, the server never exits",
+			build: func(r *rec) {
+				p := r.pod("web-1", "10.244.0.11")
+				r.ready(p, -60*s)
+				r.deletion(p, 0, 30*time.Second)
+				r.leave(p, 400*ms, 0)
+				r.helperExit(p, 5*s-1*ms)
+				r.signal(p, 5*s, 15)
+				r.failure(5*s+1*ms, client(1), event.FailEOF, backend(p))
+			},
+			want: []want{{cause: CauseUnexplained, pod: "default/web-1", via: "backend", before: event.Signal}},
+		},
+		{
+			name: "tie: failure at the exit's nanosecond and at the window's edges",
+			build: func(r *rec) {
+				p := r.pod("web-1", "10.244.0.11")
+				r.ready(p, -60*s)
+				r.deletion(p, 0, 30*time.Second)
+				r.leave(p, 400*ms, 0)
+				r.signal(p, 5*s, 15)
+				r.exit(p, 8*s, 0, 0)
+				r.failure(8*s, client(1), event.FailEOF, backend(p))
+				r.failure(8*s-250*ms, client(2), event.FailEOF, backend(p))
+				r.failure(9*s, client(3), event.FailEOF, backend(p))
+				r.failure(9*s+1, client(4), event.FailEOF, backend(p))
+			},
+			want: []want{
+				{cause: CauseKeepAliveAtExit, pod: "default/web-1", via: "backend"}, // exit - 250 ms
+				{cause: CauseKeepAliveAtExit, pod: "default/web-1", via: "backend"}, // exit
+				{cause: CauseKeepAliveAtExit, pod: "default/web-1", via: "backend"}, // exit + 1 s
+				{cause: CauseUnexplained, pod: "default/web-1", via: "backend", before: event.ProcessExit},
+			},
+		},
+		{
+			name: "tie: the last node takes the endpoint out at the failure's nanosecond",
+			build: func(r *rec) {
+				p := r.pod("web-1", "10.244.0.11")
+				r.ready(p, -60*s)
+				r.deletion(p, 0, 30*time.Second)
+				r.signal(p, 0, 15)
+				r.listenerClosed(p, 1*ms)
+				r.leave(p, 2*s, 0)
+				r.failure(2*s, client(7), event.FailRefused, backend(p))
+			},
+			want: []want{{cause: CauseEndpointRace, pod: "default/web-1", via: "backend"}},
+		},
+		{
+			name: "tie: an IP reused by the next pod goes to the pod that had it then",
+			build: func(r *rec) {
+				p := r.pod("web-1", "10.244.0.11")
+				r.ready(p, -60*s)
+				exit := r.gracefulPreStop(p, 0, nil)
+				q := r.pod("web-9", "10.244.0.11")
+				r.ready(q, exit+20*s)
+				r.failure(exit+5*ms, client(1), event.FailEOF, backend(p))
+				r.failure(exit+25*s, client(2), event.FailEOF, backend(q))
+			},
+			want: []want{
+				{cause: CauseKeepAliveAtExit, pod: "default/web-1", via: "backend"},
+				{cause: CauseUnexplained, pod: "default/web-9", via: "backend", before: event.EndpointReady},
+			},
+		},
+		{
+			name: "no pod, no Service: unexplained with the nearest events of any pod",
+			build: func(r *rec) {
+				p := r.pod("web-1", "10.244.0.11")
+				r.ready(p, -60*s)
+				r.deletion(p, 0, 30*time.Second)
+				r.failure(1*s, client(1), event.FailTimeout)
+			},
+			want: []want{{cause: CauseUnexplained, before: event.PodDeletion}},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRec()
+			tc.build(r)
+			res := analyzeAll(t, r)
+			got := clientFailures(res)
+			if len(got) != len(tc.want) {
+				t.Fatalf("got %d failures, want %d", len(got), len(tc.want))
+			}
+			for _, g := range got {
+				t.Logf("%s via=%s | %s | missing=%v", g.Cause, g.Via, g.Explanation, g.Missing)
+			}
+			for i, w := range tc.want {
+				g := got[i]
+				ctx := func() string {
+					return g.Explanation + " | missing: " + strings.Join(g.Missing, "; ")
+				}
+				if g.Cause != w.cause {
+					t.Errorf("failure %d: cause %s, want %s (%s)", i, g.Cause, w.cause, ctx())
+				}
+				if g.Pod.String() != w.pod && !(w.pod == "" && g.Pod == nil) {
+					t.Errorf("failure %d: pod %s, want %q", i, g.Pod, w.pod)
+				}
+				if g.Via != w.via {
+					t.Errorf("failure %d: via %q, want %q", i, g.Via, w.via)
+				}
+				if w.says != "" && !strings.Contains(g.Explanation, w.says) {
+					t.Errorf("failure %d: explanation %q lacks %q", i, g.Explanation, w.says)
+				}
+				if g.Cause != CauseUnexplained && len(g.Evidence) == 0 {
+					t.Errorf("failure %d: cause %s without evidence", i, g.Cause)
+				}
+				if w.cause == CauseUnexplained {
+					if len(g.Missing) == 0 {
+						t.Errorf("failure %d: unexplained without the missing evidence listed", i)
+					}
+					if w.before != "" && (g.Before == nil || g.Before.Event.Kind != w.before) {
+						t.Errorf("failure %d: nearest before %+v, want %s", i, g.Before, w.before)
+					}
+					if w.after != "" && (g.After == nil || g.After.Event.Kind != w.after) {
+						t.Errorf("failure %d: nearest after %+v, want %s", i, g.After, w.after)
+					}
+				}
+			}
+		})
+	}
+}
