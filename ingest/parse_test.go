@@ -94,7 +94,7 @@ func TestVegetaCSV(t *testing.T) {
 	if len(recs) != 3 || recs[0].Failed || !recs[1].Failed || !recs[2].Failed {
 		t.Fatalf("records = %+v", recs)
 	}
-	if recs[1].Reason != event.FailReset || recs[1].Time != 1772355601000005000 || recs[1].Line != 2 {
+	if recs[1].Reason != event.FailReset || recs[1].Time != 1772355601000005000 || recs[1].Line != 2 || recs[1].Client != ap("10.0.0.9:5555") {
 		t.Errorf("reset record = %+v", recs[1])
 	}
 	if recs[2].Reason != event.FailEOF || recs[2].Target != "" {

@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -123,6 +124,7 @@ func vegetaRecord(rec *Record, opts *Options, start int64, code int, latency int
 	} else {
 		rec.Reason = Classify(errText)
 		rec.Error = errText
+		rec.Client = goErrorClient(errText)
 	}
 	rec.Target = target
 	rec.Remote = urlRemote(target)
@@ -251,4 +253,23 @@ func lastJSONKey(line []byte, off int) string {
 		}
 		s = s[:i]
 	}
+}
+
+// goErrorClient finds the client's own address in a Go net error, which
+// names the connection as "read tcp CLIENT->SERVER: …".
+func goErrorClient(msg string) netip.AddrPort {
+	i := strings.Index(msg, "tcp ")
+	if i < 0 {
+		return netip.AddrPort{}
+	}
+	rest := msg[i+4:]
+	j := strings.Index(rest, "->")
+	if j < 0 {
+		return netip.AddrPort{}
+	}
+	a, err := netip.ParseAddrPort(rest[:j])
+	if err != nil {
+		return netip.AddrPort{}
+	}
+	return netip.AddrPortFrom(a.Addr().Unmap(), a.Port())
 }
