@@ -549,10 +549,10 @@ func (h *hist) quantile(q float64) int64 {
 	for _, k := range keys {
 		seen += h.bins[k]
 		if seen > want {
-			return k * histBin
+			return min(max(k*histBin, h.min), h.max)
 		}
 	}
-	return keys[len(keys)-1] * histBin
+	return h.max
 }
 
 // Histogram is offsets binned for plotting; P50 is to the millisecond.

@@ -162,6 +162,9 @@ func ConnectionCut(f *Facts) []Piece {
 	default:
 		return nil
 	}
+	if f.Inferred {
+		return []Piece{piece("pod side proved a "+f.Class, f.Failure)}
+	}
 	return []Piece{piece("client saw "+f.Class, f.Failure)}
 }
 
@@ -169,7 +172,7 @@ func ConnectionCut(f *Facts) []Piece {
 // the client's SYN with a reset.
 func Refused(f *Facts) []Piece {
 	var out []Piece
-	if f.Class == event.FailRefused {
+	if f.Class == event.FailRefused && !f.Inferred {
 		out = append(out, piece("client saw refused", f.Failure))
 	}
 	for _, k := range f.Kernel {

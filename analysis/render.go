@@ -1,0 +1,543 @@
+package analysis
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"time"
+)
+
+// WriteJSON writes the result as indented JSON.
+func WriteJSON(w io.Writer, r *Result) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
+
+// textListed is how many aligned failures the text and markdown reports
+// list one by one; JSON carries them all.
+const textListed = 20
+
+func clock(ns int64) string {
+	if ns == 0 {
+		return "?"
+	}
+	return time.Unix(0, ns).UTC().Format("15:04:05.000")
+}
+
+func stamp(ns int64) string {
+	if ns == 0 {
+		return "…"
+	}
+	return time.Unix(0, ns).UTC().Format("2006-01-02 15:04:05.000 UTC")
+}
+
+type row struct {
+	t    int64
+	text string
+}
+
+// timelineRows condenses a pod's timeline: per-node endpoint observations
+// become one row per transition with their spread.
+func timelineRows(t *PodTimeline) []row {
+	var rows []row
+	add := func(at int64, format string, a ...any) {
+		if at != 0 {
+			rows = append(rows, row{at, fmt.Sprintf(format, a...)})
+		}
+	}
+	add(t.Created, "pod created")
+	add(t.Ready, "pod ready")
+	if t.Deletion != 0 {
+		add(t.Deletion, "deletion observed, grace period %s", fmtDur(t.GracePeriod))
+	}
+	add(t.NotReady, "pod not ready")
+	for _, sp := range []struct {
+		name string
+		s    *Spread
+	}{{"endpoint not ready", t.EndpointNotReady}, {"endpoint terminating", t.EndpointTerminating}, {"endpoint removed", t.EndpointRemoved}} {
+		if sp.s == nil {
+			continue
+		}
+		if len(sp.s.Nodes) > 1 {
+			add(sp.s.First, "%s, seen by %d nodes over %s (last %s)", sp.name, len(sp.s.Nodes), fmtDur(sp.s.Spread), clock(sp.s.Last))
+		} else {
+			add(sp.s.First, "%s (seen on %s)", sp.name, strings.Join(sp.s.Nodes, ","))
+		}
+	}
+	if s := t.Sigterm; s != nil {
+		txt := "SIGTERM from " + procName(s.Sender, s.SenderPID) + " to " + procName(s.Target, s.TargetPID)
+		if t.PreStop > 0 {
+			txt += ", after a " + fmtDur(t.PreStop) + " preStop window"
+		}
+		add(s.Time, "%s", txt)
+	}
+	add(t.ListenerClosed, "listener closed")
+	if x := t.Exit; x != nil {
+		how := fmt.Sprintf("with code %d", x.Code)
+		if x.Signal != "" {
+			how = "by " + x.Signal
+		}
+		add(x.Time, "%s exited %s", procName(x.Comm, x.PID), how)
+	}
+	if k := t.Kill; k != nil {
+		add(k.Time, "SIGKILL from %s", procName(k.Sender, k.SenderPID))
+	}
+	if x := t.Terminated; x != nil {
+		how := fmt.Sprintf("code %d", x.Code)
+		if x.Signal != "" {
+			how = "by " + x.Signal
+		}
+		add(x.Time, "container terminated %s %s", x.Reason, how)
+	}
+	sort.SliceStable(rows, func(i, j int) bool { return rows[i].t < rows[j].t })
+	return rows
+}
+
+func procName(comm string, pid int32) string {
+	switch {
+	case comm != "" && pid != 0:
+		return fmt.Sprintf("%s (pid %d)", comm, pid)
+	case comm != "":
+		return comm
+	case pid != 0:
+		return fmt.Sprintf("pid %d", pid)
+	}
+	return "?"
+}
+
+func gapPhrases(t *PodTimeline) []string {
+	var out []string
+	g := t.Gaps
+	if g.SigtermAfterRotation != nil {
+		if *g.SigtermAfterRotation >= 0 {
+			out = append(out, "SIGTERM "+fmtDur(*g.SigtermAfterRotation)+" after the endpoint left rotation on the last node")
+		} else {
+			out = append(out, "SIGTERM "+fmtDur(-*g.SigtermAfterRotation)+" BEFORE the endpoint left rotation on the last node (race window)")
+		}
+	} else if t.Sigterm != nil {
+		out = append(out, "SIGTERM vs endpoint removal unknown (no endpoint event seen)")
+	}
+	if g.ExitAfterSigterm != nil {
+		out = append(out, "exit "+fmtDur(*g.ExitAfterSigterm)+" after SIGTERM")
+	} else if t.Sigterm != nil {
+		out = append(out, "no exit seen")
+	}
+	if g.GraceUsed != nil {
+		s := "grace used " + fmtDur(*g.GraceUsed)
+		if t.GracePeriod > 0 {
+			s += " of " + fmtDur(t.GracePeriod)
+		}
+		if g.GraceLeft != nil {
+			if *g.GraceLeft >= 0 {
+				s += " (" + fmtDur(*g.GraceLeft) + " left)"
+			} else {
+				s += " (overran by " + fmtDur(-*g.GraceLeft) + ")"
+			}
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+func connPhrase(c *ConnSummary) string {
+	if c == nil {
+		return ""
+	}
+	var parts []string
+	for _, p := range []struct {
+		n    int
+		name string
+	}{{c.ByExit, "closed by exit"}, {c.ByApp, "closed by the app"}, {c.ByPeer, "closed by the peer"}, {c.Reset, "reset"}} {
+		if p.n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", p.n, p.name))
+		}
+	}
+	s := fmt.Sprintf("%d connections open at SIGTERM: %s", c.AtSigterm, strings.Join(parts, ", "))
+	if c.RacedAfterClose > 0 {
+		s += fmt.Sprintf("; %d then reset when the client sent data on them", c.RacedAfterClose)
+	}
+	return s
+}
+
+func causeCounts(m map[Cause]int, rules []RuleView) string {
+	if len(m) == 0 {
+		return "none"
+	}
+	title := map[Cause]string{}
+	var order []Cause
+	for _, r := range rules {
+		title[r.Cause] = r.Title
+		order = append(order, r.Cause)
+	}
+	var extra []Cause
+	for c := range m {
+		if _, ok := title[c]; !ok {
+			extra = append(extra, c)
+		}
+	}
+	sort.Slice(extra, func(i, j int) bool { return extra[i] < extra[j] })
+	var parts []string
+	for _, c := range append(order, extra...) {
+		if n := m[c]; n > 0 {
+			t := title[c]
+			if t == "" {
+				t = string(c)
+			}
+			parts = append(parts, fmt.Sprintf("%d %s", n, t))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+func sum(m map[Cause]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
+func histPhrase(name string, h Histogram) string {
+	if h.Count == 0 {
+		return ""
+	}
+	return fmt.Sprintf("from %s: min %s, median %s, max %s", name, fmtOffset(h.MinNS), fmtOffset(h.P50NS), fmtOffset(h.MaxNS))
+}
+
+func proofPhrase(m map[string]int) string {
+	names := map[string]string{
+		"refused_syn":     "refused SYNs",
+		"rst_after_close": "resets answering data on closed connections",
+		"rst_unread_data": "resets with unread data",
+		"stored":          "stored inferred failures",
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var parts []string
+	for _, k := range keys {
+		n := names[k]
+		if n == "" {
+			n = k
+		}
+		parts = append(parts, fmt.Sprintf("%d %s", m[k], n))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// WriteText writes the report for a terminal.
+func WriteText(w io.Writer, r *Result) error {
+	b := &strings.Builder{}
+	p := func(format string, a ...any) { fmt.Fprintf(b, format+"\n", a...) }
+	head := "drainscope report: " + stamp(r.From) + " → " + stamp(r.To)
+	if r.Scope != "" {
+		head += " (" + r.Scope + ")"
+	}
+	p("%s", head)
+	p("")
+	p("ROLLOUTS")
+	if len(r.Rollouts) == 0 {
+		p("  none: no pod was seen terminating")
+	}
+	for _, ro := range r.Rollouts {
+		p("  %s %s  %s → %s (%s)", ro.Namespace, ro.Workload, clock(ro.From), clock(ro.To), fmtDur(ro.To-ro.From))
+		p("    %d pods replaced, %d new pods ready; failures: %s", len(ro.Replaced), len(ro.NewPods), causeCounts(ro.ByCause, r.Rules))
+		if ro.Inferred > 0 {
+			p("    proven by kernel evidence alone: %s", causeCounts(ro.InferredByCause, r.Rules))
+		}
+		if ro.Unattributed > 0 {
+			p("    %d failures with no pod during the rollout", ro.Unattributed)
+		}
+		var worst []string
+		if g := ro.WorstSigtermAfterRotation; g != nil {
+			worst = append(worst, "smallest SIGTERM-after-rotation gap "+fmtOffset(*g))
+		}
+		if g := ro.LongestExitAfterSigterm; g != nil {
+			worst = append(worst, "longest exit after SIGTERM "+fmtDur(*g))
+		}
+		if len(worst) > 0 {
+			p("    %s", strings.Join(worst, "; "))
+		}
+		for _, np := range ro.NewPods {
+			s := fmt.Sprintf("    new %s ready %s", np.Pod.String(), clock(np.Ready))
+			if np.ReadyAfter > 0 {
+				s += fmt.Sprintf(" (%s after creation)", fmtDur(np.ReadyAfter))
+			}
+			p("%s", s)
+		}
+	}
+	p("")
+	p("POD TIMELINES (offsets from deletion)")
+	n := 0
+	for i := range r.Timelines {
+		t := &r.Timelines[i]
+		if !t.Ended() {
+			continue
+		}
+		n++
+		meta := []string{}
+		if t.Workload != "" {
+			meta = append(meta, t.Workload)
+		}
+		if t.Node != "" {
+			meta = append(meta, "node "+t.Node)
+		}
+		meta = append(meta, t.IPs...)
+		p("  %s (%s)", t.Pod.String(), strings.Join(meta, ", "))
+		ref := t.Deletion
+		for _, rw := range timelineRows(t) {
+			off := ""
+			if ref != 0 {
+				off = fmtOffset(rw.t - ref)
+			}
+			p("    %s %-9s %s", clock(rw.t), off, rw.text)
+		}
+		if c := connPhrase(t.Connections); c != "" {
+			p("    %s", c)
+		}
+		if g := gapPhrases(t); len(g) > 0 {
+			p("    gaps: %s", strings.Join(g, "; "))
+		}
+		if len(t.Failures) > 0 {
+			p("    failures: %s", causeCounts(t.Failures, r.Rules))
+		}
+		if len(t.InferredFailures) > 0 {
+			p("    inferred from kernel evidence: %s", causeCounts(t.InferredFailures, r.Rules))
+		}
+	}
+	if n == 0 {
+		p("  none")
+	}
+	p("")
+	causes, label := r.Causes, "client-reported"
+	if len(causes) == 0 && len(r.InferredCauses) > 0 {
+		causes, label = r.InferredCauses, "inferred from kernel evidence (no client log)"
+	}
+	total := 0
+	for _, c := range causes {
+		total += c.Count
+	}
+	p("FAILURES BY CAUSE (%d, %s)", total, label)
+	if total == 0 {
+		p("  none")
+	}
+	for _, c := range causes {
+		p("  %s: %d", c.Title, c.Count)
+		p("    %s", c.Explanation)
+		if c.Fix != "" {
+			p("    fix: %s", c.Fix)
+		}
+		var hs []string
+		for _, h := range []string{histPhrase("exit", c.FromExit), histPhrase("SIGTERM", c.FromSigterm)} {
+			if h != "" {
+				hs = append(hs, h)
+			}
+		}
+		if len(hs) > 0 {
+			p("    offsets %s", strings.Join(hs, "; "))
+		}
+		if len(c.Pods) > 0 {
+			var ps []string
+			for i, pc := range c.Pods {
+				if i == 5 {
+					ps = append(ps, fmt.Sprintf("%d more", len(c.Pods)-5))
+					break
+				}
+				ps = append(ps, fmt.Sprintf("%s %d", pc.Pod, pc.Count))
+			}
+			p("    pods: %s", strings.Join(ps, ", "))
+		}
+		if len(c.Evidence) > 0 {
+			p("    evidence: %s", evidencePhrase(c.Evidence))
+		}
+	}
+	p("")
+	p("KERNEL EVIDENCE ALONE")
+	inf := r.Inference
+	if inf.Inferred == 0 {
+		p("  proves no failure")
+	} else {
+		p("  proves %d failures: %s", inf.Inferred, proofPhrase(inf.ByProof))
+	}
+	if inf.ClientFailures > 0 && inf.Ratio != nil {
+		p("  recovers %d of %d client-reported failures (ratio %.2f; %d carried a client address to match)",
+			inf.Proven, inf.ClientFailures, *inf.Ratio, inf.WithClientAddress)
+	}
+	if len(r.Causes) > 0 && len(r.InferredCauses) > 0 {
+		var parts []string
+		for _, c := range r.InferredCauses {
+			parts = append(parts, fmt.Sprintf("%d %s", c.Count, c.Title))
+		}
+		p("  by cause: %s", strings.Join(parts, ", "))
+	}
+	p("")
+	list := r.Failures
+	if len(r.Causes) > 0 {
+		list = nil
+		for _, f := range r.Failures {
+			if !f.Inferred {
+				list = append(list, f)
+			}
+		}
+	}
+	p("FAILURES")
+	if len(list) == 0 {
+		p("  none")
+	}
+	for i, f := range list {
+		if i == textListed {
+			p("  … %d more (--format json lists them all)", len(list)-textListed)
+			break
+		}
+		p("  %s %s", clock(f.Failure.Time), f.Explanation)
+		if f.Cause == CauseUnexplained {
+			for _, m := range f.Missing {
+				p("      %s", m)
+			}
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func evidencePhrase(m map[string]int) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if m[keys[i]] != m[keys[j]] {
+			return m[keys[i]] > m[keys[j]]
+		}
+		return keys[i] < keys[j]
+	})
+	var parts []string
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s ×%d", k, m[k]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// mdEscape keeps cluster-supplied names from breaking a table.
+func mdEscape(s string) string {
+	r := strings.NewReplacer("|", `\|`, "\n", " ", "<", "&lt;", ">", "&gt;")
+	return r.Replace(s)
+}
+
+// WriteMarkdown writes the report as Markdown, for an incident document.
+func WriteMarkdown(w io.Writer, r *Result) error {
+	b := &strings.Builder{}
+	p := func(format string, a ...any) { fmt.Fprintf(b, format+"\n", a...) }
+	title := "# drainscope report"
+	if r.Scope != "" {
+		title += ": " + mdEscape(r.Scope)
+	}
+	p("%s", title)
+	p("")
+	p("%s → %s", stamp(r.From), stamp(r.To))
+	p("")
+	causes, label := r.Causes, "client-reported"
+	if len(causes) == 0 && len(r.InferredCauses) > 0 {
+		causes, label = r.InferredCauses, "inferred from kernel evidence"
+	}
+	p("## Failures by cause (%s)", label)
+	p("")
+	if len(causes) == 0 {
+		p("None.")
+		p("")
+	} else {
+		p("| cause | failures | median from exit | median from SIGTERM | fix |")
+		p("|---|---:|---:|---:|---|")
+		for _, c := range causes {
+			fe, fs := "–", "–"
+			if c.FromExit.Count > 0 {
+				fe = fmtOffset(c.FromExit.P50NS)
+			}
+			if c.FromSigterm.Count > 0 {
+				fs = fmtOffset(c.FromSigterm.P50NS)
+			}
+			p("| %s | %d | %s | %s | %s |", c.Title, c.Count, fe, fs, mdEscape(c.Fix))
+		}
+		p("")
+		for _, c := range causes {
+			p("- **%s**: %s.", c.Title, mdEscape(c.Explanation))
+		}
+		p("")
+	}
+	inf := r.Inference
+	p("Kernel evidence alone proves %d failures", inf.Inferred)
+	if inf.Ratio != nil {
+		p("and recovers %d of %d client-reported ones (ratio %.2f).", inf.Proven, inf.ClientFailures, *inf.Ratio)
+	} else {
+		p("(no client-reported failures to compare).")
+	}
+	p("")
+	p("## Rollouts")
+	p("")
+	if len(r.Rollouts) == 0 {
+		p("None.")
+	} else {
+		p("| workload | from | to | replaced | new ready | failures |")
+		p("|---|---|---|---:|---:|---|")
+		for _, ro := range r.Rollouts {
+			p("| %s/%s | %s | %s | %d | %d | %s |", mdEscape(ro.Namespace), mdEscape(ro.Workload), clock(ro.From), clock(ro.To),
+				len(ro.Replaced), len(ro.NewPods), causeCounts(ro.ByCause, r.Rules))
+		}
+	}
+	p("")
+	p("## Pod timelines")
+	for i := range r.Timelines {
+		t := &r.Timelines[i]
+		if !t.Ended() {
+			continue
+		}
+		p("")
+		p("### %s", mdEscape(t.Pod.String()))
+		p("")
+		p("| time | from deletion | event |")
+		p("|---|---:|---|")
+		for _, rw := range timelineRows(t) {
+			off := ""
+			if t.Deletion != 0 {
+				off = fmtOffset(rw.t - t.Deletion)
+			}
+			p("| %s | %s | %s |", clock(rw.t), off, mdEscape(rw.text))
+		}
+		p("")
+		if c := connPhrase(t.Connections); c != "" {
+			p("- %s", c)
+		}
+		for _, g := range gapPhrases(t) {
+			p("- %s", g)
+		}
+		if len(t.Failures) > 0 {
+			p("- failures: %s", causeCounts(t.Failures, r.Rules))
+		}
+	}
+	p("")
+	p("## Failures")
+	p("")
+	n := 0
+	for _, f := range r.Failures {
+		if f.Inferred && len(r.Causes) > 0 {
+			continue
+		}
+		if n == textListed {
+			p("- … more in `--format json`")
+			break
+		}
+		n++
+		p("- `%s` %s", clock(f.Failure.Time), mdEscape(f.Explanation))
+	}
+	if n == 0 {
+		p("None.")
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
