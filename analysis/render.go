@@ -540,4 +540,3 @@ func WriteMarkdown(w io.Writer, r *Result) error {
 	_, err := io.WriteString(w, b.String())
 	return err
 }
-
