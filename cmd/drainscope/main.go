@@ -31,7 +31,7 @@ var commands = map[string]command{
 	"serve":   {"serve the web timeline and the JSON API", notBuilt("serve", 7)},
 	"lab":     {"run the local lab: a real single-node Kubernetes that drops requests", notBuilt("lab", 5)},
 	"import":  {"import client failures from load-test or proxy logs", runImport},
-	"report":  {"print rollouts, pod timelines, failures by cause and fixes", notBuilt("report", 6)},
+	"report":  {"print rollouts, pod timelines, failures by cause and fixes", runReport},
 	"migrate": {"apply the store's schema migrations and print its version", runMigrate},
 	"version": {"print drainscope's version", runVersion},
 }

@@ -1,0 +1,124 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/drainscope/drainscope/analysis"
+	"github.com/drainscope/drainscope/event"
+	"github.com/drainscope/drainscope/store"
+)
+
+const reportUsage = `usage: drainscope report [--since DURATION|RFC3339] [--until DURATION|RFC3339]
+                         [--workload NS/NAME] [--format text|json|markdown] [--store DSN]
+
+Reads the events of the window from the store and prints the rollouts, each
+terminated pod's timeline with the gaps that matter (SIGTERM versus endpoint
+removal, exit versus SIGTERM, grace used), every client failure aligned to
+the pod that served it with its cause named, and the fix per cause. Where no
+client log was imported, the failures the pods' kernel events prove on their
+own are reported as inferred.
+
+Flags:
+`
+
+func runReport(ctx context.Context, fs *flag.FlagSet, args []string) error {
+	since := fs.String("since", "1h", "start of the window: a duration before now (90m, 2h, 1d) or an RFC 3339 time")
+	until := fs.String("until", "", "end of the window: a duration before now or an RFC 3339 time (default: now)")
+	workload := fs.String("workload", "", "only this workload: NAMESPACE/NAME or NAMESPACE/KIND/NAME (e.g. default/web, default/Deployment/web)")
+	format := fs.String("format", "text", "output format: text, json or markdown")
+	dsn := fs.String("store", os.Getenv("DRAINSCOPE_STORE"), "store DSN: postgres://… or a SQLite file path (default: "+store.DefaultPath()+"; env DRAINSCOPE_STORE)")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), reportUsage)
+		fs.PrintDefaults()
+	}
+	if err := parseFlags(fs, args, false); err != nil {
+		return err
+	}
+	write, err := reportWriter(*format)
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	from, err := parseWhen(*since, now)
+	if err != nil {
+		return fmt.Errorf("%w: --since: %v", errUsage, err)
+	}
+	to := now
+	if *until != "" {
+		if to, err = parseWhen(*until, now); err != nil {
+			return fmt.Errorf("%w: --until: %v", errUsage, err)
+		}
+	}
+	if !to.After(from) {
+		return fmt.Errorf("%w: the window is empty: --since %s is not before --until %s", errUsage, from.Format(time.RFC3339), to.Format(time.RFC3339))
+	}
+	q := store.Query{Window: event.Window{From: from.UnixNano(), To: to.UnixNano()}}
+	if *workload != "" {
+		if q.Namespace, q.Workload, err = parseWorkload(*workload); err != nil {
+			return fmt.Errorf("%w: --workload: %v", errUsage, err)
+		}
+	}
+	s, err := store.Open(ctx, *dsn)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	res, err := analysis.Analyze(ctx, s, q)
+	if err != nil {
+		return err
+	}
+	return write(os.Stdout, res)
+}
+
+func reportWriter(format string) (func(w *os.File, r *analysis.Result) error, error) {
+	switch format {
+	case "text", "":
+		return func(w *os.File, r *analysis.Result) error { return analysis.WriteText(w, r) }, nil
+	case "json":
+		return func(w *os.File, r *analysis.Result) error { return analysis.WriteJSON(w, r) }, nil
+	case "markdown", "md":
+		return func(w *os.File, r *analysis.Result) error { return analysis.WriteMarkdown(w, r) }, nil
+	}
+	return nil, fmt.Errorf("%w: --format %q: want text, json or markdown", errUsage, format)
+}
+
+// parseWhen reads an RFC 3339 time, or a duration before now ("90m", "2h",
+// and "1d" or "1.5d" for days, which time.ParseDuration lacks).
+func parseWhen(s string, now time.Time) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t, nil
+	}
+	if d, ok := strings.CutSuffix(s, "d"); ok {
+		if n, err := strconv.ParseFloat(d, 64); err == nil && n >= 0 {
+			return now.Add(-time.Duration(n * float64(24*time.Hour))), nil
+		}
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return time.Time{}, fmt.Errorf("%q is neither a duration before now (90m, 2h, 1d) nor an RFC 3339 time (2026-03-14T12:00:00Z)", s)
+	}
+	return now.Add(-d), nil
+}
+
+// parseWorkload reads NAMESPACE/NAME or NAMESPACE/KIND/NAME.
+func parseWorkload(s string) (string, event.Workload, error) {
+	parts := strings.Split(s, "/")
+	for _, p := range parts {
+		if p == "" {
+			return "", event.Workload{}, fmt.Errorf("%q: want NAMESPACE/NAME or NAMESPACE/KIND/NAME", s)
+		}
+	}
+	switch len(parts) {
+	case 2:
+		return parts[0], event.Workload{Name: parts[1]}, nil
+	case 3:
+		return parts[0], event.Workload{Kind: parts[1], Name: parts[2]}, nil
+	}
+	return "", event.Workload{}, fmt.Errorf("%q: want NAMESPACE/NAME or NAMESPACE/KIND/NAME", s)
+}
