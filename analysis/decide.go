@@ -2,6 +2,7 @@ package analysis
 
 import (
 	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 
@@ -95,28 +96,28 @@ func (a *Aligner) decide(pf *pending) {
 	proven := false
 	ks := a.kscratch[:0]
 	if fx.Client.IsValid() {
-		for i, s := 0, a.kernel[fx.Client]; i < len(s); i++ {
-			k := &s[i]
-			if k.Time < t-kw || k.Time > t+la {
-				continue
+		kpods := a.kpods[:0]
+		a.kernelFor(fx.Client, t-kw, t+la, func(k *event.Event, kp *podState) bool {
+			if p == nil || kp == p {
+				ks = append(ks, k)
+				kpods = append(kpods, kp)
 			}
-			if p != nil && a.pod(&k.Pod, false) != p {
-				continue
-			}
-			ks = append(ks, k)
-		}
+			return true
+		})
+		a.kpods = kpods
+		slices.Reverse(ks) // oldest first
 		if p == nil && len(ks) > 0 {
-			var best *event.Event
-			for _, k := range ks {
-				if best == nil || abs(k.Time-t) < abs(best.Time-t) {
-					best = k
+			best := 0
+			for i, k := range ks {
+				if abs(k.Time-t) < abs(ks[best].Time-t) {
+					best = i
 				}
 			}
-			if p = a.pod(&best.Pod, false); p != nil {
+			if p = kpods[best]; p != nil {
 				via = "kernel"
 				out := ks[:0]
-				for _, k := range ks {
-					if a.pod(&k.Pod, false) == p {
+				for i, k := range ks {
+					if kpods[i] == p {
 						out = append(out, k)
 					}
 				}
@@ -149,13 +150,12 @@ func (a *Aligner) decide(pf *pending) {
 		n := len(ev)
 		ok := true
 		for j := range r.Requires {
-			ps := r.Requires[j].Find(fx)
-			if len(ps) == 0 {
+			m := len(ev)
+			if ev = r.Requires[j].Find(fx, ev); len(ev) == m {
 				ok = false
 				d.Missing = append(d.Missing, Missing{r, &r.Requires[j]})
 				break
 			}
-			ev = append(ev, ps...)
 		}
 		if ok {
 			d.Rule = r
@@ -188,7 +188,7 @@ func (a *Aligner) decide(pf *pending) {
 			p.failures[d.Rule.Cause]++
 		}
 	} else {
-		d.Before, d.After = nearest(a.global, t)
+		d.Before, d.After = a.nearestGlobal(t)
 	}
 	if a.onFailure != nil {
 		a.onFailure(d)
@@ -248,4 +248,10 @@ func parseBackend(s string) (netip.Addr, bool) {
 		return ip.Unmap(), true
 	}
 	return netip.Addr{}, false
+}
+
+func (a *Aligner) nearestGlobal(t int64) (before, after *event.Event) {
+	g := &a.global
+	i := g.search(func(e *event.Event) bool { return e.Time > t })
+	return g.at(i - 1), g.at(i)
 }

@@ -35,17 +35,21 @@ type Aligner struct {
 	svcs   map[string]*svcState
 	svcIdx map[string][]string // bare service name → keys
 
-	kernel       map[netip.AddrPort][]event.Event // pod-side connection events by client address
+	// Pod-side connection events in time order, each linked to the
+	// previous one on the same client address; kidx holds the latest per
+	// client address.
+	kbuf         ring[kentry]
+	kidx         map[netip.AddrPort]int64
 	inferredSeen map[connKey]int64
 	inferredAt   map[netip.AddrPort][]int64
 
-	global  []event.Event // recent landmarks of all pods, for failures no pod claims
-	pending []pending
-	head    int
+	global  ring[event.Event] // recent landmarks of all pods, for failures no pod claims
+	pending ring[pending]
 
 	scratch  []Piece
 	missing  []Missing
 	kscratch []*event.Event
+	kpods    []*podState
 	dec      Decision
 	facts    Facts
 
@@ -57,6 +61,12 @@ type nsName struct{ ns, name string }
 type ipLease struct {
 	pod         *podState
 	first, last int64
+}
+
+type kentry struct {
+	ev   event.Event
+	pod  *podState
+	prev int64 // previous entry of the same client address, -1 when none
 }
 
 type pending struct {
@@ -92,7 +102,7 @@ func NewAligner(opts Options, onFailure func(*Decision), onPod func(*PodTimeline
 		ips:          map[netip.Addr][]ipLease{},
 		svcs:         map[string]*svcState{},
 		svcIdx:       map[string][]string{},
-		kernel:       map[netip.AddrPort][]event.Event{},
+		kidx:         map[netip.AddrPort]int64{},
 		inferredSeen: map[connKey]int64{},
 		inferredAt:   map[netip.AddrPort][]int64{},
 	}
@@ -110,7 +120,7 @@ func (a *Aligner) Add(e *event.Event) error {
 	a.flush(e.Time)
 	a.now = e.Time
 	a.stats.Events++
-	if a.now-a.lastSweep >= int64(a.opts.Lookahead) {
+	if a.now-a.lastSweep >= int64(max(a.opts.Lookahead, a.opts.KernelWindow/2)) {
 		a.sweep()
 	}
 	if e.Kind == event.ClientFailure {
@@ -131,7 +141,7 @@ func (a *Aligner) Add(e *event.Event) error {
 		p.ingest(e, &a.opts)
 		a.learnIPs(p, e)
 		if isLandmark(e.Kind) {
-			a.global = append(a.global, cloneEvent(e))
+			a.global.push(cloneEvent(e))
 		}
 	}
 	if e.Kind.IsEndpoint() {
@@ -140,10 +150,13 @@ func (a *Aligner) Add(e *event.Event) error {
 	switch e.Kind {
 	case event.ConnClosed, event.RSTSent, event.RSTReceived, event.ConnRefused:
 		if c := unmapAP(e.Remote); c.IsValid() {
-			s := a.kernel[c]
+			prev, ok := a.kidx[c]
+			if !ok {
+				prev = -1
+			}
 			ev := *e
-			ev.Attrs = nil // connection events need no extras; saves a copy per event
-			a.kernel[c] = append(s, ev)
+			ev.Attrs = nil // connection events need no extras
+			a.kidx[c] = a.kbuf.push(kentry{ev: ev, pod: p, prev: prev})
 		}
 		a.infer(e)
 	}
@@ -153,11 +166,10 @@ func (a *Aligner) Add(e *event.Event) error {
 // Flush decides every pending failure and reports every pod still known.
 // Call it once at the end of the stream.
 func (a *Aligner) Flush() {
-	for a.head < len(a.pending) {
-		a.decide(&a.pending[a.head])
-		a.head++
+	for a.pending.len() > 0 {
+		a.decide(a.pending.front())
+		a.pending.drop()
 	}
-	a.pending, a.head = a.pending[:0], 0
 	seen := map[*podState]bool{}
 	var all []*podState
 	for _, p := range a.byUID {
@@ -179,8 +191,8 @@ func (a *Aligner) Flush() {
 }
 
 func (a *Aligner) push(p pending) {
-	a.pending = append(a.pending, p)
-	if n := len(a.pending) - a.head; n > a.stats.MaxPending {
+	a.pending.push(p)
+	if n := a.pending.len(); n > a.stats.MaxPending {
 		a.stats.MaxPending = n
 	}
 }
@@ -188,15 +200,9 @@ func (a *Aligner) push(p pending) {
 // flush decides the failures whose lookahead ends before now.
 func (a *Aligner) flush(now int64) {
 	la := int64(a.opts.Lookahead)
-	for a.head < len(a.pending) && a.pending[a.head].ev.Time+la < now {
-		a.decide(&a.pending[a.head])
-		a.pending[a.head] = pending{}
-		a.head++
-	}
-	if a.head > 1024 && a.head*2 > len(a.pending) {
-		n := copy(a.pending, a.pending[a.head:])
-		a.pending = a.pending[:n]
-		a.head = 0
+	for p := a.pending.front(); p != nil && p.ev.Time+la < now; p = a.pending.front() {
+		a.decide(p)
+		a.pending.drop()
 	}
 }
 
@@ -207,7 +213,10 @@ func (a *Aligner) pod(ref *event.PodRef, create bool) *podState {
 	}
 	var p *podState
 	if ref.UID != "" {
-		p = a.byUID[ref.UID]
+		// The common case: one lookup per event.
+		if p = a.byUID[ref.UID]; p != nil && (p.ref.Name != "" || ref.Name == "") {
+			return p
+		}
 	}
 	nn := nsName{ref.Namespace, ref.Name}
 	if p == nil && ref.Name != "" {
@@ -293,23 +302,15 @@ func (a *Aligner) sweep() {
 	a.lastSweep = a.now
 	la, kw := int64(a.opts.Lookahead), int64(a.opts.KernelWindow)
 	horizon := a.now - la - kw
-	n := 0
-	for k, s := range a.kernel {
-		i := 0
-		for i < len(s) && s[i].Time < horizon {
-			i++
-		}
-		if i == len(s) {
-			delete(a.kernel, k)
-			continue
-		}
-		if i > 0 {
-			s = append(s[:0], s[i:]...)
-			a.kernel[k] = s
-		}
-		n += len(s)
+	for k := a.kbuf.front(); k != nil && k.ev.Time < horizon; k = a.kbuf.front() {
+		a.kbuf.drop()
 	}
-	if n > a.stats.MaxKernelWindow {
+	for c, seq := range a.kidx {
+		if seq < a.kbuf.head {
+			delete(a.kidx, c)
+		}
+	}
+	if n := a.kbuf.len(); n > a.stats.MaxKernelWindow {
 		a.stats.MaxKernelWindow = n
 	}
 	for k, t := range a.inferredSeen {
@@ -329,8 +330,9 @@ func (a *Aligner) sweep() {
 		}
 	}
 	retain := int64(a.opts.Retain)
-	if i := sort.Search(len(a.global), func(i int) bool { return a.global[i].Time >= a.now-retain }); i > 1 {
-		a.global = append(a.global[:0], a.global[i-1:]...)
+	// Keep one landmark older than the window: the nearest before it.
+	for a.global.len() > 1 && a.global.at(a.global.head+1).Time < a.now-retain {
+		a.global.drop()
 	}
 	for _, s := range a.svcs {
 		s.trim(a.now - retain)
@@ -427,14 +429,15 @@ func (a *Aligner) infer(e *event.Event) {
 
 // closedBefore reports whether this side closed e's connection earlier.
 func (a *Aligner) closedBefore(e *event.Event) bool {
-	s := a.kernel[unmapAP(e.Remote)]
-	for i := len(s) - 1; i >= 0; i-- {
-		c := &s[i]
-		if c.Kind == event.ConnClosed && c.Reason != "peer" && c.Local == e.Local && c.Time <= e.Time {
-			return true
+	found := false
+	a.kernelFor(unmapAP(e.Remote), e.Time-int64(a.opts.KernelWindow), e.Time, func(c *event.Event, _ *podState) bool {
+		if c.Kind == event.ConnClosed && c.Reason != "peer" && c.Local == e.Local {
+			found = true
+			return false
 		}
-	}
-	return false
+		return true
+	})
+	return found
 }
 
 // normReason reduces a kernel reset reason to the enum's bare name:
@@ -451,4 +454,24 @@ func unmapAP(ap netip.AddrPort) netip.AddrPort {
 		return ap
 	}
 	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+}
+
+// kernelFor calls fn for the held connection events on client address c
+// with times in [from, to], newest first, until fn returns false.
+func (a *Aligner) kernelFor(c netip.AddrPort, from, to int64, fn func(*event.Event, *podState) bool) {
+	seq, ok := a.kidx[c]
+	if !ok {
+		return
+	}
+	for k := a.kbuf.at(seq); k != nil; k = a.kbuf.at(k.prev) {
+		if k.ev.Time < from {
+			return
+		}
+		if k.ev.Time <= to && !fn(&k.ev, k.pod) {
+			return
+		}
+		if k.prev < 0 {
+			return
+		}
+	}
 }

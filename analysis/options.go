@@ -55,7 +55,7 @@ func DefaultOptions() Options {
 		ExitSlack:    100 * time.Millisecond,
 		InFlightMin:  50 * time.Millisecond,
 		ProxyLag:     time.Second,
-		Retain:       10 * time.Minute,
+		Retain:       2 * time.Minute,
 		Lead:         15 * time.Minute,
 		MaxFailures:  10000,
 		Examples:     3,

@@ -35,7 +35,7 @@ type podState struct {
 
 	// Connections that ended after SIGTERM (after deletion when no SIGTERM
 	// is seen): how each one ended first.
-	conns map[connKey]*connEnd
+	conns map[connKey]connEnd
 
 	landmarks []event.Event
 	ips       []netip.Addr
@@ -260,15 +260,16 @@ func (p *podState) connEnded(e *event.Event) {
 	}
 	k := connKey{e.Local, e.Remote}
 	if p.conns == nil {
-		p.conns = make(map[connKey]*connEnd)
+		p.conns = make(map[connKey]connEnd)
 	}
 	if c, ok := p.conns[k]; ok {
-		if e.Kind == event.RSTSent && c.kind == event.ConnClosed {
+		if e.Kind == event.RSTSent && c.kind == event.ConnClosed && !c.resetAfter {
 			c.resetAfter = true
+			p.conns[k] = c
 		}
 		return
 	}
-	p.conns[k] = &connEnd{t: e.Time, kind: e.Kind, reason: e.Reason, flags: e.Flags}
+	p.conns[k] = connEnd{t: e.Time, kind: e.Kind, reason: e.Reason, flags: e.Flags}
 }
 
 func (p *podState) endpoint(e *event.Event) {

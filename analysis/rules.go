@@ -35,15 +35,15 @@ type Rule struct {
 	Fix      string        `json:"fix"`
 }
 
-// Requirement is one piece of evidence a rule needs. Find returns the events
-// that show it, or nothing when it does not hold.
+// Requirement is one piece of evidence a rule needs. Find appends the events
+// that show it to dst; it holds when it appended any.
 type Requirement struct {
 	Name string `json:"name"`
 	Find Finder `json:"-"`
 }
 
 // Finder looks for evidence in the facts about one failure.
-type Finder func(*Facts) []Piece
+type Finder func(f *Facts, dst []Piece) []Piece
 
 // Piece is one event that supports a requirement, with the role it plays.
 type Piece struct {
@@ -144,34 +144,33 @@ func piece(role string, e *event.Event) Piece { return Piece{Role: role, Event: 
 
 // AnyOf holds when any of fs does, with the evidence of all that do.
 func AnyOf(fs ...Finder) Finder {
-	return func(f *Facts) []Piece {
-		var out []Piece
+	return func(f *Facts, dst []Piece) []Piece {
 		for _, x := range fs {
-			out = append(out, x(f)...)
+			dst = x(f, dst)
 		}
-		return out
+		return dst
 	}
 }
 
 // ConnectionCut holds when the client saw its connection end under a
 // request: EOF, a reset, or a proxy's 502/504 for its upstream.
-func ConnectionCut(f *Facts) []Piece {
+func ConnectionCut(f *Facts, dst []Piece) []Piece {
 	switch {
 	case f.Class == event.FailEOF || f.Class == event.FailReset:
 	case f.Class == event.FailStatus && (f.Failure.Code == 502 || f.Failure.Code == 504):
 	default:
-		return nil
+		return dst
 	}
 	if f.Inferred {
-		return []Piece{piece("pod side proved a "+f.Class, f.Failure)}
+		return append(dst, piece("pod side proved a "+f.Class, f.Failure))
 	}
-	return []Piece{piece("client saw "+f.Class, f.Failure)}
+	return append(dst, piece("client saw "+f.Class, f.Failure))
 }
 
 // Refused holds when the client saw a refusal or the pod's kernel answered
 // the client's SYN with a reset.
-func Refused(f *Facts) []Piece {
-	var out []Piece
+func Refused(f *Facts, dst []Piece) []Piece {
+	out := dst
 	if f.Class == event.FailRefused && !f.Inferred {
 		out = append(out, piece("client saw refused", f.Failure))
 	}
@@ -185,17 +184,17 @@ func Refused(f *Facts) []Piece {
 
 // PodTerminating holds when the pod was being deleted or its process was
 // stopping at the failure.
-func PodTerminating(f *Facts) []Piece {
+func PodTerminating(f *Facts, dst []Piece) []Piece {
 	p := f.pod
 	if p == nil {
-		return nil
+		return dst
 	}
 	t := f.Failure.Time
 	e := p.terminatingAt(t)
 	if e == nil {
-		return nil
+		return dst
 	}
-	out := []Piece{piece("pod was terminating", e)}
+	out := append(dst, piece("pod was terminating", e))
 	if p.listener.Time != 0 && p.listener.Time <= t && e != &p.listener {
 		out = append(out, piece("listener closed", &p.listener))
 	}
@@ -208,26 +207,26 @@ func PodTerminating(f *Facts) []Piece {
 // InRotation holds when some node still routed to the pod's endpoint at
 // the failure, or the last node took it out less than Options.ProxyLag
 // before.
-func InRotation(f *Facts) []Piece {
+func InRotation(f *Facts, dst []Piece) []Piece {
 	if f.pod == nil {
-		return nil
+		return dst
 	}
 	t := f.Failure.Time
 	r := f.pod.rotationAt(t, f.svcs)
 	switch {
 	case !r.seen:
-		return nil
+		return dst
 	case r.in && r.leftAfter != nil:
-		return []Piece{piece("endpoint left rotation on the last node after the failure", r.leftAfter)}
+		return append(dst, piece("endpoint left rotation on the last node after the failure", r.leftAfter))
 	case r.in:
 		if e := f.pod.lastReady(t, f.svcs); e != nil {
-			return []Piece{piece("endpoint still ready", e)}
+			return append(dst, piece("endpoint still ready", e))
 		}
-		return nil
+		return dst
 	case r.lastLeave != nil && t-r.lastLeave.Time <= int64(f.opts.ProxyLag):
-		return []Piece{piece("endpoint left rotation within the proxy lag before the failure", r.lastLeave)}
+		return append(dst, piece("endpoint left rotation within the proxy lag before the failure", r.lastLeave))
 	}
-	return nil
+	return dst
 }
 
 // lastReady is the latest transition to ready at or before t.
@@ -261,12 +260,12 @@ func (f *Facts) exitNear() *event.Event {
 }
 
 // ExitNear holds when the failure came as the pod's main process exited.
-func ExitNear(f *Facts) []Piece {
+func ExitNear(f *Facts, dst []Piece) []Piece {
 	x := f.exitNear()
 	if x == nil {
-		return nil
+		return dst
 	}
-	out := []Piece{piece("process exited", x)}
+	out := append(dst, piece("process exited", x))
 	if f.pod.sigterm.Time != 0 && f.pod.sigterm.Time <= x.Time {
 		out = append(out, piece("SIGTERM", &f.pod.sigterm))
 	}
@@ -275,9 +274,9 @@ func ExitNear(f *Facts) []Piece {
 
 // ClosedAtExit holds when the pod's kernel closed the client's connection
 // in the exit path (or the process closed it just before exiting).
-func ClosedAtExit(f *Facts) []Piece {
+func ClosedAtExit(f *Facts, dst []Piece) []Piece {
 	t := f.Failure.Time
-	var out []Piece
+	out := dst
 	for i, k := range f.Kernel {
 		if k.Kind != event.ConnClosed || k.Reason == "peer" || k.Time > t+int64(f.opts.ExitBefore) {
 			continue
@@ -309,8 +308,8 @@ func ClosedAtExit(f *Facts) []Piece {
 
 // UnreadDataReset holds when the pod reset the client's connection while
 // received data was unread: a request it had not finished reading.
-func UnreadDataReset(f *Facts) []Piece {
-	var out []Piece
+func UnreadDataReset(f *Facts, dst []Piece) []Piece {
+	out := dst
 	for _, k := range f.Kernel {
 		if k.Kind == event.RSTSent && k.Time <= f.Failure.Time+int64(f.opts.ExitBefore) &&
 			(k.Flags.Has(event.FlagUnreadData) || normReason(k.Reason) == "TCP_ABORT_ON_CLOSE") {
@@ -322,29 +321,29 @@ func UnreadDataReset(f *Facts) []Piece {
 
 // InProgressAtExit holds when the client's request started at least
 // Options.InFlightMin before the exit it failed at.
-func InProgressAtExit(f *Facts) []Piece {
+func InProgressAtExit(f *Facts, dst []Piece) []Piece {
 	d := f.Failure.Duration
 	x := f.exitNear()
 	// It must have started well before the exit and ended no earlier than
 	// the teardown that precedes the exit event.
 	if d <= 0 || x == nil || f.Failure.Time-d > x.Time-int64(f.opts.InFlightMin) ||
 		f.Failure.Time < x.Time-int64(f.opts.ExitSlack) {
-		return nil
+		return dst
 	}
-	return []Piece{piece("request started before the exit", f.Failure), piece("process exited", x)}
+	return append(dst, piece("request started before the exit", f.Failure), piece("process exited", x))
 }
 
 // KilledNear holds when the failure came as SIGKILL ended the pod's process.
-func KilledNear(f *Facts) []Piece {
+func KilledNear(f *Facts, dst []Piece) []Piece {
 	p := f.pod
 	if p == nil {
-		return nil
+		return dst
 	}
 	t := f.Failure.Time
 	near := func(x int64) bool {
 		return x != 0 && t >= x-int64(f.opts.ExitBefore) && t <= x+int64(f.opts.ExitAfter)
 	}
-	var out []Piece
+	out := dst
 	if near(p.kill.Time) {
 		out = append(out, piece("SIGKILL", &p.kill))
 	}
@@ -354,10 +353,10 @@ func KilledNear(f *Facts) []Piece {
 			out = append(out, piece("process killed", x))
 		}
 	}
-	if len(out) == 0 {
+	if len(out) == len(dst) {
 		// A connection closed at exit, long before the client noticed:
 		// killed if the exit that closed it was SIGKILL's.
-		for _, c := range ClosedAtExit(f) {
+		for _, c := range ClosedAtExit(f, nil) {
 			if c.Event.Kind == event.ConnClosed && p.kill.Time != 0 &&
 				abs(c.Event.Time-p.kill.Time) <= int64(f.opts.ExitSlack) {
 				out = append(out, piece("SIGKILL", &p.kill), c)
@@ -365,7 +364,7 @@ func KilledNear(f *Facts) []Piece {
 			}
 		}
 	}
-	if len(out) > 0 && p.deletion.Time != 0 {
+	if len(out) > len(dst) && p.deletion.Time != 0 {
 		out = append(out, piece("deletion (the grace period starts here)", &p.deletion))
 	}
 	return out
@@ -373,28 +372,28 @@ func KilledNear(f *Facts) []Piece {
 
 // NoPodServed holds when neither the client nor any pod's kernel tied the
 // failure to a pod: what a proxy rejecting for want of endpoints looks like.
-func NoPodServed(f *Facts) []Piece {
+func NoPodServed(f *Facts, dst []Piece) []Piece {
 	if f.pod != nil {
-		return nil
+		return dst
 	}
-	return []Piece{piece("no pod served it", f.Failure)}
+	return append(dst, piece("no pod served it", f.Failure))
 }
 
 // NoReadyEndpoints holds when every node watching the failure's Service
 // saw it without a ready endpoint.
-func NoReadyEndpoints(f *Facts) []Piece {
+func NoReadyEndpoints(f *Facts, dst []Piece) []Piece {
 	if len(f.svcs) == 0 {
-		return nil
+		return dst
 	}
-	var out []Piece
+	out := dst
 	for _, k := range f.svcs {
 		s := f.a.svcs[k]
 		if s == nil {
-			return nil
+			return dst
 		}
 		ok, why := s.noReadyAt(f.Failure.Time)
 		if !ok {
-			return nil
+			return dst
 		}
 		for _, e := range why {
 			out = append(out, piece("last ready endpoint left", e))

@@ -1,6 +1,8 @@
 package analysis
 
 import (
+	"sort"
+
 	"github.com/drainscope/drainscope/event"
 )
 
@@ -111,16 +113,13 @@ func (s *svcState) trim(before int64) {
 func (s *svcState) noReadyAt(t int64) (bool, []*event.Event) {
 	var why []*event.Event
 	for _, nc := range s.nodes {
-		var cur *countTrans
-		for i := range nc.hist {
-			if nc.hist[i].ev.Time > t {
-				break
-			}
-			cur = &nc.hist[i]
-		}
-		if cur == nil {
+		// hist is in time order: the count in force at t is the last
+		// entry at or before it.
+		i := sort.Search(len(nc.hist), func(i int) bool { return nc.hist[i].ev.Time > t })
+		if i == 0 {
 			continue // this node had no view yet
 		}
+		cur := &nc.hist[i-1]
 		if cur.n > 0 {
 			return false, nil
 		}
