@@ -82,7 +82,7 @@ func (a *Aligner) decide(pf *pending) {
 		}
 	}
 	if p == nil {
-		if ip, ok := parseBackend(f.Attrs[event.AttrBackend]); ok {
+		if ip, ok := a.backend(f.Attrs[event.AttrBackend]); ok {
 			if p = a.podByIP(ip, t); p != nil {
 				via = "backend"
 			}
@@ -254,4 +254,21 @@ func (a *Aligner) nearestGlobal(t int64) (before, after *event.Event) {
 	g := &a.global
 	i := g.search(func(e *event.Event) bool { return e.Time > t })
 	return g.at(i - 1), g.at(i)
+}
+
+// backend parses a backend attribute through a bounded cache: a proxy log
+// names the same few upstreams over and over.
+func (a *Aligner) backend(s string) (netip.Addr, bool) {
+	if s == "" {
+		return netip.Addr{}, false
+	}
+	if ip, ok := a.backends[s]; ok {
+		return ip, ip.IsValid()
+	}
+	ip, _ := parseBackend(s)
+	if len(a.backends) >= 4096 {
+		clear(a.backends)
+	}
+	a.backends[s] = ip
+	return ip, ip.IsValid()
 }

@@ -29,11 +29,13 @@ type Aligner struct {
 	lastSweep int64
 	lastPods  int64
 
-	byUID  map[string]*podState
-	byName map[nsName]*podState
-	ips    map[netip.Addr][]ipLease
-	svcs   map[string]*svcState
-	svcIdx map[string][]string // bare service name → keys
+	byUID    map[string]*podState
+	lastPod  *podState
+	backends map[string]netip.Addr // parsed backend attributes, a small cache
+	byName   map[nsName]*podState
+	ips      map[netip.Addr][]*ipLease
+	svcs     map[string]*svcState
+	svcIdx   map[string][]string // bare service name → keys
 
 	// Pod-side connection events in time order, each linked to the
 	// previous one on the same client address; kidx holds the latest per
@@ -59,6 +61,7 @@ type Aligner struct {
 type nsName struct{ ns, name string }
 
 type ipLease struct {
+	ip          netip.Addr
 	pod         *podState
 	first, last int64
 }
@@ -98,8 +101,9 @@ func NewAligner(opts Options, onFailure func(*Decision), onPod func(*PodTimeline
 		onFailure:    onFailure,
 		onPod:        onPod,
 		byUID:        map[string]*podState{},
+		backends:     map[string]netip.Addr{},
 		byName:       map[nsName]*podState{},
-		ips:          map[netip.Addr][]ipLease{},
+		ips:          map[netip.Addr][]*ipLease{},
 		svcs:         map[string]*svcState{},
 		svcIdx:       map[string][]string{},
 		kidx:         map[netip.AddrPort]int64{},
@@ -111,8 +115,10 @@ func NewAligner(opts Options, onFailure func(*Decision), onPod func(*PodTimeline
 // Stats reports the counters so far.
 func (a *Aligner) Stats() Stats { return a.stats }
 
-// Add feeds one event. Events must come in time order (ties in any order);
-// e is not kept.
+// Add feeds one event. Events must come in time order (ties in any order).
+// e is not kept, but a client failure's Attrs map is, until the failure is
+// decided one lookahead later: the caller must not modify it afterwards
+// (the stores decode a new map for every row).
 func (a *Aligner) Add(e *event.Event) error {
 	if e.Time < a.now {
 		return fmt.Errorf("%w: %s at %d after %d", ErrOutOfOrder, e.Kind, e.Time, a.now)
@@ -133,7 +139,9 @@ func (a *Aligner) Add(e *event.Event) error {
 			a.inferredSeen[k] = e.Time
 			a.markInferred(k.local, e.Time)
 		}
-		a.push(pending{ev: cloneEvent(e), inferred: inferred, proof: "stored"})
+		// The failure waits a lookahead; its Attrs map is shared, not
+		// copied (see Add).
+		a.push(pending{ev: *e, inferred: inferred, proof: "stored"})
 		return nil
 	}
 	p := a.pod(&e.Pod, true)
@@ -213,8 +221,12 @@ func (a *Aligner) pod(ref *event.PodRef, create bool) *podState {
 	}
 	var p *podState
 	if ref.UID != "" {
-		// The common case: one lookup per event.
+		// The common cases: the same pod as last time, or one lookup.
+		if c := a.lastPod; c != nil && c.ref.UID == ref.UID {
+			return c
+		}
 		if p = a.byUID[ref.UID]; p != nil && (p.ref.Name != "" || ref.Name == "") {
+			a.lastPod = p
 			return p
 		}
 	}
@@ -255,19 +267,19 @@ func (a *Aligner) learnIPs(p *podState, e *event.Event) {
 	if !ip.IsValid() || ip.IsUnspecified() || ip.IsLoopback() {
 		return
 	}
-	ls := a.ips[ip]
-	for i := range ls {
-		if ls[i].pod == p {
-			if e.Time > ls[i].last {
-				ls[i].last = e.Time
-			}
+	for _, l := range p.leases {
+		if l.ip == ip {
+			l.last = max(l.last, e.Time)
 			return
 		}
 	}
-	a.ips[ip] = append(ls, ipLease{pod: p, first: e.Time, last: e.Time})
-	if len(p.ips) < 4 {
-		p.ips = append(p.ips, ip)
+	if len(p.leases) >= 4 {
+		return
 	}
+	l := &ipLease{ip: ip, pod: p, first: e.Time, last: e.Time}
+	a.ips[ip] = append(a.ips[ip], l)
+	p.leases = append(p.leases, l)
+	p.ips = append(p.ips, ip)
 }
 
 // podByIP picks the pod that had ip at t: the one whose observed tenure
@@ -362,6 +374,9 @@ func (a *Aligner) sweep() {
 func (a *Aligner) forget(p *podState) {
 	if p.ref.UID != "" && a.byUID[p.ref.UID] == p {
 		delete(a.byUID, p.ref.UID)
+	}
+	if a.lastPod == p {
+		a.lastPod = nil
 	}
 	if nn := (nsName{p.ref.Namespace, p.ref.Name}); a.byName[nn] == p {
 		delete(a.byName, nn)

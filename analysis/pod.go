@@ -39,6 +39,7 @@ type podState struct {
 
 	landmarks []event.Event
 	ips       []netip.Addr
+	leases    []*ipLease // this pod's entries in the aligner's address index
 
 	failures map[Cause]int
 	inferred map[Cause]int
@@ -260,7 +261,7 @@ func (p *podState) connEnded(e *event.Event) {
 	}
 	k := connKey{e.Local, e.Remote}
 	if p.conns == nil {
-		p.conns = make(map[connKey]connEnd)
+		p.conns = make(map[connKey]connEnd, 64)
 	}
 	if c, ok := p.conns[k]; ok {
 		if e.Kind == event.RSTSent && c.kind == event.ConnClosed && !c.resetAfter {

@@ -161,10 +161,16 @@ func ConnectionCut(f *Facts, dst []Piece) []Piece {
 	default:
 		return dst
 	}
-	if f.Inferred {
-		return append(dst, piece("pod side proved a "+f.Class, f.Failure))
+	role := "client saw " + f.Class
+	switch {
+	case f.Inferred:
+		role = "pod side proved a reset"
+	case f.Class == event.FailEOF:
+		role = "client saw eof"
+	case f.Class == event.FailReset:
+		role = "client saw reset"
 	}
-	return append(dst, piece("client saw "+f.Class, f.Failure))
+	return append(dst, piece(role, f.Failure))
 }
 
 // Refused holds when the client saw a refusal or the pod's kernel answered
@@ -353,11 +359,11 @@ func KilledNear(f *Facts, dst []Piece) []Piece {
 			out = append(out, piece("process killed", x))
 		}
 	}
-	if len(out) == len(dst) {
+	if len(out) == len(dst) && p.kill.Time != 0 {
 		// A connection closed at exit, long before the client noticed:
 		// killed if the exit that closed it was SIGKILL's.
 		for _, c := range ClosedAtExit(f, nil) {
-			if c.Event.Kind == event.ConnClosed && p.kill.Time != 0 &&
+			if c.Event.Kind == event.ConnClosed &&
 				abs(c.Event.Time-p.kill.Time) <= int64(f.opts.ExitSlack) {
 				out = append(out, piece("SIGKILL", &p.kill), c)
 				break
