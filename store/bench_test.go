@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -86,27 +87,39 @@ func BenchmarkPostgresIngest(b *testing.B) {
 		len(evs), benchBatch, storeRate, rawRate, storeRate/rawRate)
 }
 
+// cpuTime is the user and system CPU time this process has used: on a
+// shared machine it shows what a run cost when wall-clock rates are diluted
+// by other work.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
 // BenchmarkSQLiteIngest writes 1,000,000 realistic events into a fresh
 // SQLite file through the store and reports the rate (target >= 100,000/s).
 func BenchmarkSQLiteIngest(b *testing.B) {
 	ctx := context.Background()
 	evs := eventgen.Rollout(benchEvents, day0, 99, "checkout")
-	var rate float64
+	var rate, cpuRate float64
 	for i := 0; i < b.N; i++ {
 		s, err := OpenSQLite(ctx, filepath.Join(b.TempDir(), "events.db"))
 		if err != nil {
 			b.Fatal(err)
 		}
-		start := time.Now()
+		start, cpu0 := time.Now(), cpuTime()
 		if err := batches(evs, func(batch []event.Event) error { return s.Append(ctx, batch) }); err != nil {
 			b.Fatal(err)
 		}
 		rate = float64(len(evs)) / time.Since(start).Seconds()
+		cpuRate = float64(len(evs)) / (cpuTime() - cpu0).Seconds()
 		if n := count(b, s, Query{}); n != len(evs) {
 			b.Fatalf("stored %d events, want %d", n, len(evs))
 		}
 		s.Close()
 	}
 	b.ReportMetric(rate, "events/s")
-	fmt.Printf("sqlite ingest of %d events in batches of %d: %.0f events/s (target >= 100000)\n", len(evs), benchBatch, rate)
+	b.ReportMetric(cpuRate, "events/cpu-s")
+	fmt.Printf("sqlite ingest of %d events in batches of %d: %.0f events/s wall clock, %.0f events per CPU-second of this process (target >= 100000/s)\n",
+		len(evs), benchBatch, rate, cpuRate)
 }

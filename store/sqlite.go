@@ -58,7 +58,7 @@ func OpenSQLite(ctx context.Context, path string) (*SQLite, error) {
 			dsn += "&immutable=1"
 		}
 	} else {
-		dsn += "&_journal_mode=WAL&_synchronous=NORMAL"
+		dsn += "&_journal_mode=WAL&_synchronous=NORMAL&_pragma=cache_size(-65536)"
 	}
 	db, err := sql.Open("sqlite", dsn)
 	if err != nil {
