@@ -37,8 +37,23 @@ type Result struct {
 	FromSigterm Histogram `json:"offsets_from_sigterm"`
 	FromExit    Histogram `json:"offsets_from_exit"`
 
-	Rules []RuleView `json:"rules"`
-	Stats Stats      `json:"stats"`
+	Totals Totals     `json:"totals"`
+	Rules  []RuleView `json:"rules"`
+	Stats  Stats      `json:"stats"`
+}
+
+// Totals are exact counts over the window's client-reported failures, for
+// experiment runners that assert on them (every failure of a rollout
+// attributed to a terminating pod and a cause, …).
+type Totals struct {
+	ClientFailures int `json:"client_failures"`
+	// WithPod were tied to a pod; OnTerminatingPod to one that was
+	// terminating; Explained got a cause other than unexplained.
+	WithPod          int `json:"with_pod"`
+	OnTerminatingPod int `json:"on_terminating_pod"`
+	Explained        int `json:"explained"`
+	// ExplainedOnTerminatingPod have both.
+	ExplainedOnTerminatingPod int `json:"explained_on_terminating_pod"`
 }
 
 // RuleView is a rule as results list it.
@@ -191,6 +206,7 @@ type collector struct {
 	inferFs  []AlignedFailure
 	trunc    bool
 	inf      Inference
+	totals   Totals
 	// unattributed client failures per second, for the rollouts
 	unattr                        map[int64]int
 	fromSigterm, fromExit         hist
@@ -262,6 +278,20 @@ func (c *collector) failure(d *Decision) {
 	} else {
 		c.clientInWindow++
 		c.inf.ClientFailures++
+		c.totals.ClientFailures++
+		explained := d.Rule.Cause != CauseUnexplained
+		if !d.Pod.IsZero() {
+			c.totals.WithPod++
+		}
+		if d.Terminating {
+			c.totals.OnTerminatingPod++
+		}
+		if explained {
+			c.totals.Explained++
+		}
+		if explained && d.Terminating {
+			c.totals.ExplainedOnTerminatingPod++
+		}
 		if d.Failure.Local.IsValid() {
 			c.inf.WithClientAddress++
 		}
@@ -376,6 +406,7 @@ func (c *collector) result(st Stats) *Result {
 		r.Failures = []AlignedFailure{}
 	}
 	r.Inference = c.inf
+	r.Totals = c.totals
 	if c.inf.ClientFailures > 0 {
 		v := float64(c.inf.Proven) / float64(c.inf.ClientFailures)
 		r.Inference.Ratio = &v
@@ -560,7 +591,9 @@ type Histogram struct {
 	Count int   `json:"count"`
 	BinNS int64 `json:"bin_ns"`
 	MinNS int64 `json:"min_ns"`
+	P10NS int64 `json:"p10_ns"`
 	P50NS int64 `json:"p50_ns"`
+	P90NS int64 `json:"p90_ns"`
 	MaxNS int64 `json:"max_ns"`
 	Bins  []Bin `json:"bins"`
 }
@@ -576,7 +609,8 @@ func (h *hist) export(width int64) Histogram {
 	if h.n == 0 {
 		return out
 	}
-	out.MinNS, out.MaxNS, out.P50NS = h.min, h.max, h.quantile(0.5)
+	out.MinNS, out.MaxNS = h.min, h.max
+	out.P10NS, out.P50NS, out.P90NS = h.quantile(0.1), h.quantile(0.5), h.quantile(0.9)
 	m := map[int64]int{}
 	for k, n := range h.bins {
 		m[floorDiv(k*histBin, width)] += n

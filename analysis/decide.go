@@ -22,12 +22,16 @@ type Decision struct {
 	Pod      event.PodRef
 	Workload event.Workload
 	Via      string // how the pod was found: pod, backend, target, kernel; "" when none was
-	Rule     *Rule
-	Evidence []Piece
-	Missing  []Missing // unexplained: the first requirement each rule lacked
-	Before   *event.Event
-	After    *event.Event
-	Offsets  Offsets
+	// Terminating: the pod had been deleted, signalled, had closed its
+	// listener or exited by the failure's time (plus ExitBefore, for a
+	// failure seen just before the exit event).
+	Terminating bool
+	Rule        *Rule
+	Evidence    []Piece
+	Missing     []Missing // unexplained: the first requirement each rule lacked
+	Before      *event.Event
+	After       *event.Event
+	Offsets     Offsets
 
 	facts *Facts
 }
@@ -174,6 +178,7 @@ func (a *Aligner) decide(pf *pending) {
 
 	if p != nil {
 		d.Pod, d.Workload = p.ref, p.wl
+		d.Terminating = p.terminatingAt(t+int64(a.opts.ExitBefore)) != nil
 		d.Before, d.After = nearest(p.landmarks, t)
 		d.Offsets = p.offsets(t, fx.svcs)
 		if pf.inferred {

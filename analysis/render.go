@@ -385,6 +385,12 @@ func WriteText(w io.Writer, r *Result) error {
 			}
 		}
 	}
+	if t := r.Totals; t.ClientFailures > 0 {
+		p("ATTRIBUTION")
+		p("  %d client failures: %d tied to a pod, %d to a terminating pod, %d with a cause, %d both",
+			t.ClientFailures, t.WithPod, t.OnTerminatingPod, t.Explained, t.ExplainedOnTerminatingPod)
+		p("")
+	}
 	p("FAILURES")
 	if len(list) == 0 {
 		p("  none")
