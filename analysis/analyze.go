@@ -383,8 +383,11 @@ func (c *collector) result(st Stats) *Result {
 	r := &Result{From: c.q.Window.From, To: c.q.Window.To, Stats: st, Truncated: c.trunc}
 	if c.q.Namespace != "" || !c.q.Workload.IsZero() {
 		r.Scope = c.q.Namespace
-		if !c.q.Workload.IsZero() {
-			r.Scope += "/" + c.q.Workload.String()
+		if w := c.q.Workload; !w.IsZero() {
+			if w.Kind != "" {
+				r.Scope += "/" + w.Kind
+			}
+			r.Scope += "/" + w.Name
 		}
 	}
 	sort.SliceStable(c.order, func(i, j int) bool { return tlStart(c.order[i]) < tlStart(c.order[j]) })

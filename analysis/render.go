@@ -246,7 +246,7 @@ func WriteText(w io.Writer, r *Result) error {
 	}
 	for _, ro := range r.Rollouts {
 		p("  %s %s  %s → %s (%s)", ro.Namespace, ro.Workload, clock(ro.From), clock(ro.To), fmtDur(ro.To-ro.From))
-		p("    %d pods replaced, %d new pods ready; failures: %s", len(ro.Replaced), len(ro.NewPods), causeCounts(ro.ByCause, r.Rules))
+		p("    %s replaced, %s ready; failures: %s", count(len(ro.Replaced), "pod"), count(len(ro.NewPods), "new pod"), causeCounts(ro.ByCause, r.Rules))
 		if ro.Inferred > 0 {
 			p("    proven by kernel evidence alone: %s", causeCounts(ro.InferredByCause, r.Rules))
 		}
@@ -545,4 +545,11 @@ func WriteMarkdown(w io.Writer, r *Result) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+func count(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
 }
