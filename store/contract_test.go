@@ -230,7 +230,7 @@ func TestContractIdempotent(t *testing.T) {
 	})
 }
 
-// poison makes the database itself reject rows whose comm is "poison", so
+// poison makes the database itself reject rows whose container is "poison", so
 // a batch can fail midway inside the database, after earlier rows went in.
 func poison(t *testing.T, s Store) {
 	ctx := context.Background()
@@ -238,10 +238,10 @@ func poison(t *testing.T, s Store) {
 	switch s := s.(type) {
 	case *SQLite:
 		_, err = s.db.ExecContext(ctx, `CREATE TRIGGER poison BEFORE INSERT ON events
-			WHEN NEW.comm = 'poison' BEGIN SELECT RAISE(ABORT, 'poisoned row'); END`)
+			WHEN NEW.container = 'poison' BEGIN SELECT RAISE(ABORT, 'poisoned row'); END`)
 	case *Postgres:
 		_, err = s.pool.Exec(ctx, `CREATE FUNCTION poison() RETURNS trigger LANGUAGE plpgsql AS $$
-			BEGIN IF NEW.comm = 'poison' THEN RAISE EXCEPTION 'poisoned row'; END IF; RETURN NEW; END $$;
+			BEGIN IF NEW.container = 'poison' THEN RAISE EXCEPTION 'poisoned row'; END IF; RETURN NEW; END $$;
 			CREATE TRIGGER poison BEFORE INSERT ON events FOR EACH ROW EXECUTE FUNCTION poison();`)
 	}
 	if err != nil {
@@ -255,7 +255,7 @@ func TestContractAtomicBatch(t *testing.T) {
 		s, _ := b.open(t)
 		poison(t, s)
 		batch := eventgen.Rollout(1000, day0, 5, "checkout")
-		batch[700].Comm = "poison"
+		batch[700].Pod.Container = "poison"
 		batch[700].Seal()
 		err := s.Append(ctx, batch)
 		if err == nil || !strings.Contains(err.Error(), "poisoned row") {
@@ -268,7 +268,7 @@ func TestContractAtomicBatch(t *testing.T) {
 			t.Fatal("Append changed the caller's batch")
 		}
 		// The caller still has the whole batch and can write it once fixed.
-		batch[700].Comm = "server"
+		batch[700].Pod.Container = "app"
 		batch[700].Seal()
 		if err := s.Append(ctx, batch); err != nil {
 			t.Fatal(err)

@@ -228,7 +228,7 @@ func (s *Postgres) ensurePartitions(ctx context.Context, batch []event.Event) er
 
 // Scan implements Store.
 func (s *Postgres) Scan(ctx context.Context, q Query, fn func(*event.Event) error) error {
-	query, args := selectEvents(q, pgPlaceholder)
+	query, args := selectEvents(q, columns, pgPlaceholder)
 	rows, err := s.pool.Query(ctx, query, args...)
 	if err != nil {
 		return fmt.Errorf("store %s: querying events: %s", s.name, oneLine(err))

@@ -7,8 +7,7 @@ import (
 	"github.com/drainscope/drainscope/event"
 )
 
-// columns is the events table's column order, shared by both backends for
-// writes and reads.
+// columns is the Postgres events table's column order, for writes and reads.
 var columns = []string{
 	"ts", "id", "kind", "node", "source",
 	"namespace", "pod", "pod_uid", "container", "workload_kind", "workload",
@@ -18,7 +17,6 @@ var columns = []string{
 	"service", "slice", "reason", "flags", "attrs",
 }
 
-var columnList = strings.Join(columns, ", ")
 
 // placeholder renders the n-th (1-based) bind parameter in a dialect.
 type placeholder func(n int) string
@@ -76,9 +74,9 @@ func where(q Query, ph placeholder) (string, []any) {
 }
 
 // selectEvents renders the query that Scan runs.
-func selectEvents(q Query, ph placeholder) (string, []any) {
+func selectEvents(q Query, cols []string, ph placeholder) (string, []any) {
 	w, args := where(q, ph)
-	s := "SELECT " + columnList + " FROM events" + w + " ORDER BY ts, id"
+	s := "SELECT " + strings.Join(cols, ", ") + " FROM events" + w + " ORDER BY ts, id"
 	if q.Limit > 0 {
 		s += fmt.Sprintf(" LIMIT %d", q.Limit)
 	}

@@ -4,10 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,7 +17,7 @@ import (
 )
 
 // sqliteRowsPerInsert is how many rows one INSERT statement carries. Fewer
-// statements amortise the driver's per-call cost; 28 columns × 64 rows stays
+// statements amortise the driver's per-call cost; 13 columns × 64 rows stays
 // well under SQLite's limit of 32,766 bound parameters.
 const sqliteRowsPerInsert = 64
 
@@ -213,18 +211,17 @@ func sqliteInsertBatch(ctx context.Context, c sqliteDriverConn, batch []event.Ev
 		return err
 	}
 	defer closeFull()
-	vals := make([]any, 0, len(columns)*sqliteRowsPerInsert)
-	args := make([]driver.NamedValue, len(columns)*sqliteRowsPerInsert)
+	vals := make([]any, 0, len(sqliteColumns)*sqliteRowsPerInsert)
+	args := make([]driver.NamedValue, len(sqliteColumns)*sqliteRowsPerInsert)
+	var buf []byte
 	for start := 0; start < len(batch); start += sqliteRowsPerInsert {
 		end := min(start+sqliteRowsPerInsert, len(batch))
-		vals = vals[:0]
+		vals, buf = vals[:0], buf[:0]
 		for i := start; i < end; i++ {
-			if vals, err = appendRow(vals, &batch[i], sqliteAddr, sqliteAttrs); err != nil {
-				return err
-			}
+			vals, buf = appendSQLiteRow(vals, buf, &batch[i])
 		}
 		for i, v := range vals {
-			args[i] = driver.NamedValue{Ordinal: i + 1, Value: driverValue(v)}
+			args[i] = driver.NamedValue{Ordinal: i + 1, Value: v}
 		}
 		stmt := full
 		if n := end - start; n < sqliteRowsPerInsert {
@@ -242,76 +239,42 @@ func sqliteInsertBatch(ctx context.Context, c sqliteDriverConn, batch []event.Ev
 	return nil
 }
 
-// driverValue narrows appendRow's values to the driver's value types.
-func driverValue(v any) driver.Value {
-	switch x := v.(type) {
-	case int32:
-		return int64(x)
-	case int64, string, nil:
-		return x
-	}
-	panic(fmt.Sprintf("store: unexpected column value type %T", v))
-}
-
 func sqliteInsert(rows int) string {
-	one := "(" + strings.TrimSuffix(strings.Repeat("?,", len(columns)), ",") + ")"
-	return "INSERT OR IGNORE INTO events (" + columnList + ") VALUES " +
+	one := "(" + strings.TrimSuffix(strings.Repeat("?,", len(sqliteColumns)), ",") + ")"
+	return "INSERT OR IGNORE INTO events (" + strings.Join(sqliteColumns, ", ") + ") VALUES " +
 		strings.TrimSuffix(strings.Repeat(one+",", rows), ",")
-}
-
-func sqliteAddr(a netip.Addr) any { return a.String() }
-
-func sqliteAttrs(m map[string]string) (any, error) {
-	if len(m) == 0 {
-		return nil, nil
-	}
-	b, err := json.Marshal(m)
-	return string(b), err
 }
 
 // Scan implements Store.
 func (s *SQLite) Scan(ctx context.Context, q Query, fn func(*event.Event) error) error {
-	query, args := selectEvents(q, sqlitePlaceholder)
+	query, args := selectEvents(q, sqliteColumns, sqlitePlaceholder)
 	rows, err := s.db.QueryContext(ctx, query, args...)
 	if err != nil {
 		return fmt.Errorf("store sqlite:%s: querying events: %s", s.path, oneLine(err))
 	}
 	defer rows.Close()
-	var laddr, raddr []byte
-	t := newScanTarget(&laddr, &raddr)
+	var (
+		e                          event.Event
+		id, signal                 int64
+		kind, source, wkind, wname string
+		detail                     []byte
+	)
+	dest := []any{&e.Time, &id, &kind, &e.Node, &source,
+		&e.Pod.Namespace, &e.Pod.Name, &e.Pod.UID, &e.Pod.Container, &wkind, &wname, &signal, &detail}
 	for rows.Next() {
-		laddr, raddr = laddr[:0], raddr[:0]
-		if err := rows.Scan(t.dest...); err != nil {
+		if err := rows.Scan(dest...); err != nil {
 			return fmt.Errorf("store sqlite:%s: reading events: %w", s.path, err)
 		}
-		local, err := parseAddr(laddr)
-		if err != nil {
-			return err
+		e.ID, e.Kind, e.Source, e.Signal = event.ID(id), event.Kind(kind), event.Source(source), int32(signal)
+		e.Workload = event.Workload{Kind: wkind, Name: wname}
+		if err := unpackDetail(detail, &e); err != nil {
+			return fmt.Errorf("store sqlite:%s: event %s at %d: %w", s.path, e.ID, e.Time, err)
 		}
-		remote, err := parseAddr(raddr)
-		if err != nil {
-			return err
-		}
-		e, err := t.finish(local, remote)
-		if err != nil {
-			return err
-		}
-		if err := fn(e); err != nil {
+		if err := fn(&e); err != nil {
 			return err
 		}
 	}
 	return rows.Err()
-}
-
-func parseAddr(b []byte) (netip.Addr, error) {
-	if len(b) == 0 {
-		return netip.Addr{}, nil
-	}
-	a, err := netip.ParseAddr(string(b))
-	if err != nil {
-		return a, fmt.Errorf("stored address %q: %w", b, err)
-	}
-	return a, nil
 }
 
 // Terminations implements Store.
