@@ -17,7 +17,6 @@ var columns = []string{
 	"service", "slice", "reason", "flags", "attrs",
 }
 
-
 // placeholder renders the n-th (1-based) bind parameter in a dialect.
 type placeholder func(n int) string
 
