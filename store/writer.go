@@ -1,0 +1,221 @@
+package store
+
+import (
+	"context"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/drainscope/drainscope/event"
+)
+
+// WriterOptions tune a Writer. Zero values take the defaults.
+type WriterOptions struct {
+	// Batch is the most events one Append carries (default 5,000).
+	Batch int
+	// Interval is the longest an event waits before a write (default 200 ms).
+	Interval time.Duration
+	// Limit bounds the events held in memory while the store is slow or
+	// down (default 1,000,000). Events past it are dropped and counted.
+	Limit int
+	// RetryMax caps the pause between failed writes (default 10 s).
+	RetryMax time.Duration
+	Logger   *slog.Logger
+}
+
+// WriterStats counts what a Writer did.
+type WriterStats struct {
+	Received int64 // events handed to Add
+	Written  int64 // events the store accepted
+	Dropped  int64 // events refused because the buffer was full
+	Pending  int   // events held, not yet written
+	Failures int64 // failed Append calls
+	LastErr  string
+}
+
+// Writer batches events into a Store from any number of producers. It
+// keeps events until the store accepts them, so a database outage loses
+// nothing within Limit; past Limit it drops new events and counts them,
+// never silently. Append is idempotent, so a batch that failed after the
+// database committed it is simply written again.
+type Writer struct {
+	st   Store
+	opt  WriterOptions
+	wake chan struct{} // a batch is full
+	stop chan struct{} // Close was called
+	done chan struct{} // loop has returned
+
+	mu      sync.Mutex
+	pending []event.Event
+	stats   WriterStats
+	closed  bool
+}
+
+// NewWriter starts a Writer that flushes until Close is called.
+func NewWriter(st Store, opt WriterOptions) *Writer {
+	if opt.Batch <= 0 {
+		opt.Batch = 5000
+	}
+	if opt.Interval <= 0 {
+		opt.Interval = 200 * time.Millisecond
+	}
+	if opt.Limit <= 0 {
+		opt.Limit = 1_000_000
+	}
+	if opt.RetryMax <= 0 {
+		opt.RetryMax = 10 * time.Second
+	}
+	if opt.Logger == nil {
+		opt.Logger = slog.Default()
+	}
+	w := &Writer{st: st, opt: opt, wake: make(chan struct{}, 1),
+		stop: make(chan struct{}), done: make(chan struct{})}
+	go w.loop()
+	return w
+}
+
+// Add queues events. It never blocks on the store; it reports how many of
+// evs were dropped because the buffer was full.
+func (w *Writer) Add(evs ...event.Event) (dropped int) {
+	w.mu.Lock()
+	w.stats.Received += int64(len(evs))
+	room := w.opt.Limit - len(w.pending)
+	if w.closed {
+		room = 0
+	}
+	if room < len(evs) {
+		dropped = len(evs) - max(room, 0)
+		evs = evs[:max(room, 0)]
+		w.stats.Dropped += int64(dropped)
+	}
+	w.pending = append(w.pending, evs...)
+	full := len(w.pending) >= w.opt.Batch
+	w.mu.Unlock()
+	if full {
+		w.poke()
+	}
+	return dropped
+}
+
+func (w *Writer) poke() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Stats returns a snapshot of the counters.
+func (w *Writer) Stats() WriterStats {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	s := w.stats
+	s.Pending = len(w.pending)
+	return s
+}
+
+// Close stops taking events and writes what is held, trying until ctx ends.
+// Whatever could not be written is reported as an error with its count.
+func (w *Writer) Close(ctx context.Context) error {
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		<-w.done
+		return nil
+	}
+	w.closed = true
+	w.mu.Unlock()
+	close(w.stop)
+	<-w.done
+	backoff := 50 * time.Millisecond
+	for {
+		n, err := w.flushOnce(ctx)
+		if err == nil && n == 0 {
+			return nil
+		}
+		if err != nil {
+			select {
+			case <-ctx.Done():
+				left := w.Stats().Pending
+				return &UnwrittenError{Events: left, Err: err}
+			case <-time.After(backoff):
+				backoff = min(2*backoff, w.opt.RetryMax)
+			}
+		}
+	}
+}
+
+// UnwrittenError reports events still held when a Writer had to stop.
+type UnwrittenError struct {
+	Events int
+	Err    error
+}
+
+func (e *UnwrittenError) Error() string {
+	return "store writer: " + strconv.Itoa(e.Events) + " events not written: " + e.Err.Error()
+}
+
+func (e *UnwrittenError) Unwrap() error { return e.Err }
+
+// loop writes a batch whenever one is full or Interval has passed, backing
+// off while the store fails, until Close.
+func (w *Writer) loop() {
+	defer close(w.done)
+	tick := time.NewTicker(w.opt.Interval)
+	defer tick.Stop()
+	backoff := time.Duration(0)
+	for {
+		wait := (<-chan time.Time)(tick.C)
+		if backoff > 0 {
+			wait = time.After(backoff)
+		}
+		select {
+		case <-w.stop:
+			return
+		case <-wait:
+		case <-w.wake:
+			if backoff > 0 {
+				continue // a full batch does not cut a backoff short
+			}
+		}
+		for {
+			n, err := w.flushOnce(context.Background())
+			if err != nil {
+				backoff = min(max(2*backoff, 100*time.Millisecond), w.opt.RetryMax)
+				w.opt.Logger.Warn("store write failed; events kept for retry",
+					"err", err, "pending", w.Stats().Pending, "retry_in", backoff)
+				break
+			}
+			backoff = 0
+			if n < w.opt.Batch {
+				break
+			}
+		}
+	}
+}
+
+// flushOnce writes the oldest batch held. Events are removed from the
+// buffer only after the store accepted them.
+func (w *Writer) flushOnce(ctx context.Context) (int, error) {
+	w.mu.Lock()
+	n := min(len(w.pending), w.opt.Batch)
+	batch := w.pending[:n:n]
+	w.mu.Unlock()
+	if n == 0 {
+		return 0, nil
+	}
+	err := w.st.Append(ctx, batch)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err != nil {
+		w.stats.Failures++
+		w.stats.LastErr = err.Error()
+		return 0, err
+	}
+	w.stats.Written += int64(n)
+	// Producers only append past the end, so the first n events are still
+	// the batch. Dropping them by reslicing is O(1); append reallocates,
+	// and copies only the live tail, as the buffer grows.
+	w.pending = w.pending[n:]
+	return n, nil
+}
