@@ -1,0 +1,324 @@
+package scenario
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/drainscope/drainscope/controlplane"
+	"github.com/drainscope/drainscope/ebpf"
+	"github.com/drainscope/drainscope/event"
+	"github.com/drainscope/drainscope/lab/cgroup"
+	"github.com/drainscope/drainscope/lab/lock"
+	"github.com/drainscope/drainscope/lab/netns"
+	"github.com/drainscope/drainscope/lab/node"
+	"github.com/drainscope/drainscope/store"
+)
+
+// Lab-wide names.
+const (
+	NodeName  = "drainscope-lab"
+	Namespace = "drainscope-lab"
+	// AppImage is the sample service's image name; the lab node runs
+	// Options.AppCommand for it.
+	AppImage = "drainscope.dev/sampleapp:lab"
+)
+
+// Options configure the cluster.
+type Options struct {
+	BinDir string // Kubernetes binaries; controlplane.BinDir() when empty
+	// AppCommand runs the sample service: the program and its leading
+	// arguments (for the drainscope binary: itself, "lab", "sampleapp").
+	AppCommand []string
+	AppEnv     []string
+	Store      store.Store
+	// NoKernel skips the eBPF capture; the lab node then records the
+	// signals it sends and the exits it sees itself.
+	NoKernel bool
+	// WaitForLock waits for another lab to finish instead of failing.
+	WaitForLock bool
+	Log         *slog.Logger
+	Progress    io.Writer // one line per step; nil for none
+}
+
+// Cluster is a running single-node lab cluster.
+type Cluster struct {
+	CP     *controlplane.ControlPlane
+	Node   *node.Node
+	Client kubernetes.Interface
+
+	opts     Options
+	log      *slog.Logger
+	lock     *lock.Lock
+	net      netns.Network
+	tree     cgroup.Tree
+	rec      *recorder
+	kernel   *ebpf.Collector
+	kernelCh chan error
+	watchers []func()
+
+	quiet      atomic.Bool // tearing down: record nothing more
+	nodeCancel context.CancelFunc
+	nodeDone   chan error
+	downOnce   sync.Once
+	// KernelErr says why the eBPF capture is not running, when it is not.
+	KernelErr error
+}
+
+func (o *Options) progress(format string, args ...any) {
+	if o.Progress != nil {
+		fmt.Fprintf(o.Progress, format+"\n", args...)
+	}
+}
+
+// Up brings the cluster up: checks the host, removes an earlier lab's
+// leftovers, creates the pod network, starts the control plane, the lab
+// node, kube-proxy and the recording agent. On error everything it started
+// is torn down again.
+func Up(ctx context.Context, o Options) (c *Cluster, err error) {
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	if o.Store == nil {
+		return nil, errors.New("scenario: no store")
+	}
+	if len(o.AppCommand) == 0 {
+		return nil, errors.New("scenario: no command for the sample service")
+	}
+	if err := Preflight(o.BinDir); err != nil {
+		return nil, err
+	}
+	c = &Cluster{opts: o, log: o.Log, net: netns.Default}
+	if o.WaitForLock {
+		c.lock, err = lock.Acquire(ctx)
+	} else {
+		c.lock, err = lock.TryAcquire()
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			c.Down()
+		}
+	}()
+
+	if left, err := FindLeftovers(); err != nil {
+		return c, err
+	} else if !left.Empty() {
+		o.progress("removing what an earlier lab left: %s", left)
+		if _, err := Cleanup(ctx, true); err != nil {
+			return c, fmt.Errorf("an earlier lab left things behind that could not be removed: %w\n(run 'drainscope lab cleanup' as root once the cause is fixed)", err)
+		}
+	}
+	if c.tree, err = cgroup.Detect(); err != nil {
+		return c, err
+	}
+	root, err := cgroup.Create(c.tree.Root())
+	if err != nil {
+		return c, err
+	}
+	root.Close()
+	if err := c.net.Setup(ctx); err != nil {
+		return c, err
+	}
+	o.progress("pod network: bridge %s %s, pods %s, services %s", c.net.Bridge, c.net.Gateway, c.net.PodCIDR(), c.net.ServiceCIDR)
+	c.rec = newRecorder(o.Store, o.Log)
+
+	start := time.Now()
+	o.progress("starting etcd, kube-apiserver, kube-controller-manager (%s) …", controlplane.Version)
+	c.CP, err = controlplane.Start(ctx, controlplane.Options{
+		BinDir:      o.BinDir,
+		Dir:         k8sDir,
+		ServiceCIDR: c.net.ServiceCIDR.String(),
+		Logger:      o.Log,
+	})
+	if err != nil {
+		return c, fmt.Errorf("starting the control plane: %w", err)
+	}
+	c.Client = c.CP.Client()
+	o.progress("control plane ready in %.1fs (API %s)", time.Since(start).Seconds(), c.CP.Host())
+
+	var sandboxMu sync.Mutex
+	var sandboxHook func(node.PodInfo, bool)
+	c.Node, err = node.New(node.Config{
+		Name:      NodeName,
+		Client:    c.Client,
+		Network:   c.net,
+		Cgroups:   c.tree,
+		Images:    map[string]node.Image{AppImage: {Entrypoint: o.AppCommand, Env: o.AppEnv}},
+		LogDir:    podLogDir,
+		Namespace: Namespace,
+		Log:       o.Log,
+		Sandbox: func(p node.PodInfo, up bool) {
+			sandboxMu.Lock()
+			h := sandboxHook
+			sandboxMu.Unlock()
+			if h != nil {
+				h(p, up)
+			}
+		},
+		Record: func(e event.Event) {
+			if c.kernel == nil && !c.quiet.Load() {
+				c.rec.Add(e)
+			}
+		},
+		Version: controlplane.Version,
+	})
+	if err != nil {
+		return c, err
+	}
+	if err := c.Node.Register(ctx); err != nil {
+		return c, err
+	}
+	if err := c.CP.EnsureNamespace(ctx, Namespace); err != nil {
+		return c, err
+	}
+
+	if !o.NoKernel {
+		if err := c.startKernel(ctx); err != nil {
+			c.KernelErr = err
+			o.progress("kernel capture off: %v (the lab node records signals and exits itself)", err)
+		} else {
+			sandboxMu.Lock()
+			sandboxHook = func(p node.PodInfo, up bool) {
+				if p.NetNS == 0 {
+					return
+				}
+				if up {
+					_ = c.kernel.TrackNetNS(p.NetNS)
+				} else {
+					_ = c.kernel.UntrackNetNS(p.NetNS)
+				}
+			}
+			sandboxMu.Unlock()
+			o.progress("kernel capture on: %d programs, tracking cgroup %s", loaded(c.kernel.Programs()), c.tree.Root())
+		}
+	} else {
+		c.KernelErr = errors.New("turned off")
+	}
+	if err := c.startWatchers(ctx); err != nil {
+		return c, err
+	}
+
+	nodeCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	c.nodeCancel, c.nodeDone = cancel, make(chan error, 1)
+	go func() { c.nodeDone <- c.Node.Run(nodeCtx) }()
+
+	if err := claimTables(); err != nil {
+		return c, fmt.Errorf("recording the nftables tables: %w", err)
+	}
+	if err := c.CP.StartKubeProxy(ctx, controlplane.ProxyOptions{
+		NodeName:    NodeName,
+		Mode:        "nftables",
+		ClusterCIDR: c.net.PodCIDR().String(),
+		// Leave the host's conntrack timeouts alone too.
+		ExtraArgs: []string{"--conntrack-tcp-timeout-established=0", "--conntrack-tcp-timeout-close-wait=0"},
+	}); err != nil {
+		return c, fmt.Errorf("starting kube-proxy: %w\n%s", err, c.CP.Logs("kube-proxy-"+NodeName, 20))
+	}
+	o.progress("lab node %s and kube-proxy (nftables) running, %.1fs after start", NodeName, time.Since(start).Seconds())
+	return c, nil
+}
+
+func loaded(ps []ebpf.Program) int {
+	n := 0
+	for _, p := range ps {
+		if p.Loaded {
+			n++
+		}
+	}
+	return n
+}
+
+// startKernel opens the eBPF capture and tracks the lab's whole cgroup tree.
+func (c *Cluster) startKernel(ctx context.Context) error {
+	k, err := ebpf.Open(ebpf.Config{Node: NodeName, Pods: c.Node, Logger: c.log})
+	if err != nil {
+		return err
+	}
+	if root := k.CgroupRoot(); root != c.tree.Mount {
+		k.Close()
+		return fmt.Errorf("the capture uses the cgroup hierarchy at %s, the lab's pods live under %s", root, c.tree.Mount)
+	}
+	if _, err := k.TrackCgroupPath(c.tree.Root()); err != nil {
+		k.Close()
+		return err
+	}
+	c.kernel = k
+	c.kernelCh = make(chan error, 1)
+	go func() {
+		c.kernelCh <- k.Run(context.WithoutCancel(ctx), func(e *event.Event) {
+			cp := *e
+			if e.Attrs != nil {
+				cp.Attrs = make(map[string]string, len(e.Attrs))
+				for k, v := range e.Attrs {
+					cp.Attrs[k] = v
+				}
+			}
+			c.rec.Add(cp)
+		})
+	}()
+	return nil
+}
+
+// Record stores an event observed by the lab itself.
+func (c *Cluster) Record(e event.Event) {
+	if !c.quiet.Load() {
+		c.rec.Add(e)
+	}
+}
+
+// Sync waits until every event recorded so far is in the store.
+func (c *Cluster) Sync() { c.rec.Sync() }
+
+// Counts returns the stored events by kind.
+func (c *Cluster) Counts() map[event.Kind]int { return c.rec.Counts() }
+
+// Kernel reports whether the eBPF capture runs.
+func (c *Cluster) Kernel() bool { return c.kernel != nil }
+
+// Down stops everything and removes what the lab created. It is safe to
+// call more than once and on a partly started cluster.
+func (c *Cluster) Down() {
+	c.downOnce.Do(func() {
+		ctx := context.Background()
+		// Stop recording first: the teardown's kills are not part of any
+		// experiment and would only confuse a later report.
+		c.quiet.Store(true)
+		for _, stop := range c.watchers {
+			stop()
+		}
+		if c.kernel != nil {
+			c.kernel.Close()
+			<-c.kernelCh
+		}
+		if c.rec != nil {
+			c.rec.Close()
+		}
+		if c.nodeCancel != nil {
+			// The node kills the pods' processes at once: the lab is going
+			// away, there is nothing to drain for.
+			c.nodeCancel()
+			<-c.nodeDone
+		}
+		if c.CP != nil {
+			c.CP.Stop()
+		}
+		if _, err := Cleanup(ctx, true); err != nil {
+			c.log.Warn("cleaning up the lab", "err", err)
+			fmt.Fprintf(os.Stderr, "drainscope lab: cleanup incomplete: %v\n", err)
+		}
+		if c.lock != nil {
+			_ = c.lock.Release()
+		}
+	})
+}

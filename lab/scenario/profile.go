@@ -1,0 +1,140 @@
+// Package scenario runs the lab's experiment: a control run without a
+// rollout, then one run per shutdown behaviour with a rolling update at a
+// set time, each under the same keep-alive load through a Service's
+// ClusterIP, on a real single-node Kubernetes brought up for the purpose
+// (control plane, kube-proxy in nftables mode, the lab node). It records
+// everything into the store and returns, per run, what the clients saw.
+package scenario
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/drainscope/drainscope/lab/sampleapp"
+)
+
+// Profile is the shape of an experiment: how long each run lasts, when the
+// rollout starts, how many replicas and clients.
+type Profile struct {
+	Name        string
+	Duration    time.Duration // load per run
+	Control     time.Duration // load of the control run; Duration when 0
+	RolloutAt   time.Duration // from the start of the load
+	Replicas    int32
+	Clients     int
+	Interval    time.Duration // each client's pause between requests
+	Timeout     time.Duration // per request
+	ExitDelay   time.Duration // graceful: SIGTERM to exit
+	PreStop     time.Duration // the preStop sleep of the graceful+preStop run
+	Grace       time.Duration // terminationGracePeriodSeconds
+	ProbePeriod time.Duration // readiness probe period
+}
+
+// Profiles are the built-in experiment shapes.
+var Profiles = map[string]Profile{
+	// short finishes in a few minutes: five runs of 30 s.
+	"short": {
+		Name: "short", Duration: 30 * time.Second, RolloutAt: 5 * time.Second,
+		Replicas: 4, Clients: 20, Interval: 110 * time.Millisecond, Timeout: 2 * time.Second,
+		ExitDelay: 3 * time.Second, PreStop: 5 * time.Second, Grace: 30 * time.Second, ProbePeriod: time.Second,
+	},
+	// seed000 is the field report's experiment: 4 replicas, 20 keep-alive
+	// clients, about 19,000 requests in 110 s per run, rollout at 25 s,
+	// the graceful handler exiting 3 s after SIGTERM, a 5 s preStop sleep.
+	"seed000": {
+		Name: "seed000", Duration: 110 * time.Second, RolloutAt: 25 * time.Second,
+		Replicas: 4, Clients: 20, Interval: 110 * time.Millisecond, Timeout: 2 * time.Second,
+		ExitDelay: 3 * time.Second, PreStop: 5 * time.Second, Grace: 30 * time.Second, ProbePeriod: time.Second,
+	},
+	// ci is the end-to-end test's: short runs that still cover a whole
+	// rollout and the last pod's exit.
+	"ci": {
+		Name: "ci", Duration: 20 * time.Second, Control: 8 * time.Second, RolloutAt: 3 * time.Second,
+		Replicas: 4, Clients: 20, Interval: 110 * time.Millisecond, Timeout: 2 * time.Second,
+		ExitDelay: 3 * time.Second, PreStop: 5 * time.Second, Grace: 30 * time.Second, ProbePeriod: time.Second,
+	},
+}
+
+// ProfileNames lists the built-in profiles.
+func ProfileNames() []string {
+	var out []string
+	for k := range Profiles {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Validate checks that a profile can work.
+func (p Profile) Validate() error {
+	switch {
+	case p.Duration <= 0 || p.RolloutAt < 0 || p.RolloutAt >= p.Duration:
+		return fmt.Errorf("profile %s: the rollout (at %v) must start within the run (%v)", p.Name, p.RolloutAt, p.Duration)
+	case p.Replicas < 1 || p.Clients < 1:
+		return fmt.Errorf("profile %s: want at least one replica and one client", p.Name)
+	case p.Grace < time.Second:
+		return fmt.Errorf("profile %s: grace period %v is under a second", p.Name, p.Grace)
+	case p.Interval < time.Millisecond:
+		return fmt.Errorf("profile %s: client interval %v is too short for a lab", p.Name, p.Interval)
+	}
+	return nil
+}
+
+// ControlDuration is how long the control run's load lasts.
+func (p Profile) ControlDuration() time.Duration {
+	if p.Control > 0 {
+		return p.Control
+	}
+	return p.Duration
+}
+
+// Run is one run of the experiment.
+type Run struct {
+	Name      string // also the Deployment's and Service's suffix
+	Behaviour sampleapp.Behaviour
+	PreStop   bool // add a preStop sleep to the pod spec
+	Rollout   bool // false for the control run
+	What      string
+}
+
+// Runs are the experiment's runs, in order.
+var Runs = []Run{
+	{Name: "control", Behaviour: sampleapp.Exit, What: "no rollout: the baseline"},
+	{Name: "exit", Behaviour: sampleapp.Exit, Rollout: true, What: "exit at SIGTERM"},
+	{Name: "graceful", Behaviour: sampleapp.Graceful, Rollout: true, What: "close the listener, exit after a delay"},
+	{Name: "prestop", Behaviour: sampleapp.Graceful, PreStop: true, Rollout: true, What: "graceful plus a preStop sleep"},
+	{Name: "drain", Behaviour: sampleapp.Drain, Rollout: true, What: "Connection: close while draining, exit when idle"},
+}
+
+// SelectRuns returns the runs named in a comma-separated list, in the
+// experiment's order; an empty list selects all.
+func SelectRuns(list string) ([]Run, error) {
+	if strings.TrimSpace(list) == "" {
+		return slices.Clone(Runs), nil
+	}
+	want := map[string]bool{}
+	for _, n := range strings.Split(list, ",") {
+		n = strings.TrimSpace(n)
+		if !slices.ContainsFunc(Runs, func(r Run) bool { return r.Name == n }) {
+			return nil, fmt.Errorf("unknown run %q (want some of: %s)", n, runNames())
+		}
+		want[n] = true
+	}
+	var out []Run
+	for _, r := range Runs {
+		if want[r.Name] {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+func runNames() string {
+	var s []string
+	for _, r := range Runs {
+		s = append(s, r.Name)
+	}
+	return strings.Join(s, ",")
+}

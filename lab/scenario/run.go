@@ -1,0 +1,466 @@
+package scenario
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"slices"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/drainscope/drainscope/event"
+	"github.com/drainscope/drainscope/lab/load"
+	"github.com/drainscope/drainscope/lab/sampleapp"
+)
+
+// Config is what Execute runs.
+type Config struct {
+	Profile  Profile
+	Runs     []Run
+	Progress io.Writer
+	Log      *slog.Logger
+}
+
+// PodRecord names one pod of a run.
+type PodRecord struct {
+	Name string
+	UID  string
+	IP   netip.Addr
+}
+
+// RunResult is what one run did and what its clients saw.
+type RunResult struct {
+	Run        Run
+	Deployment string // name, in Namespace
+	Service    string // namespace/name
+	ClusterIP  netip.AddrPort
+	Start, End time.Time // the load's window
+	// RolloutStart is when the pod template changed, RolloutEnd when the
+	// last replaced pod was gone; zero for the control run.
+	RolloutStart, RolloutEnd time.Time
+	Replaced                 []PodRecord
+	New                      []PodRecord
+	Load                     load.Result
+	Note                     string
+}
+
+// Window is the run's time range for queries: from just before the load to
+// the later of its end and the rollout's.
+func (r RunResult) Window() event.Window {
+	end := r.End
+	if r.RolloutEnd.After(end) {
+		end = r.RolloutEnd
+	}
+	return event.Window{From: r.Start.Add(-2 * time.Second).UnixNano(), To: end.Add(time.Second).UnixNano()}
+}
+
+// Execute runs the experiment on c, one run after the other.
+func Execute(ctx context.Context, c *Cluster, cfg Config) ([]RunResult, error) {
+	if err := cfg.Profile.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	var out []RunResult
+	for i, r := range cfg.Runs {
+		c.opts.progress("run %d/%d: %s (%s)", i+1, len(cfg.Runs), r.Name, r.What)
+		res, err := runOne(ctx, c, cfg, r)
+		if err != nil {
+			return out, fmt.Errorf("run %s: %w", r.Name, err)
+		}
+		c.opts.progress("  %s", res.Summary())
+		out = append(out, res)
+	}
+	return out, nil
+}
+
+// Summary is one line about a run.
+func (r RunResult) Summary() string {
+	s := fmt.Sprintf("requests=%d ok=%d failed=%d", r.Load.Requests, r.Load.OK, r.Load.FailedTotal())
+	if n := r.Load.FailedTotal(); n > 0 {
+		s += " (" + classCounts(r.Load.Failed) + ")"
+	}
+	if !r.RolloutStart.IsZero() {
+		s += fmt.Sprintf("; rollout at +%.1fs", r.RolloutStart.Sub(r.Start).Seconds())
+		if !r.RolloutEnd.IsZero() {
+			s += fmt.Sprintf(", last old pod gone at +%.1fs", r.RolloutEnd.Sub(r.Start).Seconds())
+		}
+		s += fmt.Sprintf(", %d pods replaced", len(r.Replaced))
+	}
+	if r.Note != "" {
+		s += "; " + r.Note
+	}
+	return s
+}
+
+func classCounts(m map[string]int) string {
+	s := ""
+	for _, c := range load.Classes {
+		if m[c] > 0 {
+			if s != "" {
+				s += " "
+			}
+			s += fmt.Sprintf("%s=%d", c, m[c])
+		}
+	}
+	return s
+}
+
+func runOne(ctx context.Context, c *Cluster, cfg Config, r Run) (res RunResult, err error) {
+	p := cfg.Profile
+	name := "sample-" + r.Name
+	res = RunResult{Run: r, Deployment: name, Service: Namespace + "/" + name}
+	cs := c.Client
+	svc, err := cs.CoreV1().Services(Namespace).Create(ctx, service(name, r), metav1.CreateOptions{})
+	if err != nil {
+		return res, fmt.Errorf("creating the Service: %w", err)
+	}
+	defer func() {
+		if derr := teardownRun(context.WithoutCancel(ctx), c, name, r); derr != nil && err == nil {
+			err = derr
+		}
+	}()
+	ip, err := netip.ParseAddr(svc.Spec.ClusterIP)
+	if err != nil {
+		return res, fmt.Errorf("service %s has no ClusterIP: %w", name, err)
+	}
+	res.ClusterIP = netip.AddrPortFrom(ip, 80)
+	if _, err := cs.AppsV1().Deployments(Namespace).Create(ctx, deployment(name, r, p), metav1.CreateOptions{}); err != nil {
+		return res, fmt.Errorf("creating the Deployment: %w", err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if err := waitRolledOut(wctx, c, name, p.Replicas, nil); err != nil {
+		return res, fmt.Errorf("waiting for %d ready replicas: %w", p.Replicas, err)
+	}
+	if err := waitServed(wctx, c, res.ClusterIP, int(p.Replicas)); err != nil {
+		return res, fmt.Errorf("waiting for the ClusterIP %s to reach every replica: %w", res.ClusterIP, err)
+	}
+	old, err := runPods(ctx, c, r)
+	if err != nil {
+		return res, err
+	}
+
+	dur := p.Duration
+	if !r.Rollout {
+		dur = p.ControlDuration()
+	}
+	lctx, lcancel := context.WithTimeout(ctx, dur)
+	defer lcancel()
+	loadDone := make(chan load.Result, 1)
+	res.Start = time.Now()
+	go func() {
+		lr, _ := load.Run(lctx, load.Config{
+			Target:   res.ClusterIP,
+			Host:     name + "." + Namespace + ".svc",
+			Clients:  p.Clients,
+			Interval: p.Interval,
+			Timeout:  p.Timeout,
+			Source:   c.net.Gateway.Addr(),
+			Backend:  load.ConntrackBackend,
+			OnFailure: func(f load.Failure) {
+				c.Record(f.Event(NodeName, res.Service))
+			},
+		})
+		loadDone <- lr
+	}()
+
+	rolled := make(chan error, 1)
+	if r.Rollout {
+		select {
+		case <-time.After(p.RolloutAt):
+		case <-lctx.Done():
+		}
+		if ctx.Err() != nil {
+			return res, ctx.Err()
+		}
+		res.RolloutStart = time.Now()
+		if err := triggerRollout(ctx, c, name); err != nil {
+			lcancel()
+			<-loadDone
+			return res, err
+		}
+		c.opts.progress("  rollout started at +%.1fs", res.RolloutStart.Sub(res.Start).Seconds())
+		go func() {
+			rctx, cancel := context.WithTimeout(ctx, dur+2*time.Minute)
+			defer cancel()
+			err := waitRolledOut(rctx, c, name, p.Replicas, old)
+			if err == nil {
+				res.RolloutEnd = time.Now()
+			}
+			rolled <- err
+		}()
+	}
+	res.Load = <-loadDone
+	res.End = time.Now()
+	if r.Rollout {
+		select {
+		case err := <-rolled:
+			if err != nil {
+				return res, fmt.Errorf("rollout: %w", err)
+			}
+		default:
+			res.Note = "the rollout outlasted the load"
+			if err := <-rolled; err != nil {
+				return res, fmt.Errorf("rollout: %w", err)
+			}
+		}
+		res.Replaced = old
+		if res.New, err = runPods(ctx, c, r); err != nil {
+			return res, err
+		}
+	}
+	c.Sync()
+	return res, nil
+}
+
+func labels(r Run) map[string]string {
+	return map[string]string{"app": "sample", "run": r.Name}
+}
+
+func service(name string, r Run) *corev1.Service {
+	return &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: Namespace, Labels: labels(r)},
+		Spec: corev1.ServiceSpec{
+			Type:     corev1.ServiceTypeClusterIP,
+			Selector: labels(r),
+			Ports:    []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromString("http"), Protocol: corev1.ProtocolTCP}},
+		},
+	}
+}
+
+func deployment(name string, r Run, p Profile) *appsv1.Deployment {
+	one, zero := intstr.FromInt32(1), intstr.FromInt32(0)
+	grace := int64(p.Grace / time.Second)
+	drainMax := p.Grace - 5*time.Second
+	if drainMax < 5*time.Second {
+		drainMax = p.Grace / 2
+	}
+	ctr := corev1.Container{
+		Name:  "app",
+		Image: AppImage,
+		Args: []string{
+			"--listen=:8080",
+			"--behaviour=" + string(r.Behaviour),
+			"--exit-delay=" + p.ExitDelay.String(),
+			// Drain long enough that kube-proxy (which syncs its rules at
+			// most once a second) has stopped sending new connections.
+			"--drain-min=3s",
+			"--drain-idle=1s",
+			"--drain-max=" + drainMax.String(),
+		},
+		Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080, Protocol: corev1.ProtocolTCP}},
+		Env: []corev1.EnvVar{{
+			Name:      "POD_NAME",
+			ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}},
+		}},
+		ReadinessProbe: &corev1.Probe{
+			ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
+				Path: sampleapp.PathHealth, Port: intstr.FromString("http"),
+			}},
+			PeriodSeconds:    int32(max(p.ProbePeriod/time.Second, 1)),
+			TimeoutSeconds:   1,
+			SuccessThreshold: 1,
+			FailureThreshold: 3,
+		},
+		Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
+			corev1.ResourceCPU:    resource.MustParse("10m"),
+			corev1.ResourceMemory: resource.MustParse("32Mi"),
+		}},
+	}
+	if r.PreStop {
+		ctr.Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{
+			Sleep: &corev1.SleepAction{Seconds: int64(p.PreStop / time.Second)},
+		}}
+	}
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: Namespace, Labels: labels(r)},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: &p.Replicas,
+			Selector: &metav1.LabelSelector{MatchLabels: labels(r)},
+			Strategy: appsv1.DeploymentStrategy{
+				Type:          appsv1.RollingUpdateDeploymentStrategyType,
+				RollingUpdate: &appsv1.RollingUpdateDeployment{MaxSurge: &one, MaxUnavailable: &zero},
+			},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels(r)},
+				Spec: corev1.PodSpec{
+					Containers:                    []corev1.Container{ctr},
+					TerminationGracePeriodSeconds: &grace,
+				},
+			},
+		},
+	}
+}
+
+// triggerRollout changes the pod template, as kubectl rollout restart does.
+func triggerRollout(ctx context.Context, c *Cluster, name string) error {
+	patch := fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{"drainscope.dev/restartedAt":%q}}}}}`,
+		time.Now().UTC().Format(time.RFC3339Nano))
+	_, err := c.Client.AppsV1().Deployments(Namespace).Patch(ctx, name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{})
+	if err != nil {
+		return fmt.Errorf("changing the pod template: %w", err)
+	}
+	return nil
+}
+
+// waitRolledOut waits until the Deployment has replicas updated, available
+// pods and, when old is given, none of those pods exists any more.
+func waitRolledOut(ctx context.Context, c *Cluster, name string, replicas int32, old []PodRecord) error {
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	last := ""
+	for {
+		d, err := c.Client.AppsV1().Deployments(Namespace).Get(ctx, name, metav1.GetOptions{})
+		if err == nil {
+			st := d.Status
+			done := st.ObservedGeneration >= d.Generation && st.UpdatedReplicas == replicas &&
+				st.Replicas == replicas && st.AvailableReplicas == replicas && st.ReadyReplicas == replicas
+			if done && len(old) > 0 {
+				pods, perr := c.Client.CoreV1().Pods(Namespace).List(ctx, metav1.ListOptions{})
+				if perr != nil {
+					err = perr
+				}
+				for _, p := range pods.Items {
+					if slices.ContainsFunc(old, func(o PodRecord) bool { return o.UID == string(p.UID) }) {
+						done = false
+					}
+				}
+			}
+			if done {
+				return nil
+			}
+			last = fmt.Sprintf("updated %d, ready %d, available %d of %d", st.UpdatedReplicas, st.ReadyReplicas, st.AvailableReplicas, replicas)
+		}
+		select {
+		case <-ctx.Done():
+			if err != nil {
+				last += " (" + err.Error() + ")"
+			}
+			return fmt.Errorf("%w: %s", ctx.Err(), last)
+		case <-t.C:
+		}
+	}
+}
+
+// waitServed asks the ClusterIP on new connections until every replica has
+// answered, so kube-proxy's rules are complete before the load starts.
+func waitServed(ctx context.Context, c *Cluster, target netip.AddrPort, replicas int) error {
+	d := &net.Dialer{Timeout: time.Second, LocalAddr: &net.TCPAddr{IP: c.net.Gateway.Addr().AsSlice()}}
+	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true, DialContext: d.DialContext, Proxy: nil}}
+	seen := map[string]bool{}
+	var lastErr error
+	for len(seen) < replicas {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+target.String()+"/", nil)
+		resp, err := hc.Do(req)
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if pod := resp.Header.Get(sampleapp.HeaderPod); pod != "" {
+				seen[pod] = true
+			}
+		} else {
+			lastErr = err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: %d of %d replicas answered (last error: %v)", ctx.Err(), len(seen), replicas, lastErr)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// runPods lists the run's pods that are not terminating.
+func runPods(ctx context.Context, c *Cluster, r Run) ([]PodRecord, error) {
+	pods, err := c.Client.CoreV1().Pods(Namespace).List(ctx, metav1.ListOptions{LabelSelector: "run=" + r.Name})
+	if err != nil {
+		return nil, fmt.Errorf("listing pods: %w", err)
+	}
+	var out []PodRecord
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp != nil {
+			continue
+		}
+		ip, _ := netip.ParseAddr(p.Status.PodIP)
+		out = append(out, PodRecord{Name: p.Name, UID: string(p.UID), IP: ip})
+	}
+	slices.SortFunc(out, func(a, b PodRecord) int { return cmpString(a.Name, b.Name) })
+	return out, nil
+}
+
+func cmpString(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// teardownRun removes the run's Service, Deployment and pods, quickly, with
+// recording paused: it is housekeeping, not an experiment.
+func teardownRun(ctx context.Context, c *Cluster, name string, r Run) error {
+	c.Sync()
+	c.rec.Pause(true)
+	defer c.rec.Pause(false)
+	cs := c.Client
+	var errs []error
+	if err := cs.CoreV1().Services(Namespace).Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		errs = append(errs, err)
+	}
+	bg := metav1.DeletePropagationBackground
+	if err := cs.AppsV1().Deployments(Namespace).Delete(ctx, name, metav1.DeleteOptions{PropagationPolicy: &bg}); err != nil && !apierrors.IsNotFound(err) {
+		errs = append(errs, err)
+	}
+	one := int64(1)
+	sel := metav1.ListOptions{LabelSelector: "run=" + r.Name}
+	if err := cs.AppsV1().ReplicaSets(Namespace).DeleteCollection(ctx, metav1.DeleteOptions{PropagationPolicy: &bg}, sel); err != nil {
+		errs = append(errs, err)
+	}
+	if err := cs.CoreV1().Pods(Namespace).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &one}, sel); err != nil {
+		errs = append(errs, err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		pods, err := cs.CoreV1().Pods(Namespace).List(ctx, sel)
+		if err == nil && len(pods.Items) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			n := -1
+			if pods != nil {
+				n = len(pods.Items)
+			}
+			errs = append(errs, fmt.Errorf("%d pods of run %s still exist a minute after deletion", n, r.Name))
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	// EndpointSlices of the Service go with it (garbage collector); wait
+	// so the next run's watcher events are about the next run only.
+	for time.Now().Before(deadline) {
+		sl, err := cs.DiscoveryV1().EndpointSlices(Namespace).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + name})
+		if err != nil || len(sl.Items) == 0 {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	c.Sync()
+	return errors.Join(errs...)
+}
