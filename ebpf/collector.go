@@ -61,6 +61,14 @@ type Config struct {
 	// else cgroup v1 "pids"), "v2", or "v1:<controller>" for nodes whose
 	// kubelet uses cgroup v1 only. IDs passed to Track are of that hierarchy.
 	Cgroups string
+	// WakeupEvents is how many events may wait in the ring buffer before
+	// the kernel wakes the reader; below that the reader finds them when it
+	// polls, every FlushInterval. Waking per event costs the kernel an
+	// irq_work each time. Default 64; 1 wakes on every event.
+	WakeupEvents int
+	// FlushInterval bounds how long an event waits in the ring buffer, and
+	// how long Run takes to notice a cancelled context. Default 100 ms.
+	FlushInterval time.Duration
 	// ClockInterval is how often the monotonic-to-wall offset is
 	// re-sampled. Default 1 s.
 	ClockInterval time.Duration
@@ -100,10 +108,13 @@ type Collector struct {
 	log      *slog.Logger
 	programs []Program
 	progs    map[string]*ebpf.Program
-	links    []link.Link
+	links    map[string]link.Link
 	maps     *ebpf.Collection
 
-	events, counters, cgroupsMap, netnsMap *ebpf.Map
+	events, counters, cgroupsMap, netnsMap, generation *ebpf.Map
+
+	trackMu sync.Mutex // serialises changes to tracked_cgroups and generation
+	flush   time.Duration
 
 	rd       *ringbuf.Reader
 	layout   cgroupLayout
@@ -152,6 +163,22 @@ func Open(cfg Config) (*Collector, error) {
 	if interval <= 0 {
 		interval = time.Second
 	}
+	flush := cfg.FlushInterval
+	if flush <= 0 {
+		flush = 100 * time.Millisecond
+	}
+	wakeup := cfg.WakeupEvents
+	if wakeup <= 0 {
+		wakeup = 64
+	}
+	var wakeupBytes uint64
+	if wakeup > 1 {
+		// Each record carries an 8-byte header in the ring.
+		wakeupBytes = uint64(wakeup * (eventSize + 8))
+		if wakeupBytes > uint64(size/2) {
+			wakeupBytes = uint64(size / 2)
+		}
+	}
 
 	layout, err := detectCgroups(cfg.Cgroups)
 	if err != nil {
@@ -189,6 +216,7 @@ func Open(cfg Config) (*Collector, error) {
 		"filter_enabled": boolByte(!cfg.TrackAll),
 		"v1_subsys_id":   v1,
 		"rst_reason_arg": boolByte(reasonArg),
+		"wakeup_bytes":   wakeupBytes,
 	}
 	for name, v := range vars {
 		if err := spec.Variables[name].Set(v); err != nil {
@@ -196,7 +224,7 @@ func Open(cfg Config) (*Collector, error) {
 		}
 	}
 
-	c := &Collector{log: log, layout: layout, progs: map[string]*ebpf.Program{}}
+	c := &Collector{log: log, layout: layout, progs: map[string]*ebpf.Program{}, links: map[string]link.Link{}, flush: flush}
 	ok := false
 	defer func() {
 		if !ok {
@@ -218,6 +246,7 @@ func Open(cfg Config) (*Collector, error) {
 	c.counters = c.maps.Maps["counters"]
 	c.cgroupsMap = c.maps.Maps["tracked_cgroups"]
 	c.netnsMap = c.maps.Maps["tracked_netns"]
+	c.generation = c.maps.Maps["generation"]
 
 	cache := btf.NewCache()
 	for _, def := range programDefs {
@@ -295,7 +324,33 @@ func (c *Collector) loadProgram(spec *ebpf.CollectionSpec, kernel *btf.Spec, cac
 		return fmt.Errorf("attaching to %s: %w", def.tracepoint, err)
 	}
 	c.progs[def.name] = prog
-	c.links = append(c.links, l)
+	c.links[def.name] = l
+	return nil
+}
+
+// detach detaches the programs but keeps them loaded, with their maps;
+// attach attaches them again. The overhead benchmark uses them to switch
+// the probes off and on without reloading.
+func (c *Collector) detach() error {
+	var errs []error
+	for name, l := range c.links {
+		errs = append(errs, l.Close())
+		delete(c.links, name)
+	}
+	return errors.Join(errs...)
+}
+
+func (c *Collector) attach() error {
+	for name, prog := range c.progs {
+		if c.links[name] != nil {
+			continue
+		}
+		l, err := link.AttachTracing(link.TracingOptions{Program: prog, AttachType: ebpf.AttachTraceRawTp})
+		if err != nil {
+			return fmt.Errorf("attaching %s: %w", name, err)
+		}
+		c.links[name] = l
+	}
 	return nil
 }
 
@@ -373,8 +428,23 @@ func (c *Collector) Programs() []Program { return slices.Clone(c.programs) }
 // Track makes the kernel report the processes and sockets of a cgroup and
 // of all its descendants (up to 8 levels down), e.g. a pod's cgroup.
 func (c *Collector) Track(cgroupID uint64) error {
+	c.trackMu.Lock()
+	defer c.trackMu.Unlock()
 	if err := c.cgroupsMap.Update(cgroupID, uint8(1), ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("tracking cgroup %d: %w", cgroupID, err)
+	}
+	return c.bumpGeneration()
+}
+
+// bumpGeneration invalidates the kernel's cached per-cgroup verdicts after
+// tracked_cgroups changed. trackMu must be held.
+func (c *Collector) bumpGeneration() error {
+	var gen uint32
+	if err := c.generation.Lookup(uint32(0), &gen); err != nil {
+		return fmt.Errorf("reading the tracking generation: %w", err)
+	}
+	if err := c.generation.Update(uint32(0), gen+1, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("advancing the tracking generation: %w", err)
 	}
 	return nil
 }
@@ -382,10 +452,15 @@ func (c *Collector) Track(cgroupID uint64) error {
 // Untrack stops tracking a cgroup. Untracking one that is not tracked is not
 // an error.
 func (c *Collector) Untrack(cgroupID uint64) error {
-	if err := c.cgroupsMap.Delete(cgroupID); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+	c.trackMu.Lock()
+	defer c.trackMu.Unlock()
+	if err := c.cgroupsMap.Delete(cgroupID); err != nil {
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return nil
+		}
 		return fmt.Errorf("untracking cgroup %d: %w", cgroupID, err)
 	}
-	return nil
+	return c.bumpGeneration()
 }
 
 // TrackCgroupPath tracks the cgroup directory at path, which must be in the
@@ -419,10 +494,6 @@ func (c *Collector) UntrackNetNS(ino uint64) error {
 	return nil
 }
 
-// pollInterval bounds how long Run takes to notice a cancelled context while
-// no events arrive.
-const pollInterval = 100 * time.Millisecond
-
 // Run reads events until ctx is done or the collector is closed, and then
 // returns nil. emit receives each event, complete and sealed; the pointer
 // and the event are reused for the next one, so emit must copy what it
@@ -442,7 +513,7 @@ func (c *Collector) Run(ctx context.Context, emit func(*event.Event)) error {
 		ev  event.Event
 		n   uint
 	)
-	c.rd.SetDeadline(time.Now().Add(pollInterval))
+	c.rd.SetDeadline(time.Now().Add(c.flush))
 	for {
 		err := c.rd.ReadInto(&rec)
 		if err != nil {
@@ -451,7 +522,7 @@ func (c *Collector) Run(ctx context.Context, emit func(*event.Event)) error {
 				if ctx.Err() != nil {
 					return nil
 				}
-				c.rd.SetDeadline(time.Now().Add(pollInterval))
+				c.rd.SetDeadline(time.Now().Add(c.flush))
 				continue
 			case errors.Is(err, ringbuf.ErrClosed):
 				return nil
@@ -586,9 +657,7 @@ func (c *Collector) Close() error {
 		}
 		c.runMu.Lock() // Run returns once the reader is closed
 		defer c.runMu.Unlock()
-		for i := len(c.links) - 1; i >= 0; i-- {
-			errs = append(errs, c.links[i].Close())
-		}
+		errs = append(errs, c.detach())
 		for _, p := range c.progs {
 			errs = append(errs, p.Close())
 		}

@@ -275,3 +275,5 @@ func TestWallClock(t *testing.T) {
 		t.Error("no uncertainty attribute")
 	}
 }
+
+func btfKernel() (*btf.Spec, error) { return btf.LoadKernelSpec() }

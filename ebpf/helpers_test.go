@@ -39,7 +39,8 @@ func TestMain(m *testing.M) {
 func runHelper(mode string) int {
 	switch mode {
 	case "exit-on-term":
-		// Wait for SIGTERM, then exit with code 3.
+		// Wait for SIGTERM, then exit with code 3. SIGUSR1 is ignored.
+		signal.Ignore(syscall.SIGUSR1)
 		ch := make(chan os.Signal, 1)
 		signal.Notify(ch, syscall.SIGTERM)
 		fmt.Println("ready")
@@ -47,6 +48,29 @@ func runHelper(mode string) int {
 		return 3
 	case "serve":
 		return helperServe()
+	case "hold":
+		// Accept connections on DRAINSCOPE_HELPER_ADDR and never read from
+		// them; exit at SIGTERM with their data unread.
+		ln, err := net.Listen("tcp", os.Getenv("DRAINSCOPE_HELPER_ADDR"))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		var held []net.Conn
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				held = append(held, c)
+			}
+		}()
+		ch := make(chan os.Signal, 1)
+		signal.Notify(ch, syscall.SIGTERM)
+		fmt.Println("ready", ln.Addr())
+		<-ch
+		return 0
 	case "signal-self":
 		// Send ourselves DRAINSCOPE_HELPER_N ignored SIGUSR1s, then exit.
 		n, _ := strconv.Atoi(os.Getenv("DRAINSCOPE_HELPER_N"))
@@ -315,20 +339,22 @@ func (p *testPod) start(t testing.TB, mode string, env ...string) *helperProc {
 type fakePods struct {
 	mu   sync.Mutex
 	pods []*testPod
+	refs []event.PodRef
 }
 
 func (f *fakePods) add(p *testPod) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.pods = append(f.pods, p)
+	f.refs = append(f.refs, p.Ref())
 }
 
 func (f *fakePods) PodByUID(uid string) (event.PodRef, event.Workload, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	for _, p := range f.pods {
+	for i, p := range f.pods {
 		if p.UID == uid {
-			return p.Ref(), event.Workload{Kind: "Deployment", Name: "web"}, true
+			return f.refs[i], event.Workload{Kind: "Deployment", Name: "web"}, true
 		}
 	}
 	return event.PodRef{}, event.Workload{}, false
@@ -337,9 +363,9 @@ func (f *fakePods) PodByUID(uid string) (event.PodRef, event.Workload, bool) {
 func (f *fakePods) PodByIP(ip netip.Addr) (event.PodRef, event.Workload, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	for _, p := range f.pods {
+	for i, p := range f.pods {
 		if p.IP == ip {
-			return p.Ref(), event.Workload{Kind: "Deployment", Name: "web"}, true
+			return f.refs[i], event.Workload{Kind: "Deployment", Name: "web"}, true
 		}
 	}
 	return event.PodRef{}, event.Workload{}, false

@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -398,5 +401,186 @@ func TestRSTReceived(t *testing.T) {
 		if e.Kind == event.ConnClosed && e.Remote == client {
 			t.Errorf("reset connection reported closed: %s", describe(&e))
 		}
+	}
+}
+
+// TestTrackUntrack checks that tracking takes effect for a cgroup whose
+// "untracked" verdict the kernel has already cached, and that untracking
+// stops the events again.
+func TestTrackUntrack(t *testing.T) {
+	pods := &fakePods{}
+	p := newTestPod(t, false)
+	pods.add(p)
+	c := openCollector(t, Config{Pods: pods, Signals: []syscall.Signal{syscall.SIGUSR1, syscall.SIGTERM}})
+	r := record(t, c)
+	h := p.start(t, "exit-on-term")
+	count := func() int {
+		n := 0
+		for _, e := range r.all() {
+			if e.Kind == event.Signal && e.PID == int32(h.Pid()) && e.Signal == int32(syscall.SIGUSR1) {
+				n++
+			}
+		}
+		return n
+	}
+	settle := func() { time.Sleep(3 * c.flush) }
+
+	syscall.Kill(h.Pid(), syscall.SIGUSR1) // untracked: the verdict is cached
+	settle()
+	if n := count(); n != 0 {
+		t.Fatalf("%d events before tracking", n)
+	}
+	if err := c.Track(p.PodCgroupID); err != nil {
+		t.Fatal(err)
+	}
+	syscall.Kill(h.Pid(), syscall.SIGUSR1)
+	r.waitFor(t, "signal after Track", func(e *event.Event) bool {
+		return e.Kind == event.Signal && e.PID == int32(h.Pid())
+	})
+	if err := c.Untrack(p.PodCgroupID); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Untrack(p.PodCgroupID); err != nil {
+		t.Errorf("second Untrack: %v", err)
+	}
+	syscall.Kill(h.Pid(), syscall.SIGUSR1)
+	settle()
+	if n := count(); n != 1 {
+		t.Errorf("%d SIGUSR1 events, want only the one sent while tracked", n)
+	}
+
+	// Tracking the container's own cgroup (not the pod's) works too.
+	if _, err := c.TrackCgroupPath(p.Cgroup); err != nil {
+		t.Fatal(err)
+	}
+	syscall.Kill(h.Pid(), syscall.SIGTERM)
+	h.Wait(t)
+	r.waitFor(t, "exit", func(e *event.Event) bool { return e.Kind == event.ProcessExit && e.PID == int32(h.Pid()) })
+}
+
+// TestTrackNetNSOnly: a server whose cgroup is not tracked, but whose
+// network namespace is, still has its sockets reported (and attributed by
+// their cgroup path all the same).
+func TestTrackNetNSOnly(t *testing.T) {
+	p := newTestPod(t, true)
+	pods := &fakePods{}
+	pods.add(p)
+	c := openCollector(t, Config{Pods: pods})
+	if err := c.TrackNetNS(p.NetNSIno); err != nil {
+		t.Fatal(err)
+	}
+	r := record(t, c)
+	h, addr := serve(t, p, "exit", 0)
+	conn, br := dial(t, addr)
+	request(t, conn, br)
+	syscall.Kill(h.Pid(), syscall.SIGTERM)
+	h.Wait(t)
+	cc := r.waitFor(t, "conn_closed", func(e *event.Event) bool {
+		return e.Kind == event.ConnClosed && e.Remote == localAddr(conn)
+	})
+	assertPod(t, cc, p, false)
+	if !cc.Flags.Has(event.FlagAtExit) || cc.PID != int32(h.Pid()) {
+		t.Errorf("conn_closed: %s", describe(&cc))
+	}
+	if err := c.UntrackNetNS(p.NetNSIno); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestMissingTracepointIsDropped(t *testing.T) {
+	requireKernel(t)
+	c := openCollector(t, Config{})
+	spec, err := loadProbes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kernel, err := btfKernel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = c.loadProgram(spec, kernel, nil, programDef{name: "no_such_event", tracepoint: "none/no_such_event"})
+	if err == nil || !strings.Contains(err.Error(), "not in this kernel") || !strings.Contains(err.Error(), "none/no_such_event") {
+		t.Errorf("loading a program for a missing tracepoint: %v", err)
+	}
+	for _, p := range c.Programs() {
+		if !p.Loaded || p.Err != nil {
+			t.Errorf("%s not loaded on this kernel: %v", p.Name, p.Err)
+		}
+	}
+}
+
+// TestCgroupV1 runs a pod laid out in a cgroup v1 controller hierarchy only
+// (kubelet with cgroup v1 and the cgroupfs driver), identified by the
+// controller's cgroup ids.
+func TestCgroupV1(t *testing.T) {
+	requireKernel(t)
+	const ctrl = "/sys/fs/cgroup/pids"
+	if _, err := os.Stat(ctrl + "/cgroup.procs"); err != nil {
+		t.Skip("no cgroup v1 pids hierarchy on this machine (pure cgroup v2)")
+	}
+	p := newTestPod(t, false) // for the UID, container ID and a v2 cgroup to start in
+	dir := filepath.Join(ctrl, fmt.Sprintf("drainscope-test-%d", os.Getpid()), "kubepods", "pod"+p.UID, p.ContainerID)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for d := dir; d != ctrl; d = filepath.Dir(d) {
+			removeCgroup(d)
+		}
+	})
+	pods := &fakePods{}
+	pods.add(p)
+	c := openCollector(t, Config{Pods: pods, Cgroups: "v1:pids"})
+	if c.CgroupRoot() != ctrl {
+		t.Fatalf("cgroup root %s", c.CgroupRoot())
+	}
+	if _, err := c.TrackCgroupPath(filepath.Dir(dir)); err != nil {
+		t.Fatal(err)
+	}
+	r := record(t, c)
+	h := p.start(t, "exit-on-term")
+	if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(h.Pid())), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	syscall.Kill(h.Pid(), syscall.SIGTERM)
+	h.Wait(t)
+	sig := r.waitFor(t, "signal", func(e *event.Event) bool { return e.Kind == event.Signal && e.PID == int32(h.Pid()) })
+	exit := r.waitFor(t, "exit", func(e *event.Event) bool { return e.Kind == event.ProcessExit && e.PID == int32(h.Pid()) })
+	assertPod(t, sig, p, true)
+	assertPod(t, exit, p, true)
+	assertOrder(t, sig, exit)
+	if exit.Code != 3 {
+		t.Errorf("exit code %d", exit.Code)
+	}
+}
+
+// TestResetWithUnreadDataAtExit: a request the server never read when it
+// exited (an in-flight request cut) makes the kernel reset the connection
+// instead of closing it.
+func TestResetWithUnreadDataAtExit(t *testing.T) {
+	p := newTestPod(t, true)
+	_, r := socketCollector(t, p)
+	h := p.start(t, "hold", "DRAINSCOPE_HELPER_ADDR=0.0.0.0:8080")
+	addr := netip.AddrPortFrom(p.IP, 8080)
+	conn, br := dial(t, addr)
+	fmt.Fprint(conn, "POST /pay HTTP/1.1\r\nHost: test\r\nContent-Length: 0\r\n\r\n")
+	time.Sleep(100 * time.Millisecond) // the data reaches the server's receive queue
+	syscall.Kill(h.Pid(), syscall.SIGTERM)
+	h.Wait(t)
+	rst := r.waitFor(t, "rst_sent", func(e *event.Event) bool {
+		return e.Kind == event.RSTSent && e.Remote == localAddr(conn)
+	})
+	exit := r.waitFor(t, "process_exit", func(e *event.Event) bool { return e.Kind == event.ProcessExit })
+	if !rst.Flags.Has(event.FlagUnreadData|event.FlagAtExit) || rst.PID != int32(h.Pid()) || rst.Local != addr {
+		t.Errorf("rst_sent: %s", describe(&rst))
+	}
+	if rst.Reason != "tcp_abort_on_close" {
+		t.Errorf("reason %q, want tcp_abort_on_close", rst.Reason)
+	}
+	assertPod(t, rst, p, true)
+	assertOrder(t, exit, rst)
+	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := br.ReadByte(); err == nil || !strings.Contains(err.Error(), "reset") {
+		t.Errorf("client read: %v, want connection reset", err)
 	}
 }

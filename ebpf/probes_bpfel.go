@@ -72,8 +72,10 @@ const (
 const (
 	probesMapCounters          = "counters"
 	probesMapEvents            = "events"
+	probesMapGeneration        = "generation"
 	probesMapTrackedCgroups    = "tracked_cgroups"
 	probesMapTrackedNetns      = "tracked_netns"
+	probesMapVerdicts          = "verdicts"
 	probesProgInetSockSetState = "inet_sock_set_state"
 	probesProgSchedProcessExit = "sched_process_exit"
 	probesProgSignalGenerate   = "signal_generate"
@@ -86,6 +88,7 @@ const (
 	probesVarUnusedFlag        = "unused_flag"
 	probesVarUnusedKind        = "unused_kind"
 	probesVarV1SubsysId        = "v1_subsys_id"
+	probesVarWakeupBytes       = "wakeup_bytes"
 )
 
 // loadProbes returns the embedded CollectionSpec for probes.
@@ -143,8 +146,10 @@ type probesProgramSpecs struct {
 type probesMapSpecs struct {
 	Counters       *ebpf.MapSpec `ebpf:"counters"`
 	Events         *ebpf.MapSpec `ebpf:"events"`
+	Generation     *ebpf.MapSpec `ebpf:"generation"`
 	TrackedCgroups *ebpf.MapSpec `ebpf:"tracked_cgroups"`
 	TrackedNetns   *ebpf.MapSpec `ebpf:"tracked_netns"`
+	Verdicts       *ebpf.MapSpec `ebpf:"verdicts"`
 }
 
 // probesVariableSpecs contains global variables before they are loaded into the kernel.
@@ -158,6 +163,7 @@ type probesVariableSpecs struct {
 	UnusedFlag    *ebpf.VariableSpec `ebpf:"unused_flag"`
 	UnusedKind    *ebpf.VariableSpec `ebpf:"unused_kind"`
 	V1SubsysId    *ebpf.VariableSpec `ebpf:"v1_subsys_id"`
+	WakeupBytes   *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
 }
 
 // probesObjects contains all objects after they have been loaded into the kernel.
@@ -182,16 +188,20 @@ func (o *probesObjects) Close() error {
 type probesMaps struct {
 	Counters       *ebpf.Map `ebpf:"counters"`
 	Events         *ebpf.Map `ebpf:"events"`
+	Generation     *ebpf.Map `ebpf:"generation"`
 	TrackedCgroups *ebpf.Map `ebpf:"tracked_cgroups"`
 	TrackedNetns   *ebpf.Map `ebpf:"tracked_netns"`
+	Verdicts       *ebpf.Map `ebpf:"verdicts"`
 }
 
 func (m *probesMaps) Close() error {
 	return _ProbesClose(
 		m.Counters,
 		m.Events,
+		m.Generation,
 		m.TrackedCgroups,
 		m.TrackedNetns,
+		m.Verdicts,
 	)
 }
 
@@ -206,6 +216,7 @@ type probesVariables struct {
 	UnusedFlag    *ebpf.Variable `ebpf:"unused_flag"`
 	UnusedKind    *ebpf.Variable `ebpf:"unused_kind"`
 	V1SubsysId    *ebpf.Variable `ebpf:"v1_subsys_id"`
+	WakeupBytes   *ebpf.Variable `ebpf:"wakeup_bytes"`
 }
 
 // probesPrograms contains all programs after they have been loaded into the kernel.

@@ -90,6 +90,10 @@ volatile const __u64 signal_mask = (1ULL << 15) | (1ULL << 9) | (1ULL << 2) | (1
 volatile const __u8 filter_enabled = 1;  // 0: report every process and socket
 volatile const __s32 v1_subsys_id = -1;  // >= 0: identify tasks by this cgroup v1 controller
 volatile const __u8 rst_reason_arg = 0;  // tcp_send_reset carries enum sk_rst_reason as arg 3
+// Wake the reader only once this many bytes wait in the ring buffer (0: on
+// every event). Waking costs an irq_work per event, which dominates the
+// cost of a tracked event; the reader polls on a timer for the rest.
+volatile const __u64 wakeup_bytes = 0;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -104,6 +108,29 @@ struct {
 	__type(key, __u64);
 	__type(value, __u8);
 } tracked_cgroups SEC(".maps");
+
+// Cache of the walk up a cgroup's ancestors: cgroup id -> verdict, valid
+// while its generation is current. The agent bumps the generation after
+// every change to tracked_cgroups, which invalidates all verdicts at once
+// (a walk racing with the change stores the old generation).
+struct verdict {
+	__u32 generation;
+	__u32 tracked;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u64);
+	__type(value, struct verdict);
+} verdicts SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} generation SEC(".maps");
 
 // Network namespace inodes the agent tracks.
 struct {
@@ -145,6 +172,15 @@ static __always_inline struct event *reserve(__u8 kind)
 	return e;
 }
 
+static __always_inline void submit(struct event *e)
+{
+	__u64 flags = 0;
+	if (wakeup_bytes)
+		flags = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes ? BPF_RB_FORCE_WAKEUP
+										      : BPF_RB_NO_WAKEUP;
+	bpf_ringbuf_submit(e, flags);
+}
+
 static __always_inline struct cgroup *task_cgroup(struct task_struct *task)
 {
 	if (v1_subsys_id >= 0) {
@@ -163,7 +199,7 @@ static __always_inline __u64 cgroup_id(struct cgroup *cg)
 	return BPF_CORE_READ(cg, kn, id);
 }
 
-static __always_inline int cgroup_tracked(struct cgroup *cg)
+static __always_inline int cgroup_walk(struct cgroup *cg)
 {
 	for (int i = 0; i < MAX_CGROUP_DEPTH; i++) {
 		if (!cg)
@@ -177,6 +213,24 @@ static __always_inline int cgroup_tracked(struct cgroup *cg)
 		cg = BPF_CORE_READ(parent, cgroup);
 	}
 	return 0;
+}
+
+static __always_inline int cgroup_tracked(struct cgroup *cg)
+{
+	if (!cg)
+		return 0;
+	__u32 zero = 0;
+	__u32 *gen = bpf_map_lookup_elem(&generation, &zero);
+	if (!gen)
+		return 0;
+	struct verdict v = {.generation = *gen};
+	__u64 id = BPF_CORE_READ(cg, kn, id);
+	struct verdict *cached = bpf_map_lookup_elem(&verdicts, &id);
+	if (cached && cached->generation == v.generation)
+		return cached->tracked;
+	v.tracked = cgroup_walk(cg);
+	bpf_map_update_elem(&verdicts, &id, &v, BPF_ANY);
+	return v.tracked;
 }
 
 static __always_inline int netns_tracked(__u64 ino)
@@ -208,11 +262,15 @@ static __always_inline struct cgroup *sk_cgroup(const struct sock *sk)
 	return BPF_CORE_READ(sk, sk_cgrp_data.cgroup);
 }
 
-static __always_inline void read_sock_addrs(struct event *e, const struct sock *sk)
+static __always_inline void read_sock_addrs(struct event *e, const struct sock *sk, int full)
 {
 	__u16 family = BPF_CORE_READ(sk, __sk_common.skc_family);
 	e->family = family;
 	e->lport = BPF_CORE_READ(sk, __sk_common.skc_num);
+	// A socket moved to CLOSE has released its port (skc_num is 0), but a
+	// full socket still has it in inet_sport.
+	if (!e->lport && full)
+		e->lport = bpf_ntohs(BPF_CORE_READ((struct inet_sock *)sk, inet_sport));
 	e->rport = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
 	if (family == AF_INET) {
 		BPF_CORE_READ_INTO((__u32 *)e->laddr, sk, __sk_common.skc_rcv_saddr);
@@ -271,7 +329,7 @@ int BPF_PROG(signal_generate, int sig, struct kernel_siginfo *info, struct task_
 	e->code = result;
 	if (group)
 		e->flags |= FLAG_GROUP;
-	bpf_ringbuf_submit(e, 0);
+	submit(e);
 	return 0;
 }
 
@@ -307,7 +365,7 @@ int BPF_PROG(sched_process_exit, struct task_struct *task)
 	} else {
 		e->code = (code >> 8) & 0xff;
 	}
-	bpf_ringbuf_submit(e, 0);
+	submit(e);
 	return 0;
 }
 
@@ -340,9 +398,9 @@ int BPF_PROG(inet_sock_set_state, const struct sock *sk, const int oldstate, con
 	e->flags = flags;
 	e->old_state = oldstate;
 	e->new_state = newstate;
-	read_sock_addrs(e, sk);
+	read_sock_addrs(e, sk, 1);
 	sock_owner(e, e->cgroup_id, netns);
-	bpf_ringbuf_submit(e, 0);
+	submit(e);
 	return 0;
 }
 
@@ -418,7 +476,7 @@ int BPF_PROG(tcp_send_reset, const struct sock *sk, const struct sk_buff *skb)
 		__builtin_memcpy(e->raddr, tmp.raddr, 16);
 		e->flags = flags | FLAG_NO_SOCKET;
 		e->reason = reason;
-		bpf_ringbuf_submit(e, 0);
+		submit(e);
 		return 0;
 	}
 
@@ -444,10 +502,10 @@ int BPF_PROG(tcp_send_reset, const struct sock *sk, const struct sk_buff *skb)
 	// since a socket the reset aborts has already released its port.
 	__u8 tcpflags;
 	if (!skb || read_skb(e, skb, &tcpflags))
-		read_sock_addrs(e, sk);
+		read_sock_addrs(e, sk, !(flags & FLAG_TIMEWAIT));
 	if (!(flags & FLAG_TIMEWAIT))
 		sock_owner(e, e->cgroup_id, netns);
-	bpf_ringbuf_submit(e, 0);
+	submit(e);
 	return 0;
 }
 
@@ -465,8 +523,8 @@ int BPF_PROG(tcp_receive_reset, struct sock *sk)
 	e->cgroup_id = cgroup_id(cg);
 	e->netns = netns;
 	e->old_state = BPF_CORE_READ(sk, __sk_common.skc_state);
-	read_sock_addrs(e, sk);
+	read_sock_addrs(e, sk, 1);
 	sock_owner(e, e->cgroup_id, netns);
-	bpf_ringbuf_submit(e, 0);
+	submit(e);
 	return 0;
 }
