@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/csv"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/netip"
 	"strconv"
@@ -170,6 +171,9 @@ func ParseCSV(r io.Reader, opts Options, emit Emit) error {
 	col := map[string]int{}
 	for i, h := range header {
 		h = strings.ToLower(strings.TrimSpace(strings.TrimPrefix(h, "\ufeff")))
+		if h == "" {
+			continue // an unnamed column is one drainscope does not read
+		}
 		if _, dup := col[h]; dup {
 			rec.reset(1)
 			rec.Err = lineErr(1, h, "header names the column twice")
@@ -194,6 +198,9 @@ func ParseCSV(r io.Reader, opts Options, emit Emit) error {
 			name := FieldLine
 			if len(fields) < len(header) {
 				name = strings.TrimSpace(header[len(fields)])
+				if name == "" {
+					name = fmt.Sprintf("column %d", len(fields)+1)
+				}
 			}
 			return lineErr(0, name, "%d columns where the header has %d", len(fields), len(header))
 		}

@@ -19,7 +19,8 @@ type memStore struct {
 	events  []event.Event
 	keys    map[[2]int64]bool
 	appends int
-	failAt  int // fail the failAt-th Append (1-based); 0 never
+	failAt  int  // fail the failAt-th Append (1-based); 0 never
+	discard bool // count appends, keep nothing (for benchmarks)
 }
 
 func newMemStore(seed ...event.Event) *memStore {
@@ -42,6 +43,9 @@ func (m *memStore) Append(ctx context.Context, batch []event.Event) error {
 	m.appends++
 	if m.failAt == m.appends {
 		return errInjected
+	}
+	if m.discard {
+		return nil
 	}
 	for i := range batch {
 		if err := batch[i].Validate(); err != nil {

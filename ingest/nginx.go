@@ -41,6 +41,8 @@ type NginxFormat struct {
 	items    []nginxItem
 	idx      map[string]int // variable name → index in items
 	timeVar  string
+	timeIdx  int          // items index of timeVar
+	status   int          // items index of $status
 	fallback *NginxFormat // tried when a line does not match this one
 }
 
@@ -114,9 +116,11 @@ func CompileNginx(format string) (*NginxFormat, error) {
 	if f.timeVar == "" {
 		return nil, fmt.Errorf("log_format %q has no time: it needs $time_local, $time_iso8601 or $msec", src)
 	}
-	if _, ok := f.idx["status"]; !ok {
+	var ok bool
+	if f.status, ok = f.idx["status"]; !ok {
 		return nil, fmt.Errorf("log_format %q has no $status", src)
 	}
+	f.timeIdx = f.idx[f.timeVar]
 	return f, nil
 }
 
@@ -412,7 +416,8 @@ func (p *nginxParser) parse(line []byte, rec *Record) *LineError {
 		return lerr
 	}
 	// Every line: its time and status. Only failures pay for the rest.
-	raw := p.l.bytes(f, f.timeVar)
+	sp := p.l.spans[f.timeIdx]
+	raw := line[sp[0]:sp[1]]
 	if !bytes.Equal(raw, p.lastRaw) || p.lastRaw == nil {
 		var ns int64
 		var err error
@@ -431,7 +436,8 @@ func (p *nginxParser) parse(line []byte, rec *Record) *LineError {
 		p.lastNS = ns
 	}
 	rec.Time = p.lastNS
-	st := p.l.bytes(f, "status")
+	sp = p.l.spans[f.status]
+	st := line[sp[0]:sp[1]]
 	code, ok := digits(st)
 	if !ok || len(st) != 3 {
 		return lineErr(0, "status", "%q is not an HTTP status", st)

@@ -165,7 +165,6 @@ func scanCSV(cr *csv.Reader, emit Emit, rec *Record, parse func(fields []string,
 		if err == io.EOF {
 			return nil
 		}
-		line, _ := cr.FieldPos(0)
 		var pe *csv.ParseError
 		switch {
 		case errors.As(err, &pe):
@@ -177,6 +176,7 @@ func scanCSV(cr *csv.Reader, emit Emit, rec *Record, parse func(fields []string,
 		case err != nil:
 			return err
 		default:
+			line, _ := cr.FieldPos(0)
 			rec.reset(line)
 			for i, f := range fields {
 				if j := bytes.IndexByte([]byte(f), 0); j >= 0 {
