@@ -28,7 +28,7 @@ type command struct {
 
 var commands = map[string]command{
 	"agent":   {"record pod, endpoint and kernel events on this node", notBuilt("agent", 9)},
-	"serve":   {"serve the web timeline and the JSON API", notBuilt("serve", 7)},
+	"serve":   {"serve the web timeline and the JSON API", runServe},
 	"lab":     {"run the local lab: a real single-node Kubernetes that drops requests", runLab},
 	"import":  {"import client failures from load-test or proxy logs", runImport},
 	"report":  {"print rollouts, pod timelines, failures by cause and fixes", runReport},

@@ -1,0 +1,110 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/drainscope/drainscope/ingest"
+	"github.com/drainscope/drainscope/store"
+	"github.com/drainscope/drainscope/web"
+)
+
+const serveUsage = `usage: drainscope serve [--listen ADDR] [--auth-token TOKEN | --insecure] [--store DSN]
+
+Serves the web UI (rollouts, per-rollout timeline, alignment of failures to
+SIGTERM and exit) and the JSON API under /api/v1 (see web/API.md), and takes
+client failures at POST /api/v1/client-failures.
+
+It listens on 127.0.0.1 unless told otherwise. Any other address needs
+--auth-token (every request must then carry it, as a bearer token or the
+cookie the login page sets), or --insecure, which serves without one and
+says so in the log.
+
+Flags:
+`
+
+func runServe(ctx context.Context, fs *flag.FlagSet, args []string) error {
+	listen := fs.String("listen", "127.0.0.1:8080", "address to listen on, host:port")
+	token := fs.String("auth-token", os.Getenv("DRAINSCOPE_AUTH_TOKEN"), "token every request must carry (env DRAINSCOPE_AUTH_TOKEN); required unless listening on loopback")
+	insecure := fs.Bool("insecure", false, "allow a non-loopback address without --auth-token (anyone who can reach it can read the store)")
+	ingestToken := fs.String("ingest-token", os.Getenv("DRAINSCOPE_INGEST_TOKEN"), "bearer token for POST /api/v1/client-failures (env DRAINSCOPE_INGEST_TOKEN; default: --auth-token; with neither, ingest is refused)")
+	dsn := fs.String("store", os.Getenv("DRAINSCOPE_STORE"), "store DSN: postgres://… or a SQLite file path (default: "+store.DefaultPath()+"; env DRAINSCOPE_STORE)")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), serveUsage)
+		fs.PrintDefaults()
+	}
+	if err := parseFlags(fs, args, false); err != nil {
+		return err
+	}
+	host, _, err := net.SplitHostPort(*listen)
+	if err != nil {
+		return fmt.Errorf("%w: --listen %q: want host:port, e.g. 127.0.0.1:8080", errUsage, *listen)
+	}
+	loopback := isLoopback(host)
+	if !loopback && *token == "" && !*insecure {
+		return fmt.Errorf("%w: --listen %s is not a loopback address: set --auth-token (or pass --insecure to serve without one)", errUsage, *listen)
+	}
+	if !loopback && *token == "" {
+		slog.Warn("serving without a token on a non-loopback address: anyone who can reach it can read every event in the store", "listen", *listen)
+	}
+	if *ingestToken == "" {
+		*ingestToken = *token
+	}
+
+	st, err := store.Open(ctx, *dsn)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+
+	opts := web.Options{
+		Store:     st,
+		AuthToken: *token,
+		Ingest:    &ingest.Handler{Store: st, Token: *ingestToken, Log: slog.Default()},
+		Log:       slog.Default(),
+		Context:   ctx,
+	}
+	if loopback && *token == "" {
+		// Without a token the Host header is the only thing keeping a web
+		// page elsewhere from reaching this listener by DNS rebinding.
+		opts.AllowedHosts = []string{"localhost", "127.0.0.1", "::1", host}
+	}
+	srv := web.NewServer(*listen, web.NewHandler(opts))
+	srv.BaseContext = func(net.Listener) context.Context { return ctx }
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", *listen, err)
+	}
+	slog.Info("serving", "url", "http://"+ln.Addr().String()+"/", "store", st.Describe(), "auth", *token != "", "ingest", *ingestToken != "")
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serving: %w", err)
+	case <-ctx.Done():
+	}
+	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdown); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("shutting down: %w", err)
+	}
+	return nil
+}
+
+// isLoopback reports whether host names only this machine: a loopback IP
+// or "localhost". An empty host means every interface.
+func isLoopback(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}

@@ -1,0 +1,403 @@
+package web
+
+import (
+	"context"
+	"math"
+	"sort"
+	"time"
+
+	"github.com/drainscope/drainscope/analysis"
+	"github.com/drainscope/drainscope/event"
+	"github.com/drainscope/drainscope/store"
+)
+
+// A model is one rollout read into memory: the analysis of its window and,
+// per pod, the events the timeline draws in compact form. Every timeline
+// request for the rollout, at any zoom, is answered from it.
+type model struct {
+	key     RolloutKey
+	rollout event.Rollout
+	live    bool // the rollout may still grow
+	built   time.Time
+	took    time.Duration
+
+	capture event.Window // lanes hold the events in here
+	extent  event.Window // the default view
+
+	result  *analysis.Result
+	summary RolloutSummary
+	lanes   []*lane
+	byKey   map[string]*lane
+	events  int // events held in lanes
+
+	clientN, inferredN int // failures reported by clients, inferred from kernel evidence
+}
+
+// lane is one pod's row on the timeline.
+type lane struct {
+	key         string
+	pod         analysis.PodView
+	workload    event.Workload
+	role        string // old, new, other
+	node        string
+	first, last int64
+	start       int64 // termination start (old pods) or creation/readiness (new): the sort key
+	tl          *analysis.PodTimeline
+
+	marks   []landmark // lifecycle events, in time order
+	dropped int        // lifecycle events not kept (beyond maxLaneLandmarks)
+	socks   []sockMark // connection closes, resets, refusals, in time order
+	// Failures the analysis attributed to the pod, in time order: reported
+	// by clients, inferred from kernel evidence alone, and both merged.
+	fails    []failMark
+	inferred []failMark
+	all      []failMark
+}
+
+// Lane roles.
+const (
+	roleOld   = "old"
+	roleNew   = "new"
+	roleOther = "other"
+)
+
+type landmark struct {
+	t       int64
+	id      event.ID
+	kind    event.Kind
+	signal  int32
+	node    string
+	summary string
+}
+
+type sockMark struct {
+	t      int64
+	id     event.ID
+	kind   uint8 // index into sockKinds
+	series uint8 // index into sockSeries
+}
+
+type failMark struct {
+	t        int64
+	i        int32 // index into result.Failures
+	cause    uint8 // index into causeOrder
+	inferred bool
+}
+
+// maxLaneLandmarks bounds the lifecycle events one lane keeps: a pod whose
+// readiness flaps, or a Service seen by hundreds of nodes, must not grow a
+// lane without limit. The first ones are kept; the spreads summarise the rest.
+const maxLaneLandmarks = 512
+
+var sockKinds = []event.Kind{event.ConnClosed, event.RSTSent, event.RSTReceived, event.ConnRefused}
+
+// Socket density series.
+var sockSeries = []string{"close", "close_at_exit", "rst", "refused"}
+
+func sockIndex(e *event.Event) (kind, series uint8, ok bool) {
+	switch e.Kind {
+	case event.ConnClosed:
+		if e.Flags.Has(event.FlagAtExit) {
+			return 0, 1, true
+		}
+		return 0, 0, true
+	case event.RSTSent:
+		return 1, 2, true
+	case event.RSTReceived:
+		return 2, 2, true
+	case event.ConnRefused:
+		return 3, 3, true
+	}
+	return 0, 0, false
+}
+
+// causeOrder lists the causes in the order legends and tables show them:
+// the analysis's rule order, then any cause a custom rule table adds.
+func causeOrder(res *analysis.Result) []analysis.Cause {
+	var out []analysis.Cause
+	seen := map[analysis.Cause]bool{}
+	add := func(c analysis.Cause) {
+		if !seen[c] {
+			seen[c] = true
+			out = append(out, c)
+		}
+	}
+	for _, r := range analysis.Rules {
+		add(r.Cause)
+	}
+	if res != nil {
+		for _, r := range res.Rules {
+			add(r.Cause)
+		}
+		for _, f := range res.Failures {
+			add(f.Cause)
+		}
+	}
+	return out
+}
+
+// laneKey names a pod the way the analysis does: by UID, else ns/name.
+func laneKey(uid, ns, name string) string {
+	if uid != "" {
+		return uid
+	}
+	return ns + "/" + name
+}
+
+// tee hands every event the analysis reads to a second consumer, so one
+// scan of the store feeds both.
+type tee struct {
+	store.Store
+	fn func(*event.Event)
+}
+
+func (t tee) Scan(ctx context.Context, q store.Query, fn func(*event.Event) error) error {
+	return t.Store.Scan(ctx, q, func(e *event.Event) error {
+		t.fn(e)
+		return fn(e)
+	})
+}
+
+// capture builds lanes from the events of the rollout's window.
+type capture struct {
+	ns     string
+	wl     event.Workload
+	win    event.Window
+	old    map[string]bool // keys of the pods the rollout replaced
+	byKey  map[string]*lane
+	byName map[string]*lane // ns/name → lane, for events without a UID
+	order  []*lane
+	events int
+}
+
+func newCapture(r event.Rollout, win event.Window) *capture {
+	c := &capture{ns: r.Namespace, wl: r.Workload, win: win, old: map[string]bool{},
+		byKey: map[string]*lane{}, byName: map[string]*lane{}}
+	for _, t := range r.Terminations {
+		k := laneKey(t.Pod.UID, t.Pod.Namespace, t.Pod.Name)
+		c.old[k] = true
+		l := c.lane(t.Pod, t.Workload)
+		l.role = roleOld
+		l.start = t.Start()
+	}
+	return c
+}
+
+func (c *capture) lane(p event.PodRef, wl event.Workload) *lane {
+	k := laneKey(p.UID, p.Namespace, p.Name)
+	if l := c.byKey[k]; l != nil {
+		return l
+	}
+	if p.UID == "" {
+		if l := c.byName[p.Namespace+"/"+p.Name]; l != nil {
+			return l
+		}
+	}
+	l := &lane{key: k, pod: analysis.PodView{Namespace: p.Namespace, Name: p.Name, UID: p.UID, Container: p.Container}, workload: wl, role: roleOther}
+	c.byKey[k] = l
+	if p.Name != "" {
+		c.byName[p.Namespace+"/"+p.Name] = l
+	}
+	c.order = append(c.order, l)
+	return l
+}
+
+// find returns the lane of an existing pod, or nil.
+func (c *capture) find(p event.PodRef) *lane {
+	if l := c.byKey[laneKey(p.UID, p.Namespace, p.Name)]; l != nil {
+		return l
+	}
+	if p.Name != "" {
+		return c.byName[p.Namespace+"/"+p.Name]
+	}
+	return nil
+}
+
+func (c *capture) add(e *event.Event) {
+	if !c.win.Contains(e.Time) || e.Kind == event.ClientFailure || e.Pod.IsZero() {
+		return
+	}
+	l := c.find(e.Pod)
+	if l == nil {
+		// A pod joins the timeline when an event says it belongs to the
+		// workload; kernel events, which carry no workload, then follow it.
+		if c.wl.IsZero() || e.Pod.Namespace != c.ns || e.Workload != c.wl {
+			return
+		}
+		l = c.lane(e.Pod, e.Workload)
+	}
+	if l.pod.UID == "" && e.Pod.UID != "" {
+		l.pod.UID = e.Pod.UID
+	}
+	if l.pod.Name == "" {
+		l.pod.Namespace, l.pod.Name = e.Pod.Namespace, e.Pod.Name
+	}
+	if l.pod.Container == "" {
+		l.pod.Container = e.Pod.Container
+	}
+	c.events++
+	if l.first == 0 || e.Time < l.first {
+		l.first = e.Time
+	}
+	l.last = max(l.last, e.Time)
+	if k, s, ok := sockIndex(e); ok {
+		l.socks = append(l.socks, sockMark{t: e.Time, id: e.ID, kind: k, series: s})
+		return
+	}
+	if l.node == "" && !e.Kind.IsEndpoint() {
+		l.node = e.Node
+	}
+	if len(l.marks) >= maxLaneLandmarks {
+		l.dropped++
+		return
+	}
+	l.marks = append(l.marks, landmark{t: e.Time, id: e.ID, kind: e.Kind, signal: e.Signal, node: e.Node, summary: analysis.Describe(e)})
+}
+
+// tailPad is how long after the rollout's last termination the timeline
+// keeps reading: late endpoint removals, late client failures.
+const tailPad = 30 * time.Second
+
+// buildModel reads one rollout from the store.
+func buildModel(ctx context.Context, st store.Store, analyze AnalyzeFunc, opts analysis.Options, r event.Rollout, now time.Time) (*model, error) {
+	began := time.Now()
+	win := event.Window{From: r.From - int64(analysis.RolloutLead), To: r.To + int64(tailPad)}
+	c := newCapture(r, win)
+	q := store.Query{Window: win, Namespace: r.Namespace, Workload: r.Workload}
+	res, err := analyze(ctx, tee{st, c.add}, q, opts)
+	if err != nil {
+		return nil, err
+	}
+	m := &model{
+		key: keyOf(r), rollout: r, capture: win, result: res, events: c.events,
+		live: now.UnixNano()-r.To < int64(event.RolloutGap),
+	}
+	m.attach(c)
+	m.summary = summarize(r, res, m.live)
+	m.summary.Analysed = true
+	m.summary.Lanes = len(m.lanes)
+	m.built = now
+	m.took = time.Since(began)
+	return m, nil
+}
+
+// attach joins the analysis's timelines and failures to the lanes, orders
+// the lanes and sets the default view.
+func (m *model) attach(c *capture) {
+	res := m.result
+	for i := range res.Timelines {
+		tl := &res.Timelines[i]
+		ref := event.PodRef{Namespace: tl.Pod.Namespace, Name: tl.Pod.Name, UID: tl.Pod.UID}
+		l := c.find(ref)
+		if l == nil {
+			continue // another workload in the scope of an unnamed one
+		}
+		l.tl = tl
+		if l.node == "" {
+			l.node = tl.Node
+		}
+	}
+	causes := causeOrder(res)
+	ci := map[analysis.Cause]uint8{}
+	for i, cs := range causes {
+		ci[cs] = uint8(min(i, math.MaxUint8))
+	}
+	for i := range res.Failures {
+		f := &res.Failures[i]
+		if f.Pod == nil {
+			continue
+		}
+		l := c.find(event.PodRef{Namespace: f.Pod.Namespace, Name: f.Pod.Name, UID: f.Pod.UID})
+		if l == nil {
+			wl := event.Workload{Kind: m.rollout.Workload.Kind, Name: m.rollout.Workload.Name}
+			l = c.lane(event.PodRef{Namespace: f.Pod.Namespace, Name: f.Pod.Name, UID: f.Pod.UID, Container: f.Pod.Container}, wl)
+		}
+		t := f.Failure.Time
+		fm := failMark{t: t, i: int32(i), cause: ci[f.Cause], inferred: f.Inferred}
+		if f.Inferred {
+			l.inferred = append(l.inferred, fm)
+			m.inferredN++
+		} else {
+			l.fails = append(l.fails, fm)
+			m.clientN++
+		}
+		if l.first == 0 || t < l.first {
+			l.first = t
+		}
+		l.last = max(l.last, t)
+	}
+	newPods := map[string]bool{}
+	for _, ro := range res.Rollouts {
+		for _, np := range ro.NewPods {
+			newPods[laneKey(np.Pod.UID, np.Pod.Namespace, np.Pod.Name)] = true
+		}
+	}
+	for _, l := range c.order {
+		byTime := func(fs []failMark) func(i, j int) bool { return func(i, j int) bool { return fs[i].t < fs[j].t } }
+		sort.SliceStable(l.fails, byTime(l.fails))
+		sort.SliceStable(l.inferred, byTime(l.inferred))
+		l.all = append(append(make([]failMark, 0, len(l.fails)+len(l.inferred)), l.fails...), l.inferred...)
+		sort.SliceStable(l.all, byTime(l.all))
+		// Events come in time order, but a store may tie-break differently
+		// from this sort; keep the slices sorted for binary search.
+		sort.SliceStable(l.socks, func(i, j int) bool { return l.socks[i].t < l.socks[j].t })
+		if l.role == roleOld {
+			continue
+		}
+		if newPods[l.key] || (l.tl != nil && (l.tl.Created >= m.capture.From || l.tl.Ready >= m.capture.From) && l.tl.Deletion == 0) {
+			l.role = roleNew
+		}
+		l.start = l.first
+		if l.tl != nil {
+			for _, v := range []int64{l.tl.Ready, l.tl.Created} {
+				if v != 0 {
+					l.start = v
+				}
+			}
+		}
+	}
+	rank := map[string]int{roleOld: 0, roleNew: 1, roleOther: 2}
+	lanes := make([]*lane, 0, len(c.order))
+	for _, l := range c.order {
+		if l.first == 0 && l.tl == nil && len(l.all) == 0 {
+			continue // a replaced pod with nothing in the window
+		}
+		lanes = append(lanes, l)
+	}
+	sort.SliceStable(lanes, func(i, j int) bool {
+		a, b := lanes[i], lanes[j]
+		if rank[a.role] != rank[b.role] {
+			return rank[a.role] < rank[b.role]
+		}
+		if a.start != b.start {
+			return a.start < b.start
+		}
+		return a.pod.Name < b.pod.Name
+	})
+	m.lanes = lanes
+	m.byKey = make(map[string]*lane, len(lanes))
+	for _, l := range lanes {
+		m.byKey[l.key] = l
+	}
+	// Default view: the rollout, widened to the new pods that came up for
+	// it (with maxSurge they are ready just before the first deletion).
+	from, to := m.rollout.From, m.rollout.To
+	for _, l := range lanes {
+		if l.role == roleNew && l.start != 0 && l.start < from {
+			from = max(l.start, m.capture.From)
+		}
+		if l.role == roleOld && l.last > to {
+			to = l.last
+		}
+	}
+	if to <= from {
+		to = from + int64(time.Second)
+	}
+	pad := max((to-from)/25, int64(200*time.Millisecond))
+	m.extent = event.Window{From: from - pad, To: to + pad}
+}
+
+// weight is a rough size of the model, for the cache's budget.
+func (m *model) weight() int {
+	return m.events + 20*len(m.result.Failures) + 10*len(m.result.Timelines)
+}

@@ -1,0 +1,417 @@
+package web
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
+
+	"github.com/drainscope/drainscope/analysis"
+	"github.com/drainscope/drainscope/event"
+	"github.com/drainscope/drainscope/store"
+)
+
+// AnalyzeFunc is the seam to the analysis: it reads q's window from st and
+// explains it. analysis.AnalyzeWith is the default; tests may pass another.
+type AnalyzeFunc func(ctx context.Context, st store.Store, q store.Query, opts analysis.Options) (*analysis.Result, error)
+
+// Options configure NewHandler. Only Store is required.
+type Options struct {
+	Store store.Store
+	// Ingest, when set, is mounted at POST /api/v1/client-failures. It
+	// checks its own bearer token, so the UI's token does not guard it.
+	Ingest http.Handler
+	// AuthToken, when set, is required of every other request except
+	// /healthz: as "Authorization: Bearer TOKEN", or as the cookie that
+	// /login (or any page opened with ?token=TOKEN) sets.
+	AuthToken string
+	// AllowedHosts, when set, is the only Host header values accepted (any
+	// port): it keeps a page on another site from reaching a loopback
+	// listener through DNS rebinding.
+	AllowedHosts []string
+
+	Log      *slog.Logger     // nil: slog.Default()
+	Now      func() time.Time // nil: time.Now
+	Analyze  AnalyzeFunc      // nil: analysis.AnalyzeWith
+	Analysis analysis.Options // zero: the analysis's defaults, with MaxFailures raised to 50,000
+	Limits   Limits           // zero: DefaultLimits
+
+	// CacheModels is how many rollouts stay in memory (default 4);
+	// CacheWeight bounds their total size in events (default 2,000,000).
+	CacheModels int
+	CacheWeight int
+	// LiveTTL is how long a rollout still in progress is served before it
+	// is read again (default 3 s); FinishedTTL the same for one that ended
+	// (default 5 min: client logs are often imported after the fact).
+	LiveTTL     time.Duration
+	FinishedTTL time.Duration
+	// ListTTL is the least time the rollouts list is reused (default 2 s;
+	// it grows to five times what the store took to answer).
+	ListTTL time.Duration
+	// BuildTimeout bounds reading one rollout (default 2 min).
+	BuildTimeout time.Duration
+	// Context ends background work (default: never).
+	Context context.Context
+	// ListLimit is the most rollouts one list answer carries (default 200).
+	ListLimit int
+	// MaxStreams bounds concurrent update streams (default 64).
+	MaxStreams int
+	// UpdateEvery is how often update streams look for changes (default 2 s).
+	UpdateEvery time.Duration
+}
+
+// Server is the UI and the API. It is an http.Handler.
+type Server struct {
+	opts   Options
+	st     store.Store
+	log    *slog.Logger
+	router chi.Router
+	limits Limits
+
+	mu      sync.Mutex
+	models  map[RolloutKey]*cached
+	tick    uint64
+	flight  map[RolloutKey]*flight
+	sums    map[RolloutKey]keptSummary
+	lists   map[listFilter]*listEntry
+	queue   []event.Rollout
+	queued  map[RolloutKey]bool
+	working bool
+	builds  chan struct{} // one token per concurrent build
+	streams atomic.Int32
+	version atomic.Uint64 // bumped when a summary lands
+	statics map[string]staticFile
+	pages   *pageTemplates
+}
+
+type cached struct {
+	m    *model
+	used uint64
+}
+
+type keptSummary struct {
+	sum   RolloutSummary
+	built time.Time
+	took  time.Duration
+}
+
+type flight struct {
+	done chan struct{}
+	m    *model
+	err  error
+}
+
+// NewHandler returns the router serving the pages, the static files and
+// the API.
+func NewHandler(opts Options) http.Handler { return New(opts) }
+
+// New is NewHandler returning the concrete type.
+func New(opts Options) *Server {
+	if opts.Log == nil {
+		opts.Log = slog.Default()
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Analyze == nil {
+		opts.Analyze = analysis.AnalyzeWith
+	}
+	if opts.Analysis.MaxFailures == 0 {
+		opts.Analysis.MaxFailures = 50000
+	}
+	def := func(v *time.Duration, d time.Duration) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&opts.LiveTTL, 3*time.Second)
+	def(&opts.FinishedTTL, 5*time.Minute)
+	def(&opts.ListTTL, 2*time.Second)
+	def(&opts.BuildTimeout, 2*time.Minute)
+	def(&opts.UpdateEvery, 2*time.Second)
+	if opts.CacheModels <= 0 {
+		opts.CacheModels = 4
+	}
+	if opts.CacheWeight <= 0 {
+		opts.CacheWeight = 2_000_000
+	}
+	if opts.ListLimit <= 0 {
+		opts.ListLimit = 200
+	}
+	if opts.MaxStreams <= 0 {
+		opts.MaxStreams = 64
+	}
+	if opts.Context == nil {
+		opts.Context = context.Background()
+	}
+	s := &Server{
+		opts: opts, st: opts.Store, log: opts.Log, limits: opts.Limits.withDefaults(),
+		models: map[RolloutKey]*cached{}, flight: map[RolloutKey]*flight{},
+		sums: map[RolloutKey]keptSummary{}, lists: map[listFilter]*listEntry{},
+		queued: map[RolloutKey]bool{}, builds: make(chan struct{}, 1),
+		statics: loadStatics(),
+	}
+	s.pages = mustTemplates(s.staticVersion)
+	s.router = s.routes()
+	return s
+}
+
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.router.ServeHTTP(w, r) }
+
+func (s *Server) routes() chi.Router {
+	r := chi.NewRouter()
+	r.Use(escapedRouting, middleware.Recoverer, securityHeaders, s.hostCheck, middleware.GetHead)
+	r.NotFound(s.notFound)
+	r.MethodNotAllowed(s.methodNotAllowed(r))
+
+	r.Get("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprintln(w, "ok")
+	})
+	if s.opts.Ingest != nil {
+		r.Post("/api/v1/client-failures", s.opts.Ingest.ServeHTTP)
+	}
+	r.Get("/login", s.loginPage)
+	r.Post("/login", s.login)
+	r.Group(func(r chi.Router) {
+		r.Use(s.auth)
+		r.Get("/", func(w http.ResponseWriter, r *http.Request) {
+			http.Redirect(w, r, "/rollouts", http.StatusSeeOther)
+		})
+		r.Get("/static/{file}", s.static)
+		r.Get("/rollouts", s.rolloutsPage)
+		r.Get("/rollouts/{ns}/{kind}/{name}/{start}", s.timelinePage)
+		r.Get("/rollouts/{ns}/{kind}/{name}/{start}/alignment", s.alignmentPage)
+
+		r.Route("/api/v1", func(r chi.Router) {
+			r.Get("/rollouts", s.apiRollouts)
+			r.Get("/rollouts/{ns}/{kind}/{name}/{start}", s.apiRollout)
+			r.Get("/rollouts/{ns}/{kind}/{name}/{start}/timeline", s.apiTimeline)
+			r.Get("/rollouts/{ns}/{kind}/{name}/{start}/alignment", s.apiAlignment)
+			r.Get("/rollouts/{ns}/{kind}/{name}/{start}/failures", s.apiFailures)
+			r.Get("/rollouts/{ns}/{kind}/{name}/{start}/failures/{i}", s.apiFailure)
+			r.Get("/events/{time}/{id}", s.apiEvent)
+			r.Get("/causes", s.apiCauses)
+			r.Get("/updates", s.apiUpdates)
+		})
+	})
+	return r
+}
+
+// NewServer wraps h in an http.Server with the timeouts a long-running
+// daemon needs. Update streams lift the write deadline for themselves.
+func NewServer(addr string, h http.Handler) *http.Server {
+	return &http.Server{
+		Addr:              addr,
+		Handler:           h,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       60 * time.Second, // ingest bodies up to 8 MiB
+		WriteTimeout:      2 * time.Minute,  // a cold rollout may take a while to read
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+	}
+}
+
+// model returns the rollout's model, reading it if it is not cached or has
+// expired. Concurrent requests for one rollout share one read.
+func (s *Server) model(ctx context.Context, key RolloutKey, refresh bool) (*model, error) {
+	s.mu.Lock()
+	if c := s.models[key]; c != nil && !refresh && s.fresh(c.m) {
+		s.tick++
+		c.used = s.tick
+		s.mu.Unlock()
+		return c.m, nil
+	}
+	f := s.flight[key]
+	if f == nil {
+		f = &flight{done: make(chan struct{})}
+		s.flight[key] = f
+		go s.fly(key, f, nil, true)
+	}
+	s.mu.Unlock()
+	select {
+	case <-f.done:
+		return f.m, f.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (s *Server) fresh(m *model) bool { return s.freshAt(m.built, m.took, m.live) }
+
+// freshAt says whether what was read at built, taking took, may still be
+// served. A rollout in progress is read again after LiveTTL, or five times
+// as long as reading it took, so that watching a big one does not keep the
+// store busy.
+func (s *Server) freshAt(built time.Time, took time.Duration, live bool) bool {
+	ttl := s.opts.FinishedTTL
+	if live {
+		ttl = max(s.opts.LiveTTL, 5*took)
+	}
+	return s.opts.Now().Sub(built) < ttl
+}
+
+// errNoRollout is returned for a key that names no rollout.
+var errNoRollout = errors.New("no such rollout")
+
+// fly reads one rollout (r when the caller already has it) and lands it in
+// the caches. keep says whether the model may push others out of the cache
+// (background summaries only fill free room).
+func (s *Server) fly(key RolloutKey, f *flight, r *event.Rollout, keep bool) {
+	defer close(f.done)
+	ctx, cancel := context.WithTimeout(s.opts.Context, s.opts.BuildTimeout)
+	defer cancel()
+	select {
+	case s.builds <- struct{}{}:
+	case <-ctx.Done():
+		f.err = ctx.Err()
+		s.land(key, f, keep)
+		return
+	}
+	defer func() { <-s.builds }()
+	if r == nil {
+		ro, err := s.findRollout(ctx, key)
+		if err != nil {
+			f.err = err
+			s.land(key, f, keep)
+			return
+		}
+		r = &ro
+	}
+	m, err := buildModel(ctx, s.st, s.opts.Analyze, s.opts.Analysis, *r, s.opts.Now())
+	if err != nil {
+		f.err = fmt.Errorf("reading rollout %s: %w", key, err)
+	} else {
+		f.m = m
+		s.log.Debug("rollout read", "rollout", key.String(), "lanes", len(m.lanes), "events", m.events,
+			"failures", len(m.result.Failures), "took", m.took)
+	}
+	s.land(key, f, keep)
+}
+
+func (s *Server) land(key RolloutKey, f *flight, keep bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.flight, key)
+	if f.m == nil {
+		return
+	}
+	s.sums[key] = keptSummary{sum: f.m.summary, built: f.m.built, took: f.m.took}
+	s.version.Add(1)
+	if len(s.sums) > 10000 {
+		for k := range s.sums { // drop an arbitrary tenth; they are rebuilt on demand
+			delete(s.sums, k)
+			if len(s.sums) <= 9000 {
+				break
+			}
+		}
+	}
+	s.tick++
+	if !keep && len(s.models) >= s.opts.CacheModels {
+		return
+	}
+	s.models[key] = &cached{m: f.m, used: s.tick}
+	s.evict()
+}
+
+// evict drops the least recently used models beyond the cache's bounds,
+// never the newest.
+func (s *Server) evict() {
+	for {
+		total := 0
+		var lru RolloutKey
+		var lruUsed uint64
+		found := false
+		for k, c := range s.models {
+			total += c.m.weight()
+			if c.used != s.tick && (!found || c.used < lruUsed) {
+				lru, lruUsed, found = k, c.used, true
+			}
+		}
+		if !found || (len(s.models) <= s.opts.CacheModels && total <= s.opts.CacheWeight) {
+			return
+		}
+		delete(s.models, lru)
+	}
+}
+
+// findRollout asks the store for the rollout that starts at key.Start.
+func (s *Server) findRollout(ctx context.Context, key RolloutKey) (event.Rollout, error) {
+	// A rollout ends after a quiet RolloutGap; read ahead in growing steps
+	// until the one found ends well inside what was read.
+	for span := 6 * time.Hour; ; span *= 4 {
+		q := store.Query{Namespace: key.Namespace, Workload: key.Workload(),
+			Window: event.Window{From: key.Start, To: key.Start + int64(span)}}
+		rs, err := store.Rollouts(ctx, s.st, q)
+		if err != nil {
+			return event.Rollout{}, err
+		}
+		var found *event.Rollout
+		for i := range rs {
+			if rs[i].Workload == key.Workload() && rs[i].Namespace == key.Namespace && rs[i].From == key.Start {
+				found = &rs[i]
+				break
+			}
+		}
+		if found == nil {
+			return event.Rollout{}, errNoRollout
+		}
+		if found.To+int64(event.RolloutGap) < q.Window.To || span > 30*24*time.Hour {
+			return *found, nil
+		}
+	}
+}
+
+// enqueue asks the background worker for the summaries of rs.
+func (s *Server) enqueue(rs []event.Rollout) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range rs {
+		k := keyOf(r)
+		if s.queued[k] || s.flight[k] != nil || len(s.queue) >= 256 {
+			continue
+		}
+		s.queued[k] = true
+		s.queue = append(s.queue, r)
+	}
+	if !s.working && len(s.queue) > 0 {
+		s.working = true
+		go s.work()
+	}
+}
+
+// work reads queued rollouts one at a time and exits when none are left.
+func (s *Server) work() {
+	for {
+		s.mu.Lock()
+		if len(s.queue) == 0 || s.opts.Context.Err() != nil {
+			s.working = false
+			s.queue = nil
+			clear(s.queued)
+			s.mu.Unlock()
+			return
+		}
+		r := s.queue[0]
+		s.queue = s.queue[1:]
+		k := keyOf(r)
+		delete(s.queued, k)
+		if s.flight[k] != nil {
+			s.mu.Unlock()
+			continue
+		}
+		f := &flight{done: make(chan struct{})}
+		s.flight[k] = f
+		s.mu.Unlock()
+		s.fly(k, f, &r, false)
+		if f.err != nil {
+			s.log.Warn("summarising rollout", "rollout", k.String(), "err", f.err)
+		}
+	}
+}

@@ -1,0 +1,482 @@
+package web
+
+import (
+	"sort"
+	"strconv"
+
+	"github.com/drainscope/drainscope/analysis"
+)
+
+// Limits bound what one timeline answer carries, whatever the number of
+// events behind it. The zero value means DefaultLimits.
+type Limits struct {
+	// Lanes per answer; more are paged with lane_offset.
+	Lanes int
+	// Marks is the number of individual socket and failure marks in one
+	// answer; beyond it, and beyond the per-lane figures, a lane's events
+	// are sent as density bins.
+	Marks         int
+	LaneSockets   int
+	LaneFailures  int
+	LaneLandmarks int
+	// Cells bounds the non-empty density bins of one answer; bins are
+	// coarsened until it holds.
+	Cells int
+	// Buckets bounds the bins across the view (the client asks for its
+	// width in pixels; a bin is at least two pixels).
+	Buckets int
+}
+
+// DefaultLimits keep a full answer under about a megabyte of JSON.
+var DefaultLimits = Limits{
+	Lanes: 200, Marks: 6000, LaneSockets: 60, LaneFailures: 300, LaneLandmarks: 64,
+	Cells: 40000, Buckets: 1000,
+}
+
+func (l Limits) withDefaults() Limits {
+	d := DefaultLimits
+	set := func(v *int, def int) {
+		if *v <= 0 {
+			*v = def
+		}
+	}
+	set(&l.Lanes, d.Lanes)
+	set(&l.Marks, d.Marks)
+	set(&l.LaneSockets, d.LaneSockets)
+	set(&l.LaneFailures, d.LaneFailures)
+	set(&l.LaneLandmarks, d.LaneLandmarks)
+	set(&l.Cells, d.Cells)
+	set(&l.Buckets, d.Buckets)
+	return l
+}
+
+// Timeline is the answer of the timeline API. Times inside it are
+// nanoseconds relative to Base (JavaScript numbers cannot hold absolute
+// nanoseconds exactly; relative ones up to 104 days they can).
+type Timeline struct {
+	Rollout    RolloutSummary `json:"rollout"`
+	Base       string         `json:"base_ns"` // absolute UTC ns, as a string: the rollout's start
+	View       Range          `json:"view"`
+	Extent     Range          `json:"extent"`  // the default view
+	Capture    Range          `json:"capture"` // what the lanes hold
+	BucketNS   int64          `json:"bucket_ns"`
+	Buckets    int            `json:"buckets"`
+	LanesTotal int            `json:"lanes_total"` // lanes with something in the view
+	LaneOffset int            `json:"lane_offset"`
+	Lanes      []LaneView     `json:"lanes"`
+	Causes     []CauseInfo    `json:"causes"`
+	// Failures says which failures the lanes carry: client (reported by
+	// clients), inferred (from kernel evidence alone) or all.
+	Failures string        `json:"failures"`
+	Stats    TimelineStats `json:"stats"`
+}
+
+// Range is [From, To) in ns relative to Timeline.Base.
+type Range struct {
+	From int64 `json:"from"`
+	To   int64 `json:"to"`
+}
+
+// TimelineStats says what the answer holds and what it aggregated.
+type TimelineStats struct {
+	EventsInView     int   `json:"events_in_view"`   // lifecycle, socket and failure events of the listed lanes
+	Marks            int   `json:"marks"`            // individual marks sent
+	DensityCells     int   `json:"density_cells"`    // non-empty bins sent
+	AggregatedLanes  int   `json:"aggregated_lanes"` // lanes with density instead of marks
+	Aggregated       bool  `json:"aggregated"`
+	FailuresTotal    int   `json:"failures_total"` // of the whole rollout
+	FailuresListed   int   `json:"failures_listed"`
+	AnalysisTruncate bool  `json:"analysis_truncated"`
+	BuiltNS          int64 `json:"built_ns"` // when the model was read (absolute)
+	BuildTookNS      int64 `json:"build_took_ns"`
+}
+
+// LaneView is one pod's row.
+type LaneView struct {
+	Key      string                 `json:"key"`
+	Pod      analysis.PodView       `json:"pod"`
+	Role     string                 `json:"role"`
+	Node     string                 `json:"node,omitempty"`
+	Span     Range                  `json:"span"`
+	Phases   Phases                 `json:"phases"`
+	Spreads  []SpreadView           `json:"spreads,omitempty"`
+	Marks    []MarkView             `json:"marks"`
+	Dropped  int                    `json:"marks_dropped,omitempty"`
+	Failures map[analysis.Cause]int `json:"failures_by_cause,omitempty"` // whole rollout
+
+	Sockets        []SockView `json:"sockets,omitempty"`
+	SocketDensity  []Series   `json:"socket_density,omitempty"`
+	SocketCount    int        `json:"socket_count"` // in view
+	FailureMarks   []FailView `json:"failure_marks,omitempty"`
+	FailureDensity []Series   `json:"failure_density,omitempty"`
+	FailureCount   int        `json:"failure_count"` // in view
+}
+
+// Phases are the pod's landmarks, relative to Base; absent when not seen.
+type Phases struct {
+	Created    *int64 `json:"created,omitempty"`
+	Ready      *int64 `json:"ready,omitempty"`
+	Deletion   *int64 `json:"deletion,omitempty"`
+	Sigterm    *int64 `json:"sigterm,omitempty"` // preStop runs from Deletion to Sigterm
+	Listener   *int64 `json:"listener_closed,omitempty"`
+	Exit       *int64 `json:"exit,omitempty"`
+	ExitSignal string `json:"exit_signal,omitempty"`
+	ExitCode   int32  `json:"exit_code,omitempty"`
+	Sigkill    *int64 `json:"sigkill,omitempty"`
+	Terminated *int64 `json:"container_terminated,omitempty"`
+	Grace      int64  `json:"grace_period_ns,omitempty"`
+	PreStop    int64  `json:"prestop_ns,omitempty"`
+}
+
+// SpreadView is an endpoint transition across the nodes that saw it.
+type SpreadView struct {
+	Kind  string   `json:"kind"` // endpoint_not_ready, endpoint_terminating, endpoint_removed, out_of_rotation
+	First int64    `json:"first"`
+	Last  int64    `json:"last"`
+	Nodes []string `json:"nodes"`
+}
+
+// MarkView is one lifecycle event.
+type MarkView struct {
+	T      int64  `json:"t"`
+	Kind   string `json:"kind"`
+	Signal int32  `json:"signal,omitempty"`
+	ID     string `json:"id"`
+	Node   string `json:"node,omitempty"`
+	Label  string `json:"label"`
+}
+
+// SockView is one socket event.
+type SockView struct {
+	T      int64  `json:"t"`
+	Kind   string `json:"kind"`
+	Series string `json:"series"`
+	ID     string `json:"id"`
+}
+
+// FailView is one failure; I indexes the rollout's failures API.
+type FailView struct {
+	T        int64  `json:"t"`
+	I        int    `json:"i"`
+	Cause    string `json:"cause"`
+	Class    string `json:"class"`
+	Inferred bool   `json:"inferred,omitempty"`
+}
+
+// Series is density: [bin, count] pairs, bin b covering
+// [view.from + b·bucket_ns, view.from + (b+1)·bucket_ns).
+type Series struct {
+	Name string     `json:"name"`
+	Bins [][2]int64 `json:"bins"`
+}
+
+// CauseInfo is a legend entry.
+type CauseInfo struct {
+	Cause string `json:"cause"`
+	Title string `json:"title"`
+	Color string `json:"color"`
+	Fix   string `json:"fix,omitempty"`
+}
+
+// causeColors are the timeline's and the histograms' colours, chosen to be
+// told apart by colour-blind readers too (Okabe–Ito).
+var causeColors = map[analysis.Cause]string{
+	analysis.CauseEndpointRace:     "#E69F00",
+	analysis.CauseKeepAliveAtExit:  "#D55E00",
+	analysis.CauseInFlight:         "#CC79A7",
+	analysis.CauseSIGKILL:          "#7B1E1E",
+	analysis.CauseNoReadyEndpoints: "#0072B2",
+	analysis.CauseUnexplained:      "#7F7F7F",
+}
+
+func causeColor(c analysis.Cause) string {
+	if v, ok := causeColors[c]; ok {
+		return v
+	}
+	return "#56B4E9"
+}
+
+func (m *model) causeInfos() []CauseInfo {
+	titles := map[analysis.Cause]analysis.RuleView{}
+	for _, r := range m.result.Rules {
+		titles[r.Cause] = r
+	}
+	var out []CauseInfo
+	for _, c := range causeOrder(m.result) {
+		ci := CauseInfo{Cause: string(c), Title: string(c), Color: causeColor(c)}
+		if r, ok := titles[c]; ok {
+			ci.Title, ci.Fix = r.Title, r.Fix
+		}
+		out = append(out, ci)
+	}
+	return out
+}
+
+// viewParams are what a timeline request asks for, in absolute ns.
+type viewParams struct {
+	failures   string // client, inferred, all; "" for client when there are any, else inferred
+	from, to   int64
+	width      int
+	laneOffset int
+	laneLimit  int
+}
+
+// timeline answers one request from the model.
+func (m *model) timeline(p viewParams, lim Limits) *Timeline {
+	lim = lim.withDefaults()
+	base := m.key.Start
+	rel := func(t int64) int64 { return t - base }
+	relp := func(t int64) *int64 {
+		if t == 0 {
+			return nil
+		}
+		v := t - base
+		return &v
+	}
+	if p.from == 0 && p.to == 0 {
+		p.from, p.to = m.extent.From, m.extent.To
+	}
+	if p.to <= p.from {
+		p.to = p.from + 1
+	}
+	out := &Timeline{
+		Rollout: m.summary, Base: strconv.FormatInt(base, 10),
+		View: Range{rel(p.from), rel(p.to)}, Extent: Range{rel(m.extent.From), rel(m.extent.To)},
+		Capture: Range{rel(m.capture.From), rel(m.capture.To)},
+		Causes:  m.causeInfos(), Lanes: []LaneView{},
+	}
+	mode := p.failures
+	if mode == "" {
+		mode = "client"
+		if m.clientN == 0 {
+			mode = "inferred"
+		}
+	}
+	out.Failures = mode
+	pick := func(l *lane) []failMark {
+		switch mode {
+		case "inferred":
+			return l.inferred
+		case "all":
+			return l.all
+		}
+		return l.fails
+	}
+	out.Stats.FailuresTotal = len(m.result.Failures)
+	out.Stats.AnalysisTruncate = m.result.Truncated
+	out.Stats.BuiltNS = m.built.UnixNano()
+	out.Stats.BuildTookNS = int64(m.took)
+
+	// Lanes with something in the view, paged.
+	var active []*lane
+	for _, l := range m.lanes {
+		lo, hi := l.first, l.last
+		if l.tl != nil {
+			for _, v := range []int64{l.tl.Created, l.tl.Deletion} {
+				if v != 0 && (lo == 0 || v < lo) {
+					lo = v
+				}
+			}
+		}
+		if lo < p.to && hi >= p.from {
+			active = append(active, l)
+		}
+	}
+	out.LanesTotal = len(active)
+	limit := lim.Lanes
+	if p.laneLimit > 0 && p.laneLimit < limit {
+		limit = p.laneLimit
+	}
+	off := min(max(p.laneOffset, 0), len(active))
+	out.LaneOffset = off
+	page := active[off:min(off+limit, len(active))]
+
+	// Bins: about two pixels each, coarsened until the density fits.
+	buckets := lim.Buckets
+	if p.width > 0 {
+		buckets = min(max(p.width/2, 20), lim.Buckets)
+	}
+	type span struct{ sLo, sHi, fLo, fHi int }
+	spans := make([]span, len(page))
+	for i, l := range page {
+		sLo := sort.Search(len(l.socks), func(j int) bool { return l.socks[j].t >= p.from })
+		sHi := sort.Search(len(l.socks), func(j int) bool { return l.socks[j].t >= p.to })
+		fs := pick(l)
+		fLo := sort.Search(len(fs), func(j int) bool { return fs[j].t >= p.from })
+		fHi := sort.Search(len(fs), func(j int) bool { return fs[j].t >= p.to })
+		spans[i] = span{sLo, sHi, fLo, fHi}
+	}
+	// Decide which lanes get individual marks: failures first (they are
+	// what the page is about), then sockets, within the global budget.
+	budget := lim.Marks
+	indivF := make([]bool, len(page))
+	indivS := make([]bool, len(page))
+	for i := range page {
+		if n := spans[i].fHi - spans[i].fLo; n <= lim.LaneFailures && n <= budget {
+			indivF[i] = true
+			budget -= n
+		}
+	}
+	for i := range page {
+		if n := spans[i].sHi - spans[i].sLo; n <= lim.LaneSockets && n <= budget {
+			indivS[i] = true
+			budget -= n
+		}
+	}
+	for {
+		cells := 0
+		for i := range page {
+			if !indivS[i] {
+				cells += min(spans[i].sHi-spans[i].sLo, buckets*len(sockSeries))
+			}
+			if !indivF[i] {
+				cells += min(spans[i].fHi-spans[i].fLo, buckets*len(causeColors))
+			}
+		}
+		if cells <= lim.Cells || buckets <= 10 {
+			break
+		}
+		buckets /= 2
+	}
+	width := p.to - p.from
+	bucketNS := (width + int64(buckets) - 1) / int64(buckets)
+	if bucketNS < 1 {
+		bucketNS = 1
+	}
+	out.BucketNS, out.Buckets = bucketNS, buckets
+	bin := func(t int64) int64 { return (t - p.from) / bucketNS }
+	causes := causeOrder(m.result)
+
+	for i, l := range page {
+		lv := LaneView{
+			Key: l.key, Pod: l.pod, Role: l.role, Node: l.node,
+			Span: Range{rel(l.first), rel(l.last)}, Marks: []MarkView{}, Dropped: l.dropped,
+		}
+		if tl := l.tl; tl != nil {
+			ph := &lv.Phases
+			ph.Created, ph.Ready, ph.Deletion = relp(tl.Created), relp(tl.Ready), relp(tl.Deletion)
+			ph.Listener = relp(tl.ListenerClosed)
+			ph.Grace, ph.PreStop = tl.GracePeriod, tl.PreStop
+			if tl.Sigterm != nil {
+				ph.Sigterm = relp(tl.Sigterm.Time)
+			}
+			if tl.Kill != nil {
+				ph.Sigkill = relp(tl.Kill.Time)
+			}
+			if tl.Exit != nil {
+				ph.Exit, ph.ExitSignal, ph.ExitCode = relp(tl.Exit.Time), tl.Exit.Signal, tl.Exit.Code
+			}
+			if tl.Terminated != nil {
+				ph.Terminated = relp(tl.Terminated.Time)
+			}
+			for _, s := range []struct {
+				kind string
+				s    *analysis.Spread
+			}{
+				{"endpoint_not_ready", tl.EndpointNotReady}, {"endpoint_terminating", tl.EndpointTerminating},
+				{"endpoint_removed", tl.EndpointRemoved}, {"out_of_rotation", tl.OutOfRotation},
+			} {
+				if s.s != nil {
+					lv.Spreads = append(lv.Spreads, SpreadView{Kind: s.kind, First: rel(s.s.First), Last: rel(s.s.Last), Nodes: s.s.Nodes})
+				}
+			}
+			if len(tl.Failures) > 0 {
+				lv.Failures = tl.Failures
+			}
+		}
+		// Lifecycle marks: every kind but endpoint transitions first, then
+		// endpoint transitions (the spreads summarise those left out).
+		var inView []int
+		for j := range l.marks {
+			if t := l.marks[j].t; t >= p.from && t < p.to {
+				inView = append(inView, j)
+			}
+		}
+		out.Stats.EventsInView += len(inView)
+		keep := make([]int, 0, min(len(inView), lim.LaneLandmarks))
+		for _, endpoint := range []bool{false, true} {
+			for _, j := range inView {
+				if l.marks[j].kind.IsEndpoint() == endpoint && len(keep) < lim.LaneLandmarks {
+					keep = append(keep, j)
+				}
+			}
+		}
+		sort.Ints(keep)
+		lv.Dropped += len(inView) - len(keep)
+		for _, j := range keep {
+			lm := &l.marks[j]
+			lv.Marks = append(lv.Marks, MarkView{T: rel(lm.t), Kind: string(lm.kind), Signal: lm.signal, ID: lm.id.String(), Node: lm.node, Label: lm.summary})
+		}
+		out.Stats.Marks += len(keep)
+
+		sp := spans[i]
+		lv.SocketCount = sp.sHi - sp.sLo
+		lv.FailureCount = sp.fHi - sp.fLo
+		out.Stats.EventsInView += lv.SocketCount + lv.FailureCount
+		if indivS[i] {
+			for _, s := range l.socks[sp.sLo:sp.sHi] {
+				lv.Sockets = append(lv.Sockets, SockView{T: rel(s.t), Kind: string(sockKinds[s.kind]), Series: sockSeries[s.series], ID: s.id.String()})
+			}
+			out.Stats.Marks += lv.SocketCount
+		} else {
+			counts := make([]map[int64]int64, len(sockSeries))
+			for _, s := range l.socks[sp.sLo:sp.sHi] {
+				if counts[s.series] == nil {
+					counts[s.series] = map[int64]int64{}
+				}
+				counts[s.series][bin(s.t)]++
+			}
+			for si, c := range counts {
+				if c != nil {
+					lv.SocketDensity = append(lv.SocketDensity, series(sockSeries[si], c))
+					out.Stats.DensityCells += len(c)
+				}
+			}
+		}
+		if indivF[i] {
+			for _, f := range pick(l)[sp.fLo:sp.fHi] {
+				af := &m.result.Failures[f.i]
+				lv.FailureMarks = append(lv.FailureMarks, FailView{T: rel(f.t), I: int(f.i), Cause: string(causes[f.cause]), Class: af.Failure.Reason, Inferred: f.inferred})
+			}
+			out.Stats.Marks += lv.FailureCount
+			out.Stats.FailuresListed += lv.FailureCount
+		} else {
+			counts := map[uint8]map[int64]int64{}
+			for _, f := range pick(l)[sp.fLo:sp.fHi] {
+				if counts[f.cause] == nil {
+					counts[f.cause] = map[int64]int64{}
+				}
+				counts[f.cause][bin(f.t)]++
+			}
+			for ci, cs := range causes {
+				if c := counts[uint8(ci)]; c != nil {
+					lv.FailureDensity = append(lv.FailureDensity, series(string(cs), c))
+					out.Stats.DensityCells += len(c)
+				}
+			}
+		}
+		if (!indivS[i] && lv.SocketCount > 0) || (!indivF[i] && lv.FailureCount > 0) {
+			out.Stats.AggregatedLanes++
+			out.Stats.Aggregated = true
+		}
+		out.Lanes = append(out.Lanes, lv)
+	}
+	return out
+}
+
+func series(name string, c map[int64]int64) Series {
+	s := Series{Name: name, Bins: make([][2]int64, 0, len(c))}
+	for b, n := range c {
+		s.Bins = append(s.Bins, [2]int64{b, n})
+	}
+	sort.Slice(s.Bins, func(i, j int) bool { return s.Bins[i][0] < s.Bins[j][0] })
+	return s
+}
+
+// failureAt finds a failure by index, checking it is the one a link meant.
+func (m *model) failure(i int) (*analysis.AlignedFailure, bool) {
+	if i < 0 || i >= len(m.result.Failures) {
+		return nil, false
+	}
+	return &m.result.Failures[i], true
+}
