@@ -1,0 +1,268 @@
+package scenario_test
+
+import (
+	"context"
+	"log/slog"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/drainscope/drainscope/analysis"
+	"github.com/drainscope/drainscope/controlplane"
+	"github.com/drainscope/drainscope/event"
+	"github.com/drainscope/drainscope/internal/testenv"
+	"github.com/drainscope/drainscope/lab/sampleapp"
+	"github.com/drainscope/drainscope/lab/scenario"
+	"github.com/drainscope/drainscope/store"
+)
+
+// The test binary is also the sample service the lab node runs.
+func TestMain(m *testing.M) {
+	if os.Getenv("DRAINSCOPE_LAB_SAMPLEAPP") == "1" {
+		os.Exit(sampleapp.Main(os.Args[1:], os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+func TestSelectRuns(t *testing.T) {
+	all, err := scenario.SelectRuns("")
+	if err != nil || len(all) != len(scenario.Runs) {
+		t.Fatalf("%v %v", all, err)
+	}
+	some, err := scenario.SelectRuns("drain, control")
+	if err != nil || len(some) != 2 || some[0].Name != "control" || some[1].Name != "drain" {
+		t.Errorf("want control then drain in the experiment's order: %+v %v", some, err)
+	}
+	if _, err := scenario.SelectRuns("exit,bogus"); err == nil {
+		t.Error("want an error for an unknown run")
+	}
+	for name, p := range scenario.Profiles {
+		if err := p.Validate(); err != nil {
+			t.Errorf("profile %s: %v", name, err)
+		}
+	}
+}
+
+// TestLabEndToEnd runs the lab's experiment on a real single-node cluster:
+// a control run, the exit behaviour and the drain behaviour, and checks what
+// the issue asks the lab to show.
+func TestLabEndToEnd(t *testing.T) {
+	testenv.RequireRoot(t)
+	if _, err := controlplane.CheckBinaries(""); err != nil {
+		testenv.Unavailable(t, err.Error())
+	}
+	if err := scenario.Preflight(""); err != nil {
+		testenv.Unavailable(t, err.Error())
+	}
+	if testing.Short() {
+		t.Skip("end-to-end lab run takes about two minutes")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	st, err := store.Open(ctx, filepath.Join(t.TempDir(), "events.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+
+	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	start := time.Now()
+	c, err := scenario.Up(ctx, scenario.Options{
+		AppCommand:  []string{os.Args[0]},
+		AppEnv:      []string{"DRAINSCOPE_LAB_SAMPLEAPP=1"},
+		Store:       st,
+		WaitForLock: true,
+		Log:         log,
+		Progress:    testWriter{t},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	downed := false
+	defer func() {
+		if !downed {
+			c.Down()
+		}
+	}()
+	t.Logf("cluster up in %v; kernel capture: %v (%v)", time.Since(start).Round(time.Millisecond), c.Kernel(), c.KernelErr)
+	if !c.Kernel() && testenv.InCI() {
+		t.Errorf("the kernel capture must run in CI: %v", c.KernelErr)
+	}
+
+	runs, err := scenario.SelectRuns("control,exit,drain")
+	if err != nil {
+		t.Fatal(err)
+	}
+	results, err := scenario.Execute(ctx, c, scenario.Config{Profile: scenario.Profiles["ci"], Runs: runs, Progress: testWriter{t}, Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Sync()
+	var table strings.Builder
+	_ = scenario.WriteTable(&table, results)
+	t.Logf("runs:\n%s", table.String())
+	var diag strings.Builder
+	if err := scenario.Diagnose(ctx, &diag, st, results); err != nil {
+		t.Error(err)
+	}
+	t.Logf("diagnosis:\n%s", diag.String())
+	t.Logf("events stored: %v", c.Counts())
+
+	byName := map[string]scenario.RunResult{}
+	for _, r := range results {
+		byName[r.Run.Name] = r
+	}
+	control, exit, drain := byName["control"], byName["exit"], byName["drain"]
+	if control.Load.Requests < 500 || control.Load.FailedTotal() != 0 {
+		t.Errorf("control run: %s; want hundreds of requests and no failure", control.Summary())
+	}
+	if exit.Load.FailedTotal() == 0 {
+		t.Errorf("exit run: %s; want failures", exit.Summary())
+	}
+	if drain.Load.FailedTotal() != 0 {
+		t.Errorf("drain run: %s; want no failure: %+v", drain.Summary(), drain.Load.Failures)
+	}
+	for _, r := range []scenario.RunResult{exit, drain} {
+		if len(r.Replaced) != 4 || len(r.New) != 4 {
+			t.Errorf("run %s: %d pods replaced by %d, want 4 by 4", r.Run.Name, len(r.Replaced), len(r.New))
+		}
+	}
+
+	// Every failure of the exit run was served by a pod that the rollout
+	// replaced, and happened while that pod was terminating.
+	events, err := store.Events(ctx, st, store.Query{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldIP := map[netip.Addr]scenario.PodRecord{}
+	for _, p := range exit.Replaced {
+		oldIP[p.IP] = p
+	}
+	deletion := map[string]int64{} // pod UID → deletion observed
+	for _, e := range events {
+		if e.Kind == event.PodDeletion && deletion[e.Pod.UID] == 0 {
+			deletion[e.Pod.UID] = e.Time
+		}
+	}
+	w := exit.Window()
+	failures := 0
+	for _, e := range events {
+		if e.Kind != event.ClientFailure || !w.Contains(e.Time) {
+			continue
+		}
+		failures++
+		b, err := netip.ParseAddrPort(e.Attrs[event.AttrBackend])
+		if err != nil {
+			t.Errorf("exit failure at %s (%s) names no backend", e.At().Format(time.StampMilli), e.Reason)
+			continue
+		}
+		p, ok := oldIP[b.Addr()]
+		if !ok {
+			t.Errorf("exit failure %s at %s went to %s, not a replaced pod", e.Reason, e.At().Format(time.StampMilli), b)
+			continue
+		}
+		if d := deletion[p.UID]; d == 0 || e.Time < d-int64(500*time.Millisecond) {
+			t.Errorf("exit failure %s at %s on %s before the pod's deletion (%s)", e.Reason, e.At().Format(time.StampMilli), p.Name, time.Unix(0, d).Format(time.StampMilli))
+		}
+	}
+	if failures != exit.Load.FailedTotal() {
+		t.Errorf("%d client_failure events stored for the exit run, the load counted %d", failures, exit.Load.FailedTotal())
+	}
+	// drainscope's analysis puts each of them on a replaced pod.
+	res, err := analysis.Analyze(ctx, st, store.Query{Window: w, Namespace: scenario.Namespace})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range res.Failures {
+		if f.Inferred {
+			continue
+		}
+		if f.Pod == nil || !slices.ContainsFunc(exit.Replaced, func(p scenario.PodRecord) bool { return p.UID == f.Pod.UID }) {
+			t.Errorf("analysis put a failure at %s on %v (cause %s), not on a replaced pod", time.Unix(0, f.Failure.Time).Format(time.StampMilli), f.Pod, f.Cause)
+		}
+	}
+
+	// For every replaced pod: its deletion, the SIGTERM and the exit the
+	// kernel saw, and its endpoint's transitions, in a plausible order.
+	for _, r := range []scenario.RunResult{exit, drain} {
+		for _, p := range r.Replaced {
+			checkTermination(t, r.Run.Name, p, events, c.Kernel())
+		}
+	}
+
+	// Teardown leaves nothing behind.
+	c.Down()
+	downed = true
+	left, err := scenario.FindLeftovers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !left.Empty() {
+		t.Errorf("left behind after Down: %s", left)
+	}
+	t.Logf("whole test %v", time.Since(start).Round(time.Second))
+}
+
+func checkTermination(t *testing.T, run string, p scenario.PodRecord, events []event.Event, kernel bool) {
+	t.Helper()
+	first := map[string]int64{}
+	note := func(key string, at int64) {
+		if first[key] == 0 {
+			first[key] = at
+		}
+	}
+	for _, e := range events {
+		if e.Pod.UID != p.UID {
+			continue
+		}
+		switch {
+		case e.Kind == event.PodDeletion:
+			note("deletion", e.Time)
+		case e.Kind == event.Signal && e.Signal == int32(syscall.SIGTERM):
+			if !kernel || e.Source == event.SourceKernel {
+				note("sigterm", e.Time)
+			}
+		case e.Kind == event.ProcessExit:
+			if !kernel || e.Source == event.SourceKernel {
+				note("exit", e.Time)
+			}
+		case e.Kind == event.EndpointNotReady, e.Kind == event.EndpointTerminating:
+			note("endpoint_leaving", e.Time)
+		case e.Kind == event.EndpointRemoved:
+			note("endpoint_removed", e.Time)
+		}
+	}
+	for _, k := range []string{"deletion", "sigterm", "exit", "endpoint_leaving", "endpoint_removed"} {
+		if first[k] == 0 {
+			t.Errorf("run %s pod %s: no %s event", run, p.Name, k)
+		}
+	}
+	if t.Failed() {
+		return
+	}
+	before := func(a, b string, slack time.Duration) {
+		if first[a] > first[b]+int64(slack) {
+			t.Errorf("run %s pod %s: %s at %s is after %s at %s", run, p.Name,
+				a, time.Unix(0, first[a]).Format(time.StampMicro), b, time.Unix(0, first[b]).Format(time.StampMicro))
+		}
+	}
+	// The watcher's clock and the kernel's are the same wall clock, but the
+	// watcher stamps when its handler runs: allow it a little lag.
+	before("deletion", "sigterm", 250*time.Millisecond)
+	before("sigterm", "exit", 0)
+	before("deletion", "exit", 0)
+	before("deletion", "endpoint_leaving", 0)
+	before("endpoint_leaving", "endpoint_removed", 0)
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(b []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(b), "\n"))
+	return len(b), nil
+}
