@@ -1,0 +1,93 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/drainscope/drainscope/event"
+	"github.com/drainscope/drainscope/ingest"
+	"github.com/drainscope/drainscope/store"
+)
+
+const importLog = `10.0.0.9 - - [10/Oct/2025:13:55:36 +0200] "GET /ok HTTP/1.1" 200 12 "-" "curl/8.5" 10.244.0.5:8080 200 0.003
+10.0.0.9 - - [10/Oct/2025:13:55:37 +0200] "GET /a HTTP/1.1" 502 157 "-" "curl/8.5" 10.244.0.6:8080 502 0.001
+10.0.0.9 - - [10/Oct/2025:13:55:38 +0200] "GET /b HTTP/1.1" 503 157 "-" "curl/8.5" 10.244.0.6:8080 503 0.001
+`
+
+func TestImportCommand(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "access.log")
+	bad := filepath.Join(dir, "bad.log")
+	os.WriteFile(good, []byte(importLog), 0o644)
+	os.WriteFile(bad, []byte(strings.ReplaceAll(importLog, "13:55", "14:55")+"10.0.0.9 - - [10/Oct/2025:14:55:39 +0200] \"GET /c HTTP/1.1\" 5x\n"), 0o644)
+	db := filepath.Join(dir, "events.db")
+
+	code, stdout, stderr := runCLI(t, "import", "--format", "nginx", "--store", db, good)
+	if code != 0 || !strings.Contains(stdout, "access.log: 3 lines read: 1 succeeded, 2 failed (2 stored") {
+		t.Fatalf("exit %d\nstdout %s\nstderr %s", code, stdout, stderr)
+	}
+	// Flags after the files; strict refuses the bad file and stores none of it.
+	code, stdout, stderr = runCLI(t, "import", bad, "--format", "nginx", "--strict", "--store", db)
+	if code != 1 || !strings.Contains(stderr, "bad.log:4: field status") || !strings.Contains(stderr, "nothing from it was stored") {
+		t.Fatalf("strict: exit %d\nstdout %s\nstderr %s", code, stdout, stderr)
+	}
+	// Without --strict the good lines go in and the bad one is listed.
+	code, stdout, stderr = runCLI(t, "import", "--format", "nginx", "--store", db, bad, good)
+	if code != 0 || !strings.Contains(stdout, "bad.log: 4 lines read: 1 succeeded, 2 failed (2 stored") ||
+		!strings.Contains(stdout, "bad.log:4: field status:") || !strings.Contains(stdout, "total: 2 files, 7 lines read") {
+		t.Fatalf("default: exit %d\nstdout %s\nstderr %s", code, stdout, stderr)
+	}
+	s, err := store.Open(context.Background(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs, err := store.Events(context.Background(), s, store.Query{Kinds: []event.Kind{event.ClientFailure}})
+	s.Close()
+	if err != nil || len(evs) != 4 {
+		t.Fatalf("%d client failures in the store (want 4: two per file, the good file's once): %v", len(evs), err)
+	}
+
+	for _, c := range []struct {
+		args   []string
+		code   int
+		stderr string
+	}{
+		{[]string{"import", good}, 2, "--format is required"},
+		{[]string{"import", "--format", "nginx"}, 2, "name the files"},
+		{[]string{"import", "--format", "apache", good}, 2, `unknown format "apache"`},
+		{[]string{"import", "--format", "jsonl", "--log-format", "$status", good}, 2, "nginx format only"},
+		{[]string{"import", "--format", "nginx", "--log-format", "$status", good}, 2, "no time"},
+		{[]string{"import", "--format", "nginx", "--fail-status", "5xx", good}, 2, "--fail-status"},
+		{[]string{"import", "--format", "nginx", "-", "-"}, 2, "named once"},
+		{[]string{"import", "--format", "vegeta-json", "--dry-run", good}, 1, "no line could be read"},
+		{[]string{"import", "--format", "nginx", "--dry-run", filepath.Join(dir, "missing.log")}, 1, "no such file"},
+	} {
+		code, stdout, stderr := runCLI(t, c.args...)
+		if code != c.code || !strings.Contains(stderr, c.stderr) {
+			t.Errorf("%v: exit %d, stderr %q, stdout %q; want %d and %q", c.args, code, stderr, stdout, c.code, c.stderr)
+		}
+	}
+}
+
+func TestImportFromStdin(t *testing.T) {
+	f, _ := ingest.LookupFormat("nginx")
+	parse, err := f.Parser(ingest.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	im := &ingest.Importer{Parser: parse, Progress: &ingest.Progress{}}
+	var out, errOut bytes.Buffer
+	if err := importFiles(context.Background(), im, []string{"-"}, strings.NewReader(importLog), &out, &errOut); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(out.String(), "(stdin): 3 lines read: 1 succeeded, 2 failed") {
+		t.Errorf("summary %q", out.String())
+	}
+	if errOut.Len() != 0 {
+		t.Errorf("progress drawn on a non-terminal: %q", errOut.String())
+	}
+}
