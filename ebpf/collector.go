@@ -69,6 +69,12 @@ type Config struct {
 	// FlushInterval bounds how long an event waits in the ring buffer, and
 	// how long Run takes to notice a cancelled context. Default 100 ms.
 	FlushInterval time.Duration
+	// ExitWindow is how long before its process's exit a socket close or
+	// reset by that process still counts as closed at exit (FlagAtExit):
+	// runtimes that close their sockets during their own teardown do it
+	// before the kernel's exit path. Events are held this long before Run
+	// emits them. Default 50 ms; negative turns it off.
+	ExitWindow time.Duration
 	// ClockInterval is how often the monotonic-to-wall offset is
 	// re-sampled. Default 1 s.
 	ClockInterval time.Duration
@@ -115,6 +121,9 @@ type Collector struct {
 
 	trackMu sync.Mutex // serialises changes to tracked_cgroups and generation
 	flush   time.Duration
+
+	exitWindow time.Duration
+	delay      *delayLine // Run's, kept between runs
 
 	rd       *ringbuf.Reader
 	layout   cgroupLayout
@@ -166,6 +175,13 @@ func Open(cfg Config) (*Collector, error) {
 	flush := cfg.FlushInterval
 	if flush <= 0 {
 		flush = 100 * time.Millisecond
+	}
+	exitWindow := cfg.ExitWindow
+	switch {
+	case exitWindow == 0:
+		exitWindow = 50 * time.Millisecond
+	case exitWindow < 0:
+		exitWindow = 0
 	}
 	wakeup := cfg.WakeupEvents
 	if wakeup <= 0 {
@@ -224,7 +240,7 @@ func Open(cfg Config) (*Collector, error) {
 		}
 	}
 
-	c := &Collector{log: log, layout: layout, progs: map[string]*ebpf.Program{}, links: map[string]link.Link{}, flush: flush}
+	c := &Collector{log: log, layout: layout, progs: map[string]*ebpf.Program{}, links: map[string]link.Link{}, flush: flush, exitWindow: exitWindow}
 	ok := false
 	defer func() {
 		if !ok {
@@ -495,7 +511,9 @@ func (c *Collector) UntrackNetNS(ino uint64) error {
 }
 
 // Run reads events until ctx is done or the collector is closed, and then
-// returns nil. emit receives each event, complete and sealed; the pointer
+// returns nil. Events are emitted in the kernel's order, ExitWindow after
+// they happened (plus up to FlushInterval while the kernel batches them).
+// emit receives each event, complete and sealed; the pointer
 // and the event are reused for the next one, so emit must copy what it
 // keeps. Attrs is shared between events and must not be modified. Only one
 // Run may be active at a time.
@@ -513,6 +531,15 @@ func (c *Collector) Run(ctx context.Context, emit func(*event.Event)) error {
 		ev  event.Event
 		n   uint
 	)
+	out := func(e *event.Event) {
+		emit(e)
+		c.delivered.Add(1)
+	}
+	if c.delay == nil {
+		c.delay = newDelayLine(int64(c.exitWindow), delayCapacity)
+	}
+	d := c.delay
+	defer d.flush(out)
 	c.rd.SetDeadline(time.Now().Add(c.flush))
 	for {
 		err := c.rd.ReadInto(&rec)
@@ -522,6 +549,7 @@ func (c *Collector) Run(ctx context.Context, emit func(*event.Event)) error {
 				if ctx.Err() != nil {
 					return nil
 				}
+				d.release(time.Now().UnixNano()-d.window, out)
 				c.rd.SetDeadline(time.Now().Add(c.flush))
 				continue
 			case errors.Is(err, ringbuf.ErrClosed):
@@ -537,10 +565,14 @@ func (c *Collector) Run(ctx context.Context, emit func(*event.Event)) error {
 			c.log.Debug("dropping undecodable record", "err", err)
 			continue
 		}
-		emit(&ev)
-		c.delivered.Add(1)
+		d.push(&ev, out)
+		d.release(ev.Time-d.window, out)
 	}
 }
+
+// delayCapacity bounds the events held for the exit window: 4096 events
+// (about 1.3 MB) cover 50 ms at 80,000 events/s.
+const delayCapacity = 4096
 
 // handle decodes one record into ev.
 func (c *Collector) handle(b []byte, raw *probesEvent, ev *event.Event) error {

@@ -584,3 +584,21 @@ func TestResetWithUnreadDataAtExit(t *testing.T) {
 		t.Errorf("client read: %v, want connection reset", err)
 	}
 }
+
+// TestListenerClosedMomentsBeforeExit: an application that closes its
+// listener during its own teardown, just before exiting, has the close
+// flagged as at exit (the exit window), unlike one that closes it and keeps
+// running (TestListenerClosedBeforeExit).
+func TestListenerClosedMomentsBeforeExit(t *testing.T) {
+	p := newTestPod(t, true)
+	_, r := socketCollector(t, p)
+	h, _ := serve(t, p, "close-listener", 5*time.Millisecond)
+	syscall.Kill(h.Pid(), syscall.SIGTERM)
+	h.Wait(t)
+	lc := r.waitFor(t, "listener_closed", func(e *event.Event) bool { return e.Kind == event.ListenerClosed })
+	exit := r.waitFor(t, "process_exit", func(e *event.Event) bool { return e.Kind == event.ProcessExit })
+	if !lc.Flags.Has(event.FlagAtExit) {
+		t.Errorf("listener closed %v before exit not flagged: %s", time.Duration(exit.Time-lc.Time), describe(&lc))
+	}
+	assertOrder(t, lc, exit)
+}
