@@ -1,0 +1,132 @@
+package watcher
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// ClientFlags are the connection flags with kubectl's names and habits:
+// --kubeconfig and --context. With neither, a process running in a pod uses
+// its service account (in-cluster config); elsewhere $KUBECONFIG or
+// ~/.kube/config, as kubectl does.
+type ClientFlags struct {
+	Kubeconfig string
+	Context    string
+	// QPS and Burst of the client; watches need little, the defaults of
+	// client-go (5 and 10) suffice for an agent.
+	QPS   float64
+	Burst int
+}
+
+// Register adds the flags to fs.
+func (f *ClientFlags) Register(fs *flag.FlagSet) {
+	fs.StringVar(&f.Kubeconfig, "kubeconfig", "", "path to a kubeconfig file (default: in-cluster config in a pod, else $KUBECONFIG or ~/.kube/config)")
+	fs.StringVar(&f.Context, "context", "", "kubeconfig context to use (default: its current context)")
+}
+
+// RESTConfig resolves the flags to a client configuration.
+func (f *ClientFlags) RESTConfig() (*rest.Config, error) {
+	var cfg *rest.Config
+	var err error
+	if f.Kubeconfig == "" && f.Context == "" && os.Getenv("KUBERNETES_SERVICE_HOST") != "" {
+		cfg, err = rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("in-cluster config: %w", err)
+		}
+	} else {
+		rules := clientcmd.NewDefaultClientConfigLoadingRules()
+		if f.Kubeconfig != "" {
+			rules.ExplicitPath = f.Kubeconfig
+		}
+		overrides := &clientcmd.ConfigOverrides{CurrentContext: f.Context}
+		cfg, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides).ClientConfig()
+		if err != nil {
+			if clientcmd.IsEmptyConfig(err) {
+				return nil, errors.New("no Kubernetes configuration: not in a pod, and no --kubeconfig, $KUBECONFIG or ~/.kube/config")
+			}
+			return nil, fmt.Errorf("loading kubeconfig: %w", err)
+		}
+	}
+	if f.QPS != 0 {
+		cfg.QPS = float32(f.QPS)
+	}
+	if f.Burst != 0 {
+		cfg.Burst = f.Burst
+	}
+	cfg.UserAgent = "drainscope-watcher"
+	return cfg, nil
+}
+
+// Clientset is RESTConfig followed by kubernetes.NewForConfig.
+func (f *ClientFlags) Clientset() (kubernetes.Interface, error) {
+	cfg, err := f.RESTConfig()
+	if err != nil {
+		return nil, err
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("creating Kubernetes client: %w", err)
+	}
+	return cs, nil
+}
+
+// Flags are the watcher's command-line flags, for the agent command:
+//
+//	var wf watcher.Flags
+//	wf.Register(fs)
+//	... parse ...
+//	cs, err := wf.Client.Clientset()
+//	opts, err := wf.Options()  // then set opts.Sink, opts.Logger
+type Flags struct {
+	Client        ClientFlags
+	Node          string
+	Namespace     string
+	SliceSelector string
+	AllPods       bool
+	Mode          string
+	Lease         LeaseOptions
+}
+
+// Register adds the flags to fs.
+func (f *Flags) Register(fs *flag.FlagSet) {
+	f.Client.Register(fs)
+	node := os.Getenv("NODE_NAME")
+	if node == "" {
+		node, _ = os.Hostname()
+	}
+	fs.StringVar(&f.Node, "node", node, "name of this node, recorded in every event and used to select its pods (default $NODE_NAME, else the host name)")
+	fs.StringVar(&f.Namespace, "namespace", "", "watch only this namespace (default: all)")
+	fs.StringVar(&f.SliceSelector, "endpointslice-selector", "", "label selector for the EndpointSlices to record, e.g. kubernetes.io/service-name=web")
+	fs.BoolVar(&f.AllPods, "all-pods", false, "watch the pods of every node, not only this node's")
+	fs.StringVar(&f.Mode, "endpointslice-recording", string(EveryNode), "who records EndpointSlice transitions: every-node (each node, shows propagation spread) or leader (one node, elected with a Lease)")
+	fs.StringVar(&f.Lease.Namespace, "lease-namespace", "", "namespace of the leader Lease (default $POD_NAMESPACE, else default)")
+	fs.StringVar(&f.Lease.Name, "lease-name", "drainscope-endpointslices", "name of the leader Lease")
+}
+
+// Options turns the flags into watcher Options (without Sink and Logger).
+func (f *Flags) Options() (Options, error) {
+	mode, err := ParseMode(f.Mode)
+	if err != nil {
+		return Options{}, err
+	}
+	if f.Node == "" {
+		return Options{}, errors.New("--node is empty and the host name is unknown")
+	}
+	o := Options{
+		Node:          f.Node,
+		Namespace:     f.Namespace,
+		SliceSelector: f.SliceSelector,
+		Mode:          mode,
+		Lease:         f.Lease,
+	}
+	if !f.AllPods {
+		o.PodNode = f.Node
+	}
+	return o, nil
+}

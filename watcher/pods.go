@@ -1,0 +1,423 @@
+package watcher
+
+import (
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/drainscope/drainscope/event"
+)
+
+// Extra attribute keys of pod events, beside event.AttrCreationTimestamp and
+// event.AttrDeletionTimestamp. Values are the API's RFC 3339 timestamps
+// (whole seconds).
+const (
+	AttrTransitionTime = "transition_time" // pod_ready, pod_not_ready: the Ready condition's lastTransitionTime
+	AttrStartedAt      = "started_at"      // container_terminated
+	AttrFinishedAt     = "finished_at"     // container_terminated
+	AttrContainerID    = "container_id"    // container_terminated
+	AttrRestartCount   = "restart_count"   // container_terminated
+	AttrMessage        = "message"         // container_terminated: the runtime's message, when any
+)
+
+// PodLookup resolves a pod seen by the kernel (by its UID, taken from the
+// cgroup path, by a container ID, or by its address) to the names the
+// events carry. The watcher's pod cache implements it; deleted pods stay
+// resolvable for a while, since kernel events of a pod's last moments can
+// arrive after its API object is gone.
+type PodLookup interface {
+	PodByUID(uid string) (event.PodRef, event.Workload, bool)
+	PodByIP(ip netip.Addr) (event.PodRef, event.Workload, bool)
+	// PodByContainerID takes the ID without the runtime prefix
+	// ("containerd://"); the PodRef it returns names the container.
+	PodByContainerID(id string) (event.PodRef, event.Workload, bool)
+}
+
+// podState is what the watcher last reported about a pod.
+type podState struct {
+	ref      event.PodRef
+	workload event.Workload
+	ip       netip.Addr
+	ips      []netip.Addr
+	rv       string
+	deleting bool
+	ready    bool
+	// terminations recorded per container, so each is reported once.
+	terminated map[string][]string
+	containers map[string]string // container ID → name
+}
+
+// podTracker turns Pod states into pod events and keeps the lookup tables.
+// apply, remove and replaceAll run on the informer's goroutine; the lookups
+// may be called from any goroutine.
+type podTracker struct {
+	emit func(at time.Time, k event.Kind, p *podState, fill func(*event.Event), flags event.Flags)
+	// at is when the update being applied was received; set by the
+	// informer's handler before each call.
+	at       time.Time
+	workload func(*corev1.Pod) event.Workload
+	now      func() time.Time
+	linger   time.Duration
+
+	mu    sync.RWMutex
+	pods  map[string]*podState // by UID
+	byIP  map[netip.Addr]*podState
+	byCID map[string]*podState
+	gone  []goneRec // deleted pods still resolvable, oldest first
+}
+
+type goneRec struct {
+	at  time.Time
+	pod *podState
+}
+
+func newPodTracker(emit func(time.Time, event.Kind, *podState, func(*event.Event), event.Flags), workload func(*corev1.Pod) event.Workload, now func() time.Time, linger time.Duration) *podTracker {
+	return &podTracker{
+		emit: emit, workload: workload, now: now, linger: linger,
+		pods:  map[string]*podState{},
+		byIP:  map[netip.Addr]*podState{},
+		byCID: map[string]*podState{},
+	}
+}
+
+func podReady(p *corev1.Pod) (bool, metav1.Time) {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue, c.LastTransitionTime
+		}
+	}
+	return false, metav1.Time{}
+}
+
+func rfc3339(t metav1.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(time.RFC3339)
+}
+
+func stripRuntime(id string) string {
+	if _, after, ok := strings.Cut(id, "://"); ok {
+		return after
+	}
+	return id
+}
+
+// apply reports what changed in p since the watcher last saw it. created
+// says the pod is new to the watcher through a watch or relist (not the
+// initial list); silent suppresses every event (the initial list).
+func (t *podTracker) apply(p *corev1.Pod, flags event.Flags, silent bool) {
+	uid := string(p.UID)
+	t.mu.RLock()
+	st := t.pods[uid]
+	t.mu.RUnlock()
+	if st != nil && st.rv == p.ResourceVersion {
+		return
+	}
+	isNew := st == nil
+	if isNew {
+		st = &podState{terminated: map[string][]string{}, containers: map[string]string{}}
+	}
+	st.rv = p.ResourceVersion
+	ref := event.PodRef{Namespace: p.Namespace, Name: p.Name, UID: uid}
+	w := st.workload
+	if w.IsZero() || w.Kind == "ReplicaSet" {
+		w = t.workload(p)
+	}
+	var ips []netip.Addr
+	for _, pip := range p.Status.PodIPs {
+		if a, err := netip.ParseAddr(pip.IP); err == nil {
+			ips = append(ips, a)
+		}
+	}
+	var ip netip.Addr
+	if a, err := netip.ParseAddr(p.Status.PodIP); err == nil {
+		ip = a
+		if len(ips) == 0 {
+			ips = append(ips, a)
+		}
+	}
+	// The fields lookups read change under the write lock only.
+	t.mu.Lock()
+	st.ref, st.workload, st.ip, st.ips = ref, w, ip, ips
+	for i := range p.Status.ContainerStatuses {
+		if id := p.Status.ContainerStatuses[i].ContainerID; id != "" {
+			id = stripRuntime(id)
+			st.containers[id] = p.Status.ContainerStatuses[i].Name
+			t.byCID[id] = st
+		}
+	}
+	t.pods[uid] = st
+	for _, a := range ips {
+		t.byIP[a] = st
+	}
+	t.mu.Unlock()
+
+	if isNew && !silent {
+		t.emit(t.at, event.PodCreated, st, func(e *event.Event) {
+			e.Attrs = map[string]string{event.AttrCreationTimestamp: rfc3339(p.CreationTimestamp)}
+		}, flags)
+	}
+	if p.DeletionTimestamp != nil && !st.deleting {
+		st.deleting = true
+		if !silent {
+			t.emitDeletion(st, p, flags)
+		}
+	}
+	ready, since := podReady(p)
+	if ready != st.ready {
+		st.ready = ready
+		if !silent && !(isNew && !ready) {
+			k := event.PodNotReady
+			if ready {
+				k = event.PodReady
+			}
+			t.emit(t.at, k, st, func(e *event.Event) {
+				if st.ip.IsValid() {
+					e.Local = netip.AddrPortFrom(st.ip, 0)
+				}
+				if s := rfc3339(since); s != "" {
+					e.Attrs = map[string]string{AttrTransitionTime: s}
+				}
+			}, flags)
+		}
+	}
+	for i := range p.Status.ContainerStatuses {
+		cs := &p.Status.ContainerStatuses[i]
+		// A termination the watcher missed (the container already
+		// restarted) is in lastState; the current one in state.
+		t.terminated(st, cs.Name, cs.LastTerminationState.Terminated, cs.RestartCount-1, flags, silent)
+		t.terminated(st, cs.Name, cs.State.Terminated, cs.RestartCount, flags, silent)
+	}
+}
+
+func (t *podTracker) terminated(st *podState, name string, term *corev1.ContainerStateTerminated, restarts int32, flags event.Flags, silent bool) {
+	if term == nil {
+		return
+	}
+	id := term.ContainerID + "|" + rfc3339(term.StartedAt) + "|" + rfc3339(term.FinishedAt) + "|" + strconv.Itoa(int(term.ExitCode))
+	seen := st.terminated[name]
+	for _, s := range seen {
+		if s == id {
+			return
+		}
+	}
+	if len(seen) >= 4 {
+		seen = seen[1:]
+	}
+	st.terminated[name] = append(seen, id)
+	if silent {
+		return
+	}
+	t.emit(t.at, event.ContainerTerminated, st, func(e *event.Event) {
+		e.Pod.Container = name
+		e.Code = term.ExitCode
+		e.Signal = term.Signal
+		e.Reason = term.Reason
+		e.Attrs = map[string]string{}
+		if s := rfc3339(term.StartedAt); s != "" {
+			e.Attrs[AttrStartedAt] = s
+		}
+		if s := rfc3339(term.FinishedAt); s != "" {
+			e.Attrs[AttrFinishedAt] = s
+		}
+		if term.ContainerID != "" {
+			e.Attrs[AttrContainerID] = term.ContainerID
+		}
+		if term.Message != "" {
+			e.Attrs[AttrMessage] = term.Message
+		}
+		if restarts >= 0 {
+			e.Attrs[AttrRestartCount] = strconv.Itoa(int(restarts))
+		}
+	}, flags)
+}
+
+func (t *podTracker) emitDeletion(st *podState, p *corev1.Pod, flags event.Flags) {
+	t.emit(t.at, event.PodDeletion, st, func(e *event.Event) {
+		if p == nil {
+			return
+		}
+		if p.DeletionGracePeriodSeconds != nil {
+			e.Duration = *p.DeletionGracePeriodSeconds * int64(time.Second)
+		}
+		if p.DeletionTimestamp != nil {
+			e.Attrs = map[string]string{event.AttrDeletionTimestamp: rfc3339(*p.DeletionTimestamp)}
+		}
+	}, flags)
+}
+
+// remove handles a pod gone from the API. p is its final state, or nil when
+// unknown (the deletion was noticed on a relist).
+func (t *podTracker) remove(uid string, p *corev1.Pod, flags event.Flags, silent bool) {
+	if p != nil {
+		t.apply(p, flags, silent)
+	}
+	t.mu.RLock()
+	st := t.pods[uid]
+	t.mu.RUnlock()
+	if st == nil {
+		return
+	}
+	if !st.deleting && !silent {
+		st.deleting = true
+		t.emitDeletion(st, p, flags)
+	}
+	now := t.now()
+	t.mu.Lock()
+	delete(t.pods, uid)
+	t.gone = append(t.gone, goneRec{at: now, pod: st})
+	t.expireLocked(now)
+	t.mu.Unlock()
+}
+
+// replaceAll reconciles with a complete list of pods.
+func (t *podTracker) replaceAll(list []*corev1.Pod, flags event.Flags, silent bool) {
+	seen := make(map[string]bool, len(list))
+	for _, p := range list {
+		seen[string(p.UID)] = true
+		t.apply(p, flags, silent)
+	}
+	t.mu.RLock()
+	var gone []string
+	for uid := range t.pods {
+		if !seen[uid] {
+			gone = append(gone, uid)
+		}
+	}
+	t.mu.RUnlock()
+	for _, uid := range gone {
+		t.remove(uid, nil, flags, silent)
+	}
+}
+
+// expireLocked drops deleted pods older than linger from the tables, unless
+// a newer pod took over their entries.
+func (t *podTracker) expireLocked(now time.Time) {
+	n := 0
+	for n < len(t.gone) && now.Sub(t.gone[n].at) > t.linger {
+		st := t.gone[n].pod
+		for _, a := range st.ips {
+			if t.byIP[a] == st {
+				delete(t.byIP, a)
+			}
+		}
+		for id := range st.containers {
+			if t.byCID[id] == st {
+				delete(t.byCID, id)
+			}
+		}
+		if t.pods[st.ref.UID] == st {
+			delete(t.pods, st.ref.UID)
+		}
+		t.gone[n] = goneRec{}
+		n++
+	}
+	t.gone = t.gone[n:]
+}
+
+func (t *podTracker) find(st *podState) (event.PodRef, event.Workload, bool) {
+	if st == nil {
+		return event.PodRef{}, event.Workload{}, false
+	}
+	return st.ref, st.workload, true
+}
+
+// PodByUID implements PodLookup.
+func (t *podTracker) PodByUID(uid string) (event.PodRef, event.Workload, bool) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if st := t.pods[uid]; st != nil {
+		return t.find(st)
+	}
+	for i := len(t.gone) - 1; i >= 0; i-- {
+		if t.gone[i].pod.ref.UID == uid {
+			return t.find(t.gone[i].pod)
+		}
+	}
+	return t.find(nil)
+}
+
+// PodByIP implements PodLookup.
+func (t *podTracker) PodByIP(ip netip.Addr) (event.PodRef, event.Workload, bool) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.find(t.byIP[ip.Unmap()])
+}
+
+// PodByContainerID implements PodLookup.
+func (t *podTracker) PodByContainerID(id string) (event.PodRef, event.Workload, bool) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	st := t.byCID[stripRuntime(id)]
+	ref, w, ok := t.find(st)
+	if ok {
+		ref.Container = st.containers[stripRuntime(id)]
+	}
+	return ref, w, ok
+}
+
+func (t *podTracker) size() int {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return len(t.pods)
+}
+
+// StaticPods is a PodLookup over a fixed table, for tests of code that only
+// needs lookups.
+type StaticPods struct {
+	Pods []StaticPod
+}
+
+// StaticPod is one entry of StaticPods.
+type StaticPod struct {
+	Ref          event.PodRef
+	Workload     event.Workload
+	IPs          []netip.Addr
+	ContainerIDs map[string]string // ID → container name
+}
+
+// PodByUID implements PodLookup.
+func (s *StaticPods) PodByUID(uid string) (event.PodRef, event.Workload, bool) {
+	for _, p := range s.Pods {
+		if p.Ref.UID == uid {
+			return p.Ref, p.Workload, true
+		}
+	}
+	return event.PodRef{}, event.Workload{}, false
+}
+
+// PodByIP implements PodLookup.
+func (s *StaticPods) PodByIP(ip netip.Addr) (event.PodRef, event.Workload, bool) {
+	for _, p := range s.Pods {
+		for _, a := range p.IPs {
+			if a == ip.Unmap() {
+				return p.Ref, p.Workload, true
+			}
+		}
+	}
+	return event.PodRef{}, event.Workload{}, false
+}
+
+// PodByContainerID implements PodLookup.
+func (s *StaticPods) PodByContainerID(id string) (event.PodRef, event.Workload, bool) {
+	id = stripRuntime(id)
+	for _, p := range s.Pods {
+		if name, ok := p.ContainerIDs[id]; ok {
+			r := p.Ref
+			r.Container = name
+			return r, p.Workload, true
+		}
+	}
+	return event.PodRef{}, event.Workload{}, false
+}
+
+var (
+	_ PodLookup = (*podTracker)(nil)
+	_ PodLookup = (*StaticPods)(nil)
+)

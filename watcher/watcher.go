@@ -1,0 +1,318 @@
+// Package watcher records the control plane's half of a rollout: when each
+// pod's deletion was requested, when it stopped being ready, when its
+// containers ended, and when each of its endpoints stopped being ready, was
+// marked terminating and was removed from its Service's EndpointSlices. It
+// watches Pods and EndpointSlices with client-go, turns each update into
+// per-pod and per-endpoint transitions, stamps each with the time its
+// handler received it (UTC nanoseconds; the API's whole-second timestamps go
+// in Attrs), and hands them to a sink.
+//
+// A broken watch loses nothing and doubles nothing: the watcher keeps the
+// state it last reported, so an update replayed after a reconnect reports
+// only what changed, and after a relist it diffs the complete list against
+// that state and reports each missed transition once, flagged
+// event.FlagRelist.
+//
+// The watcher also keeps the pod cache the kernel side resolves pods with
+// (PodLookup).
+package watcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	appslisters "k8s.io/client-go/listers/apps/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/drainscope/drainscope/event"
+)
+
+// Mode selects who records EndpointSlice transitions.
+type Mode string
+
+const (
+	// EveryNode: each node's watcher records them, so the events show when
+	// each node learned of each change (the spread between nodes).
+	EveryNode Mode = "every-node"
+	// Leader: one watcher, elected with a coordination.k8s.io Lease,
+	// records them; the others keep their state warm and take over.
+	Leader Mode = "leader"
+)
+
+// ParseMode parses a Mode flag value.
+func ParseMode(s string) (Mode, error) {
+	switch Mode(s) {
+	case EveryNode, Leader:
+		return Mode(s), nil
+	case "":
+		return EveryNode, nil
+	}
+	return "", fmt.Errorf("endpointslice recording mode %q: want %q or %q", s, EveryNode, Leader)
+}
+
+// Options configure a Watcher.
+type Options struct {
+	// Node is the node this watcher runs on; every event carries it.
+	Node string
+	// Sink receives every event, sealed, one call at a time, in the order
+	// the events were observed. It runs on the informers' goroutines: a
+	// slow sink delays the watch (it should hand the event to a buffer).
+	Sink func(event.Event)
+
+	// Namespace limits both watches to one namespace; empty means all.
+	Namespace string
+	// SliceSelector is a label selector for the EndpointSlices, e.g.
+	// "kubernetes.io/service-name=web".
+	SliceSelector string
+	// PodNode restricts the pod watch to pods bound to that node
+	// (spec.nodeName), as an agent on each node does. Empty watches every
+	// pod (cluster-wide).
+	PodNode string
+	// NoPods and NoSlices turn a watch off.
+	NoPods, NoSlices bool
+
+	// Mode chooses who records EndpointSlice transitions; default
+	// EveryNode. Leader needs Lease.
+	Mode  Mode
+	Lease LeaseOptions
+
+	// PodLinger is how long a deleted pod stays resolvable by PodLookup;
+	// default 2 minutes.
+	PodLinger time.Duration
+
+	Logger *slog.Logger
+	// Now is the clock; default time.Now. Tests replace it.
+	Now func() time.Time
+}
+
+// Stats count what a Watcher did.
+type Stats struct {
+	Events      uint64 // handed to the sink
+	RelistEvent uint64 // of which recovered on a relist
+	Relists     uint64 // complete lists after the first, per watch
+	WatchErrors uint64 // broken watches
+	Pods        int    // pods tracked
+	Endpoints   int    // endpoints tracked
+	Slices      int    // EndpointSlices tracked
+	Leader      bool   // records EndpointSlices (always true in EveryNode mode)
+}
+
+// Watcher watches Pods and EndpointSlices. Create it with New, start it
+// with Run.
+type Watcher struct {
+	cs   kubernetes.Interface
+	opts Options
+	log  *slog.Logger
+
+	emitMu sync.Mutex
+	last   int64 // last event time handed out, for strictly increasing times
+
+	rsLister appslisters.ReplicaSetLister
+	rsSynced cache.InformerSynced
+
+	pods   *podTracker
+	slices *sliceTracker
+	// sliceMu guards slices: the informer and a takeover both use it.
+	sliceMu sync.Mutex
+
+	leading atomic.Bool
+	standby *standbyBuffer
+
+	synced                  chan struct{}
+	events, relistEv        atomic.Uint64
+	relists, watchErrs      atomic.Uint64
+	sliceListed, podsListed atomic.Bool
+	running                 atomic.Bool
+}
+
+// New checks o and returns a Watcher; nothing runs until Run.
+func New(cs kubernetes.Interface, o Options) (*Watcher, error) {
+	if o.Node == "" {
+		return nil, errors.New("watcher: Node is required (every event names the node that observed it)")
+	}
+	if o.Sink == nil {
+		return nil, errors.New("watcher: Sink is required")
+	}
+	if o.Mode == "" {
+		o.Mode = EveryNode
+	}
+	if _, err := ParseMode(string(o.Mode)); err != nil {
+		return nil, err
+	}
+	if o.SliceSelector != "" {
+		if _, err := labels.Parse(o.SliceSelector); err != nil {
+			return nil, fmt.Errorf("watcher: EndpointSlice selector: %w", err)
+		}
+	}
+	if o.PodLinger == 0 {
+		o.PodLinger = 2 * time.Minute
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	w := &Watcher{cs: cs, opts: o, log: o.Logger, synced: make(chan struct{})}
+	w.pods = newPodTracker(w.emitPod, w.workload, o.Now, o.PodLinger)
+	w.slices = newSliceTracker(w.emitEndpoint)
+	w.leading.Store(o.Mode == EveryNode)
+	if o.Mode == Leader {
+		if err := o.Lease.check(); err != nil {
+			return nil, err
+		}
+		w.standby = &standbyBuffer{window: o.Lease.duration() + o.Lease.renewDeadline()}
+	}
+	return w, nil
+}
+
+// Pods is the watcher's pod cache as a PodLookup. It answers once Run has
+// listed the pods.
+func (w *Watcher) Pods() PodLookup { return w.pods }
+
+// Synced is closed once every watch has completed its initial list.
+func (w *Watcher) Synced() <-chan struct{} { return w.synced }
+
+// WaitForSync blocks until Synced or ctx ends.
+func (w *Watcher) WaitForSync(ctx context.Context) error {
+	select {
+	case <-w.synced:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("waiting for the watcher's initial lists: %w", ctx.Err())
+	}
+}
+
+// Stats returns counters; safe to call at any time.
+func (w *Watcher) Stats() Stats {
+	w.sliceMu.Lock()
+	eps, sl := w.slices.size()
+	w.sliceMu.Unlock()
+	return Stats{
+		Events: w.events.Load(), RelistEvent: w.relistEv.Load(),
+		Relists: w.relists.Load(), WatchErrors: w.watchErrs.Load(),
+		Pods: w.pods.size(), Endpoints: eps, Slices: sl, Leader: w.leading.Load(),
+	}
+}
+
+// Run watches until ctx ends. The initial lists are taken as the state to
+// start from and produce no events; everything after them does.
+func (w *Watcher) Run(ctx context.Context) error {
+	if !w.running.CompareAndSwap(false, true) {
+		return errors.New("watcher: Run called twice")
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	var waits []cache.InformerSynced
+	if !w.opts.NoPods {
+		// Owner lookups: ReplicaSets, stripped to their owner references.
+		f := informers.NewSharedInformerFactoryWithOptions(w.cs, 0,
+			informers.WithNamespace(w.opts.Namespace),
+			informers.WithTransform(stripReplicaSet))
+		rs := f.Apps().V1().ReplicaSets()
+		w.rsLister, w.rsSynced = rs.Lister(), rs.Informer().HasSynced
+		f.Start(ctx.Done())
+		defer f.Shutdown()
+		waits = append(waits, w.rsSynced)
+
+		ctrl := runInformer(ctx, "pods", w.podListWatch(), &corev1.Pod{}, stripPod,
+			&podHandler{w}, w.opts.Now, w.watchError("pods"))
+		waits = append(waits, ctrl.HasSynced)
+	}
+	if !w.opts.NoSlices {
+		ctrl := runInformer(ctx, "endpointslices", w.sliceListWatch(), &discoveryv1.EndpointSlice{}, stripSlice,
+			&sliceHandler{w}, w.opts.Now, w.watchError("endpointslices"))
+		waits = append(waits, ctrl.HasSynced)
+	}
+	if w.opts.Mode == Leader && !w.opts.NoSlices {
+		go w.runElection(ctx)
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), waits...) {
+		return ctx.Err()
+	}
+	close(w.synced)
+	w.log.Info("watcher synced", "node", w.opts.Node, "mode", w.opts.Mode,
+		"namespace", w.opts.Namespace, "podNode", w.opts.PodNode)
+	<-ctx.Done()
+	return nil
+}
+
+func (w *Watcher) watchError(what string) func(error) {
+	return func(err error) {
+		w.watchErrs.Add(1)
+		w.log.Info("watch broken; resuming", "resource", what, "err", err)
+	}
+}
+
+func (w *Watcher) podListWatch() cache.ListerWatcher {
+	ns := w.opts.Namespace
+	mod := func(o *metav1.ListOptions) {
+		if w.opts.PodNode != "" {
+			o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", w.opts.PodNode).String()
+		}
+	}
+	return cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			mod(&o)
+			return w.cs.CoreV1().Pods(ns).List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			mod(&o)
+			return w.cs.CoreV1().Pods(ns).Watch(ctx, o)
+		},
+	}, w.cs)
+}
+
+func (w *Watcher) sliceListWatch() cache.ListerWatcher {
+	ns := w.opts.Namespace
+	mod := func(o *metav1.ListOptions) { o.LabelSelector = w.opts.SliceSelector }
+	return cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			mod(&o)
+			return w.cs.DiscoveryV1().EndpointSlices(ns).List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			mod(&o)
+			return w.cs.DiscoveryV1().EndpointSlices(ns).Watch(ctx, o)
+		},
+	}, w.cs)
+}
+
+// stamp returns the event time for an observation at t: t in UTC
+// nanoseconds, nudged to stay strictly after the previous event so the
+// store's time order is the order of observation. Called with emitMu held.
+func (w *Watcher) stamp(t time.Time) int64 {
+	ns := t.UnixNano()
+	if ns <= w.last {
+		ns = w.last + 1
+	}
+	w.last = ns
+	return ns
+}
+
+// deliver completes e and hands it to the sink. Called with emitMu held.
+func (w *Watcher) deliver(e *event.Event) {
+	e.Node = w.opts.Node
+	e.Source = event.SourceWatcher
+	e.Seal()
+	w.events.Add(1)
+	if e.Flags.Has(event.FlagRelist) {
+		w.relistEv.Add(1)
+	}
+	w.opts.Sink(*e)
+}
