@@ -150,6 +150,9 @@ func Open(cfg Config) (*Collector, error) {
 	if log == nil {
 		log = slog.Default()
 	}
+	if cfg.Node == "" {
+		return nil, errors.New("config: Node is empty (every event names the node that observed it)")
+	}
 	size := cfg.RingBufferSize
 	if size == 0 {
 		size = defaultRingBufferSize
@@ -206,7 +209,13 @@ func Open(cfg Config) (*Collector, error) {
 		return nil, fmt.Errorf("kernel BTF is required (/sys/kernel/btf/vmlinux, CONFIG_DEBUG_INFO_BTF=y): %w", err)
 	}
 	if err := features.HaveMapType(ebpf.RingBuf); err != nil {
-		return nil, fmt.Errorf("BPF ring buffer not available (Linux 5.8 or later is needed): %w", err)
+		switch {
+		case errors.Is(err, os.ErrPermission):
+			return nil, fmt.Errorf("loading BPF programs needs root, or CAP_BPF and CAP_PERFMON: %w", err)
+		case errors.Is(err, ebpf.ErrNotSupported):
+			return nil, fmt.Errorf("BPF ring buffer not available (Linux 5.8 or later is needed): %w", err)
+		}
+		return nil, fmt.Errorf("probing for the BPF ring buffer: %w", err)
 	}
 	if err := rlimit.RemoveMemlock(); err != nil {
 		log.Warn("could not raise RLIMIT_MEMLOCK; loading may fail on kernels before 5.11", "err", err)

@@ -48,6 +48,16 @@ func runHelper(mode string) int {
 		return 3
 	case "serve":
 		return helperServe()
+	case "open":
+		// Try to open a collector and print the error.
+		c, err := Open(Config{Node: "n"})
+		if err != nil {
+			fmt.Println("ready", err)
+			return 0
+		}
+		c.Close()
+		fmt.Println("ready ok")
+		return 0
 	case "hold":
 		// Accept connections on DRAINSCOPE_HELPER_ADDR and never read from
 		// them; exit at SIGTERM with their data unread.

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/drainscope/drainscope/event"
+	"github.com/drainscope/drainscope/internal/testenv"
 )
 
 // These tests load the real programs, make real processes and connections
@@ -601,4 +603,27 @@ func TestListenerClosedMomentsBeforeExit(t *testing.T) {
 		t.Errorf("listener closed %v before exit not flagged: %s", time.Duration(exit.Time-lc.Time), describe(&lc))
 	}
 	assertOrder(t, lc, exit)
+}
+
+// TestOpenWithoutPrivileges: an unprivileged Open says what it lacks.
+func TestOpenWithoutPrivileges(t *testing.T) {
+	requireKernel(t)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Root without capabilities: an empty bounding set.
+	setpriv := testenv.RequireBinary(t, "setpriv")
+	cmd := exec.Command(setpriv, "--bounding-set=-all", "--inh-caps=-all", self)
+	cmd.Env = append(os.Environ(), helperEnv+"=open")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("helper: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "needs root, or CAP_BPF and CAP_PERFMON") {
+		t.Errorf("unprivileged Open: %s", out)
+	}
+	if _, err := Open(Config{}); err == nil || !strings.Contains(err.Error(), "Node is empty") {
+		t.Errorf("Open without a node: %v", err)
+	}
 }
