@@ -16,7 +16,8 @@ import (
 )
 
 const labUsage = `usage: drainscope lab [--profile short|seed000|ci] [--runs control,exit,graceful,prestop,drain]
-                      [--store DSN] [--duration D] [--rollout-at D] [--no-kernel] [-v]
+                      [--store DSN] [--duration D] [--rollout-at D] [--no-kernel]
+                      [--serve ADDR] [-v]
        drainscope lab cleanup
 
 Runs a real single-node Kubernetes on this machine (etcd, kube-apiserver,
@@ -35,7 +36,8 @@ service shutting down its own way:
 
 drainscope records the pods, endpoints, kernel events and the clients'
 failures into the store, then prints per run the requests, failures by class
-and the causes it found. Needs root. Everything the lab creates (bridge
+and the causes it found, tears the cluster down and serves the web UI over
+the recorded runs until interrupted (--serve '' to exit instead). Needs root. Everything the lab creates (bridge
 dslab0, namespaces dslab-*, cgroup drainscope-lab, kube-proxy's nftables
 tables, processes, /run/drainscope-lab) is removed on exit, on Ctrl-C and by
 'drainscope lab cleanup'. Traffic goes only to loopback, the pod network
@@ -62,6 +64,7 @@ func runLab(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	noKernel := fs.Bool("no-kernel", false, "do not start the eBPF capture; the lab node records the signals and exits it causes")
 	wait := fs.Bool("wait", false, "wait for another lab on this machine to finish instead of failing")
 	verbose := fs.Bool("v", false, "log what the lab node and the control plane do")
+	serve := fs.String("serve", "127.0.0.1:8080", "after the runs, serve the web UI on this address until interrupted (empty: exit)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), labUsage)
 		fs.PrintDefaults()
@@ -120,9 +123,14 @@ func runLab(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	if err != nil {
 		return err
 	}
-	defer func() {
+	down := func() {
 		fmt.Fprintln(progress, "tearing the lab down …")
 		c.Down()
+	}
+	defer func() {
+		if down != nil {
+			down()
+		}
 	}()
 	results, err := scenario.Execute(ctx, c, scenario.Config{Profile: p, Runs: selected, Progress: progress, Log: log})
 	if len(results) > 0 {
@@ -140,10 +148,21 @@ func runLab(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		}
 		fmt.Printf("lab time: %s\n", time.Since(started).Round(time.Second))
 	}
-	if errors.Is(err, context.Canceled) {
-		return errors.New("interrupted; cleaning up")
+	if errors.Is(err, context.Canceled) || ctx.Err() != nil {
+		return errors.New("interrupted; cleaned up")
 	}
-	return err
+	if err != nil || *serve == "" || len(results) == 0 {
+		return err
+	}
+	down()
+	down = nil
+	st.Close()
+	fmt.Fprintf(progress, "serving the recorded runs at http://%s/ until interrupted (Ctrl-C)\n", *serve)
+	sargs := []string{"--listen", *serve}
+	if *dsn != "" {
+		sargs = append(sargs, "--store", *dsn)
+	}
+	return runServe(ctx, flag.NewFlagSet("drainscope serve", flag.ContinueOnError), sargs)
 }
 
 func runNames(rs []scenario.Run) string {
