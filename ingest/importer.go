@@ -60,6 +60,7 @@ func (e *RejectedError) Error() string {
 // strict mode where nothing is.
 func (im *Importer) Import(ctx context.Context, name string, r io.Reader) (*Summary, error) {
 	sum := newSummary(name)
+	sum.DryRun = im.Store == nil
 	p := im.Progress
 	if p == nil {
 		p = &Progress{}
@@ -222,12 +223,13 @@ func (c *countingReader) Read(p []byte) (int, error) {
 type Summary struct {
 	File      string
 	Bytes     int64
-	Lines     int // lines (records) read, blank lines not counted
-	Successes int // requests that succeeded: counted, not stored
-	Failures  int // failed requests found
-	Stored    int // failures handed to the store (duplicates of stored ones are kept once)
-	Resolved  int // failures attributed to a pod
-	Rejected  int // lines that could not be read
+	Lines     int  // lines (records) read, blank lines not counted
+	Successes int  // requests that succeeded: counted, not stored
+	Failures  int  // failed requests found
+	Stored    int  // failures handed to the store (duplicates of stored ones are kept once)
+	Resolved  int  // failures attributed to a pod
+	Rejected  int  // lines that could not be read
+	DryRun    bool // no store: failures were counted, not stored
 	ByField   map[string]int
 	Examples  []*LineError // the first MaxExamples rejections
 }
@@ -268,8 +270,12 @@ func (s *Summary) Add(o *Summary) {
 // WriteTo prints the summary for people.
 func (s *Summary) WriteTo(w io.Writer) (int64, error) {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s: %d lines read: %d succeeded, %d failed (%d stored, %d attributed to a pod), %d rejected\n",
-		s.File, s.Lines, s.Successes, s.Failures, s.Stored, s.Resolved, s.Rejected)
+	stored := fmt.Sprintf("%d stored", s.Stored)
+	if s.DryRun {
+		stored = "dry run: none stored"
+	}
+	fmt.Fprintf(&b, "%s: %d lines read: %d succeeded, %d failed (%s, %d attributed to a pod), %d rejected\n",
+		s.File, s.Lines, s.Successes, s.Failures, stored, s.Resolved, s.Rejected)
 	if s.Rejected > 0 {
 		fields := make([]string, 0, len(s.ByField))
 		for f := range s.ByField {

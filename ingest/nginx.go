@@ -231,15 +231,6 @@ func (l *nginxLine) get(f *NginxFormat, name string) (string, bool) {
 	return string(l.line[s[0]:s[1]]), true
 }
 
-func (l *nginxLine) bytes(f *NginxFormat, name string) []byte {
-	i, ok := f.idx[name]
-	if !ok {
-		return nil
-	}
-	s := l.spans[i]
-	return l.line[s[0]:s[1]]
-}
-
 // split finds each variable's extent in line.
 func (f *NginxFormat) split(line []byte, l *nginxLine) *LineError {
 	l.line = line

@@ -3,6 +3,7 @@ package ingest
 import (
 	"fmt"
 	"io"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -50,11 +51,13 @@ func (p *Progress) Line(width int) string {
 	if el := time.Since(began).Seconds(); el > 0.5 {
 		rate = fmt.Sprintf("  %s lines/s", si(float64(lines)/el))
 	}
-	counts := fmt.Sprintf("  %s lines  %d failed  %d rejected%s", si(float64(lines)), p.failures.Load(), p.rejected.Load(), rate)
-	head := name
+	counts := fmt.Sprintf("  %s lines  %s failed  %s rejected%s", si(float64(lines)), si(float64(p.failures.Load())),
+		si(float64(p.rejected.Load())), rate)
+	name = filepath.Base(name)
+	var head string
 	if size > 0 {
 		frac := min(float64(n)/float64(size), 1)
-		barW := 24
+		barW := 20
 		fill := int(frac * float64(barW))
 		head = fmt.Sprintf("%s [%s%s] %3.0f%% %s/%s", name, strings.Repeat("=", fill), strings.Repeat(" ", barW-fill),
 			frac*100, bytesSI(n), bytesSI(size))

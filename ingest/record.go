@@ -1,7 +1,6 @@
 package ingest
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"net/netip"
@@ -284,5 +283,3 @@ func backendAddr(s string) (netip.Addr, bool) {
 	}
 	return ap.Addr(), true
 }
-
-var errStop = errors.New("stop")
