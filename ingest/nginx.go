@@ -452,10 +452,9 @@ func (p *nginxParser) failure(rec *Record) *LineError {
 		rec.Duration = d
 	}
 	if v, ok := l.get(f, "remote_addr"); ok {
-		a, ok := parseAddr(v)
-		if !ok {
-			return lineErr(0, "remote_addr", "%q is not an IP address", v)
-		}
+		// Not an IP when nginx listens on a unix socket ("unix:"): the
+		// failure stands, without a client address.
+		a, _ := parseAddr(v)
 		if port, ok := l.get(f, "remote_port"); ok && a.Addr().IsValid() {
 			if n, err := strconv.ParseUint(port, 10, 16); err == nil {
 				a = netip.AddrPortFrom(a.Addr(), uint16(n))

@@ -37,7 +37,15 @@ func freePort(t *testing.T) int {
 // paths of its two access logs (default drainscope format, custom).
 func startNginx(t *testing.T, upstreams ...*pod) (port int, accessLog, customLog string) {
 	t.Helper()
-	bin := testenv.RequireBinary(t, "nginx")
+	// Debian puts nginx in /usr/sbin, which a non-login PATH may lack.
+	bin, err := exec.LookPath("nginx")
+	if err != nil {
+		if _, serr := os.Stat("/usr/sbin/nginx"); serr == nil {
+			bin = "/usr/sbin/nginx"
+		} else {
+			bin = testenv.RequireBinary(t, "nginx")
+		}
+	}
 	dir := t.TempDir()
 	port = freePort(t)
 	var servers strings.Builder
