@@ -1,0 +1,383 @@
+// Package agent assembles what drainscope runs on each node: the watcher's
+// Pod and EndpointSlice watches (pods of this node only; EndpointSlices on
+// every node or on the elected leader), the eBPF capture of the node's pod
+// cgroups and network namespaces with the watcher's pod cache as its
+// resolver, a bounded store writer that rides out a database outage, the
+// Prometheus metrics with the per-workload rollout signals, and the health
+// and readiness endpoints. `drainscope agent` runs it as a DaemonSet pod;
+// the lab runs the same Agent in-process.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/drainscope/drainscope/ebpf"
+	"github.com/drainscope/drainscope/event"
+	"github.com/drainscope/drainscope/metrics"
+	"github.com/drainscope/drainscope/store"
+	"github.com/drainscope/drainscope/watcher"
+)
+
+// Config configures an Agent.
+type Config struct {
+	// Node is this node's name; every event carries it and the pod watch
+	// is limited to it unless Watch.PodNode is set otherwise.
+	Node   string
+	Client kubernetes.Interface
+	// Watch configures the watches. Node, Sink and Logger are filled in;
+	// an empty PodNode becomes Node (set AllPods to watch every node's).
+	Watch   watcher.Options
+	AllPods bool
+
+	// Store receives the events through a store.Writer configured by
+	// Writer. The agent does not close it.
+	Store  store.Store
+	Writer store.WriterOptions
+
+	Kernel KernelConfig
+
+	// Metrics receives the agent's metrics; nil makes a registry of its own
+	// (see Agent.Metrics).
+	Metrics  *metrics.Metrics
+	Rollouts metrics.RolloutOptions
+
+	// ShutdownTimeout bounds the final flush to the store. Default 20 s.
+	ShutdownTimeout time.Duration
+	// Sink, when set, also receives every event the agent records.
+	Sink func(event.Event)
+
+	Logger  *slog.Logger
+	Version string
+}
+
+// KernelConfig configures the eBPF capture.
+type KernelConfig struct {
+	// Disabled records only what the watches see.
+	Disabled bool
+	// CgroupRoots are the cgroup directories whose processes (and
+	// descendants, 8 levels down) are recorded: the kubelet's parents of
+	// all pods. Empty: found under the capture's cgroup mount by
+	// FindPodCgroupRoots (kubepods.slice, kubepods, …).
+	CgroupRoots []string
+	// NetNSDir holds the pods' network namespaces as bind mounts (the
+	// runtime's /run/netns); every one whose name matches NetNSGlob is
+	// tracked, so that resets no process owns (a SYN refused by a closed
+	// port) are recorded. Default /run/netns; "-" turns it off.
+	NetNSDir  string
+	NetNSGlob string
+	// Rescan is how often NetNSDir (and, until found, the cgroup roots)
+	// are looked at again. Default 2 s.
+	Rescan time.Duration
+	// Collector configures the capture; Node, Pods and Logger are filled in.
+	Collector ebpf.Config
+}
+
+// Agent is one node's recorder. Create it with New, start it with Run.
+type Agent struct {
+	cfg     Config
+	log     *slog.Logger
+	m       *metrics.Metrics
+	w       *watcher.Watcher
+	writer  *store.Writer
+	rollout *metrics.Rollouts
+
+	kernelMu sync.Mutex
+	kernel   *ebpf.Collector
+	netns    *netnsTracker
+	roots    []string
+
+	synced     atomic.Bool
+	probes     atomic.Bool
+	stopping   atomic.Bool
+	fatal      atomic.Pointer[error]
+	running    atomic.Bool
+	lastDrop   atomic.Int64
+	dropWarned atomic.Int64
+}
+
+// New checks cfg and builds the agent; nothing runs until Run.
+func New(cfg Config) (*Agent, error) {
+	if cfg.Node == "" {
+		return nil, errors.New("agent: node name is required (--node or $NODE_NAME)")
+	}
+	if cfg.Client == nil {
+		return nil, errors.New("agent: no Kubernetes client")
+	}
+	if cfg.Store == nil {
+		return nil, errors.New("agent: no store")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.ShutdownTimeout <= 0 {
+		cfg.ShutdownTimeout = 20 * time.Second
+	}
+	if cfg.Writer.Limit <= 0 {
+		cfg.Writer.Limit = 1_000_000
+	}
+	if cfg.Writer.Logger == nil {
+		cfg.Writer.Logger = cfg.Logger
+	}
+	if cfg.Kernel.NetNSDir == "" {
+		cfg.Kernel.NetNSDir = "/run/netns"
+	}
+	if cfg.Kernel.NetNSGlob == "" {
+		cfg.Kernel.NetNSGlob = "*"
+	}
+	if cfg.Kernel.Rescan <= 0 {
+		cfg.Kernel.Rescan = 2 * time.Second
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = metrics.New("agent", cfg.Version)
+	}
+	a := &Agent{cfg: cfg, log: cfg.Logger, m: cfg.Metrics}
+
+	wo := cfg.Watch
+	wo.Node = cfg.Node
+	if wo.PodNode == "" && !cfg.AllPods {
+		wo.PodNode = cfg.Node
+	}
+	wo.Sink = a.record
+	if wo.Logger == nil {
+		wo.Logger = cfg.Logger
+	}
+	w, err := watcher.New(cfg.Client, wo)
+	if err != nil {
+		return nil, err
+	}
+	a.w = w
+	a.cfg.Watch = wo
+	a.rollout = a.m.NewRollouts(cfg.Rollouts)
+	return a, nil
+}
+
+// Metrics is the registry the agent reports to.
+func (a *Agent) Metrics() *metrics.Metrics { return a.m }
+
+// Watcher is the agent's watcher (its pod cache is Watcher().Pods()).
+func (a *Agent) Watcher() *watcher.Watcher { return a.w }
+
+// record takes every event: counted, fed to the rollout signals, queued
+// for the store.
+func (a *Agent) record(e event.Event) {
+	a.m.Observe(&e)
+	a.rollout.Add(&e)
+	if n := a.writer.Add(e); n > 0 {
+		a.warnDrops()
+	}
+	if a.cfg.Sink != nil {
+		a.cfg.Sink(e)
+	}
+}
+
+// warnDrops logs at most one warning per 10 s while the writer drops.
+func (a *Agent) warnDrops() {
+	now := time.Now().UnixNano()
+	last := a.dropWarned.Load()
+	if now-last < int64(10*time.Second) || !a.dropWarned.CompareAndSwap(last, now) {
+		return
+	}
+	s := a.writer.Stats()
+	a.log.Warn("store buffer full: dropping events (counted in drainscope_events_dropped_total{reason=\"buffer_full\"})",
+		"dropped", s.Dropped, "pending", s.Pending, "limit", a.cfg.Writer.Limit, "last_err", s.LastErr)
+}
+
+// Run records until ctx ends, then stops the watches and the capture and
+// flushes what the writer holds, within ShutdownTimeout. It returns an
+// error when a component failed or events could not be written.
+func (a *Agent) Run(ctx context.Context) error {
+	if !a.running.CompareAndSwap(false, true) {
+		return errors.New("agent: Run called twice")
+	}
+	a.writer = store.NewWriter(a.m.WrapStore(a.cfg.Store), a.cfg.Writer)
+	a.m.WatchWriter(a.cfg.Writer.Limit, a.writer.Stats)
+	a.m.WatchWatches(a.watchStats)
+	a.m.WatchReady(func() bool { return a.Ready() == nil })
+
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	errc := make(chan error, 4)
+
+	if a.cfg.Kernel.Disabled {
+		a.probes.Store(true)
+	} else {
+		if err := a.startKernel(runCtx, &wg, errc); err != nil {
+			a.shutdownWriter()
+			return err
+		}
+		a.m.WatchKernel(a.kernelStats)
+	}
+
+	wctx, wcancel := context.WithCancel(runCtx)
+	wdone := make(chan struct{})
+	go func() {
+		defer close(wdone)
+		if err := a.w.Run(wctx); err != nil && wctx.Err() == nil {
+			errc <- fmt.Errorf("watcher: %w", err)
+		}
+	}()
+	rctx, rcancel := context.WithCancel(context.WithoutCancel(ctx))
+	rdone := make(chan struct{})
+	go func() { defer close(rdone); a.rollout.Run(rctx) }()
+
+	go func() {
+		if a.w.WaitForSync(runCtx) == nil {
+			a.synced.Store(true)
+			a.log.Info("agent ready", "node", a.cfg.Node, "mode", a.cfg.Watch.Mode,
+				"kernel", !a.cfg.Kernel.Disabled, "cgroup_roots", a.roots, "store", a.cfg.Store.Describe())
+		}
+	}()
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case err := <-errc:
+		runErr = err
+		a.fatal.Store(&err)
+		a.log.Error("agent component failed; shutting down", "err", err)
+	}
+
+	// Shutdown: not ready at once, then stop the producers, then flush.
+	a.stopping.Store(true)
+	wcancel()
+	<-wdone
+	a.kernelMu.Lock()
+	k := a.kernel
+	a.kernelMu.Unlock()
+	if k != nil {
+		k.Close() // Run returns after emitting what it held
+	}
+	cancel()
+	wg.Wait()
+	rcancel()
+	<-rdone
+	return errors.Join(runErr, a.shutdownWriter())
+}
+
+// shutdownWriter flushes the writer within ShutdownTimeout.
+func (a *Agent) shutdownWriter() error {
+	ctx, cancel := context.WithTimeout(context.Background(), a.cfg.ShutdownTimeout)
+	defer cancel()
+	err := a.writer.Close(ctx)
+	s := a.writer.Stats()
+	a.log.Info("agent stopped", "received", s.Received, "written", s.Written,
+		"dropped", s.Dropped, "pending", s.Pending, "write_failures", s.Failures)
+	if err != nil {
+		return fmt.Errorf("flushing the store at shutdown: %w", err)
+	}
+	return nil
+}
+
+// Stats is a snapshot of the agent's counters.
+type Stats struct {
+	Writer store.WriterStats
+	Watch  watcher.Stats
+	Kernel *ebpf.Stats // nil without kernel capture
+}
+
+// Stats returns the counters; valid once Run has started.
+func (a *Agent) Stats() Stats {
+	s := Stats{Watch: a.w.Stats()}
+	if a.writer != nil {
+		s.Writer = a.writer.Stats()
+	}
+	a.kernelMu.Lock()
+	k := a.kernel
+	a.kernelMu.Unlock()
+	if k != nil {
+		if ks, err := k.Stats(); err == nil {
+			s.Kernel = &ks
+		}
+	}
+	return s
+}
+
+// Ready returns nil once the watch caches are synced and the kernel
+// programs are loaded and tracking the pod cgroups, and until shutdown
+// begins; otherwise what is missing.
+func (a *Agent) Ready() error {
+	switch {
+	case a.fatal.Load() != nil:
+		return fmt.Errorf("failed: %v", *a.fatal.Load())
+	case a.stopping.Load():
+		return errors.New("shutting down")
+	case !a.running.Load():
+		return errors.New("not started")
+	case !a.probes.Load():
+		return errors.New("kernel programs not loaded or no pod cgroups tracked yet")
+	case !a.synced.Load():
+		return errors.New("waiting for the Pod and EndpointSlice caches to sync")
+	}
+	return nil
+}
+
+// Handler serves /healthz (the process works: no component failed),
+// /readyz (Ready) and /metrics.
+func (a *Agent) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		if p := a.fatal.Load(); p != nil {
+			http.Error(w, "failed: "+(*p).Error(), http.StatusInternalServerError)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if err := a.Ready(); err != nil {
+			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	})
+	mux.Handle("GET /metrics", a.m.Handler())
+	return mux
+}
+
+func (a *Agent) watchStats() metrics.WatchStats {
+	s := a.w.Stats()
+	return metrics.WatchStats{
+		Restarts: s.WatchErrors, Relists: s.Relists, RelistEvents: s.RelistEvent,
+		Pods: s.Pods, Endpoints: s.Endpoints, SliceRecorder: s.Leader, Synced: a.synced.Load(),
+	}
+}
+
+func (a *Agent) kernelStats() (metrics.KernelStats, bool) {
+	a.kernelMu.Lock()
+	k, nt := a.kernel, a.netns
+	a.kernelMu.Unlock()
+	if k == nil {
+		return metrics.KernelStats{}, false
+	}
+	s, err := k.Stats()
+	if err != nil {
+		return metrics.KernelStats{}, false
+	}
+	out := metrics.KernelStats{
+		Produced: map[event.Kind]uint64{}, Dropped: map[event.Kind]uint64{},
+		DecodeErrors: s.DecodeErrors, UnresolvedCgroups: s.UnresolvedCgroups,
+		ClockUncertainty: s.ClockUncertainty,
+	}
+	for kind, ks := range s.ByKind {
+		out.Produced[kind] = ks.Produced
+		out.Dropped[kind] = ks.Dropped
+	}
+	for _, p := range s.Programs {
+		if p.Loaded {
+			out.ProgramsLoaded++
+		}
+	}
+	if nt != nil {
+		out.TrackedNetNS = nt.count()
+	}
+	return out, true
+}

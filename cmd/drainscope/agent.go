@@ -1,0 +1,152 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/drainscope/drainscope/agent"
+	"github.com/drainscope/drainscope/store"
+	"github.com/drainscope/drainscope/watcher"
+)
+
+const agentUsage = `usage: drainscope agent [--store DSN] [--node NAME] [--endpoints-mode all-nodes|leader]
+                       [--kubeconfig FILE] [--context NAME] [--metrics-listen ADDR] [--no-kernel] ...
+
+Records, on this node, the transitions of the node's pods and of the
+EndpointSlices (from the API server), and what the kernel does to the pods'
+processes and sockets (SIGTERM, exit, listener close, connections closed or
+reset at exit, refused connections), and writes them in batches to the
+store. Run it as a DaemonSet (deploy/): in a pod it uses its service
+account; elsewhere --kubeconfig or ~/.kube/config.
+
+Events wait in a bounded buffer (--buffer-events) while the store is
+unreachable and are written when it is back; past the bound they are
+dropped and counted (drainscope_events_dropped_total{reason="buffer_full"}).
+SIGTERM stops the watches and the capture and flushes the buffer within
+--shutdown-timeout.
+
+--metrics-listen serves /healthz, /readyz (ready once the caches are synced
+and the kernel programs loaded) and /metrics.
+
+Flags:
+`
+
+func runAgent(ctx context.Context, fs *flag.FlagSet, args []string) error {
+	var wf watcher.Flags
+	wf.Register(fs)
+	endpointsMode := fs.String("endpoints-mode", "", "who records EndpointSlice transitions: all-nodes (each node; shows the propagation spread) or leader (one node, elected with a Lease); overrides --endpointslice-recording")
+	dsn := fs.String("store", os.Getenv("DRAINSCOPE_STORE"), "store DSN: postgres://… (in a cluster) or a SQLite file path (default: "+store.DefaultPath()+"; env DRAINSCOPE_STORE)")
+	listen := fs.String("metrics-listen", ":9090", "address for /healthz, /readyz and /metrics; empty turns it off")
+	bufferEvents := fs.Int("buffer-events", 1_000_000, "events held in memory while the store is slow or down; past this they are dropped and counted")
+	batch := fs.Int("batch-size", 5000, "most events one store write carries")
+	flushEvery := fs.Duration("flush-interval", 200*time.Millisecond, "longest an event waits before it is written")
+	shutdown := fs.Duration("shutdown-timeout", 20*time.Second, "time allowed to flush the buffer at shutdown (keep it below the pod's terminationGracePeriodSeconds)")
+	noKernel := fs.Bool("no-kernel", false, "do not load the eBPF programs; record only pod and endpoint transitions")
+	cgroupRoots := fs.String("cgroup-root", "", "comma-separated cgroup directories holding the pods (default: kubepods.slice or kubepods under the cgroup mount, found at start)")
+	cgroups := fs.String("cgroups", "", `cgroup hierarchy identifying tasks: "" (v2 when mounted, else v1 pids), "v2", or "v1:<controller>"`)
+	netnsDir := fs.String("netns-dir", "/run/netns", `directory of the pods' network namespaces (the runtime's /run/netns); "-" turns tracking them off`)
+	netnsGlob := fs.String("netns-glob", "*", "track only the namespaces in --netns-dir whose names match this pattern")
+	ringBuffer := fs.Int("ring-buffer-bytes", 0, "BPF ring buffer size, a power of two (default 8 MiB)")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), agentUsage)
+		fs.PrintDefaults()
+	}
+	if err := parseFlags(fs, args, false); err != nil {
+		return err
+	}
+	switch *endpointsMode {
+	case "":
+	case "all-nodes", string(watcher.EveryNode):
+		wf.Mode = string(watcher.EveryNode)
+	case string(watcher.Leader):
+		wf.Mode = string(watcher.Leader)
+	default:
+		return fmt.Errorf("%w: --endpoints-mode %q: want all-nodes or leader", errUsage, *endpointsMode)
+	}
+	wopts, err := wf.Options()
+	if err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if *bufferEvents < 1 || *batch < 1 {
+		return fmt.Errorf("%w: --buffer-events and --batch-size must be positive", errUsage)
+	}
+	if *listen != "" {
+		if _, _, err := net.SplitHostPort(*listen); err != nil {
+			return fmt.Errorf("%w: --metrics-listen %q: want host:port, e.g. :9090", errUsage, *listen)
+		}
+	}
+	cs, err := wf.Client.Clientset()
+	if err != nil {
+		return err
+	}
+
+	st, err := store.Open(ctx, *dsn)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+
+	cfg := agent.Config{
+		Node:    wopts.Node,
+		Client:  cs,
+		Watch:   wopts,
+		AllPods: wf.AllPods,
+		Store:   st,
+		Writer: store.WriterOptions{
+			Batch: *batch, Interval: *flushEvery, Limit: *bufferEvents,
+		},
+		Kernel: agent.KernelConfig{
+			Disabled:  *noKernel,
+			NetNSDir:  *netnsDir,
+			NetNSGlob: *netnsGlob,
+		},
+		ShutdownTimeout: *shutdown,
+		Logger:          slog.Default(),
+		Version:         version,
+	}
+	cfg.Kernel.Collector.Cgroups = *cgroups
+	cfg.Kernel.Collector.RingBufferSize = *ringBuffer
+	for _, r := range strings.Split(*cgroupRoots, ",") {
+		if r = strings.TrimSpace(r); r != "" {
+			cfg.Kernel.CgroupRoots = append(cfg.Kernel.CgroupRoots, r)
+		}
+	}
+	a, err := agent.New(cfg)
+	if err != nil {
+		return err
+	}
+
+	if *listen != "" {
+		ln, err := net.Listen("tcp", *listen)
+		if err != nil {
+			return fmt.Errorf("listening on %s: %w", *listen, err)
+		}
+		srv := &http.Server{
+			Handler:           a.Handler(),
+			ReadHeaderTimeout: 5 * time.Second,
+			IdleTimeout:       time.Minute,
+		}
+		go func() {
+			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				slog.Error("metrics listener", "err", err)
+			}
+		}()
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			srv.Shutdown(sctx)
+		}()
+		slog.Info("serving /healthz, /readyz and /metrics", "addr", ln.Addr().String())
+	}
+	slog.Info("agent starting", "node", wopts.Node, "endpointslices", wopts.Mode, "store", st.Describe(),
+		"kernel", !*noKernel, "buffer_events", *bufferEvents)
+	return a.Run(ctx)
+}

@@ -1,0 +1,202 @@
+package metrics
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/drainscope/drainscope/analysis"
+	"github.com/drainscope/drainscope/event"
+)
+
+// RolloutOptions tune a Rollouts.
+type RolloutOptions struct {
+	// Delay is how long events wait to be put in time order before they
+	// are analysed: the kernel capture emits its events up to ~150 ms late
+	// and the watcher at once. Default 3 s. Events later than that are
+	// left out of the signals and counted (drainscope_rollout_late_events_total).
+	Delay time.Duration
+	// Tick is how often held events are analysed. Default 500 ms.
+	Tick time.Duration
+	// Analysis configures the aligner. Retain defaults to 30 s here: a
+	// pod's signals are reported that long after its last event.
+	Analysis analysis.Options
+	// Now is the clock; default time.Now.
+	Now func() time.Time
+}
+
+// Rollouts turns a live stream of events into the per-workload rollout
+// signals. It runs the analysis's streaming aligner on the events in time
+// order: each terminated pod's timeline (reported once the pod has been
+// quiet for Analysis.Retain) gives the SIGTERM-versus-endpoint-removal gap,
+// the connections cut at exit and a SIGKILL after deletion; each failure
+// the aligner infers from kernel events is counted by cause.
+type Rollouts struct {
+	m    *Metrics
+	opts RolloutOptions
+
+	mu   sync.Mutex
+	held []event.Event
+	// mark is the time up to which events have been analysed; the aligner
+	// refuses anything older.
+	mark int64
+
+	runMu sync.Mutex // serialises analysis: the ticker and Flush
+	al    *analysis.Aligner
+}
+
+// NewRollouts returns a Rollouts reporting to m. Call Run to analyse
+// periodically, or Flush.
+func (m *Metrics) NewRollouts(o RolloutOptions) *Rollouts {
+	if o.Delay <= 0 {
+		o.Delay = 3 * time.Second
+	}
+	if o.Tick <= 0 {
+		o.Tick = 500 * time.Millisecond
+	}
+	if o.Analysis.Retain == 0 {
+		o.Analysis.Retain = 30 * time.Second
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	r := &Rollouts{m: m, opts: o}
+	r.al = analysis.NewAligner(o.Analysis, r.onFailure, r.onPod)
+	return r
+}
+
+// Add queues an event; safe from any goroutine. The event is copied; its
+// Attrs map is shared and must not be modified afterwards.
+func (r *Rollouts) Add(e *event.Event) {
+	r.mu.Lock()
+	if e.Time <= r.mark {
+		r.mu.Unlock()
+		r.m.lateEvents.Inc()
+		return
+	}
+	r.held = append(r.held, *e)
+	r.mu.Unlock()
+}
+
+// Run analyses the held events every Tick until ctx ends, then flushes.
+func (r *Rollouts) Run(ctx context.Context) {
+	t := time.NewTicker(r.opts.Tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			r.Flush()
+			return
+		case <-t.C:
+			r.advance(r.opts.Now().Add(-r.opts.Delay).UnixNano())
+		}
+	}
+}
+
+// Flush analyses every held event and reports every pod still known, as at
+// the end of the stream. Later events still count, from a clean state.
+func (r *Rollouts) Flush() {
+	r.runMu.Lock()
+	defer r.runMu.Unlock()
+	r.mu.Lock()
+	batch := r.held
+	r.held = nil
+	if n := len(batch); n > 0 {
+		slices.SortStableFunc(batch, func(a, b event.Event) int { return cmpInt(a.Time, b.Time) })
+		r.mark = max(r.mark, batch[n-1].Time)
+	}
+	r.mu.Unlock()
+	for i := range batch {
+		r.add(&batch[i])
+	}
+	r.al.Flush()
+	r.al = analysis.NewAligner(r.opts.Analysis, r.onFailure, r.onPod)
+}
+
+// advance analyses the held events up to the time until, in time order,
+// and moves the aligner's clock there so that failures get decided and
+// quiet pods reported even when no event comes.
+func (r *Rollouts) advance(until int64) {
+	r.runMu.Lock()
+	defer r.runMu.Unlock()
+	r.mu.Lock()
+	if until <= r.mark {
+		r.mu.Unlock()
+		return
+	}
+	slices.SortStableFunc(r.held, func(a, b event.Event) int { return cmpInt(a.Time, b.Time) })
+	n := 0
+	for n < len(r.held) && r.held[n].Time <= until {
+		n++
+	}
+	batch := slices.Clone(r.held[:n])
+	r.held = append(r.held[:0], r.held[n:]...)
+	r.mark = until
+	r.mu.Unlock()
+	for i := range batch {
+		r.add(&batch[i])
+	}
+	// A clock tick: an event of no pod, service or connection moves the
+	// aligner's time without adding evidence.
+	tick := event.Event{Time: until, Kind: event.PodCreated}
+	r.add(&tick)
+}
+
+func (r *Rollouts) add(e *event.Event) {
+	if err := r.al.Add(e); err != nil {
+		r.m.lateEvents.Inc()
+	}
+}
+
+func cmpInt(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func (r *Rollouts) onFailure(d *analysis.Decision) {
+	if !d.Inferred {
+		return
+	}
+	ns, wl := d.Pod.Namespace, d.Workload.String()
+	if ns == "" {
+		ns = d.Failure.Pod.Namespace
+	}
+	r.m.inferred.WithLabelValues(ns, wl, string(d.Cause())).Inc()
+}
+
+func (r *Rollouts) onPod(t *analysis.PodTimeline) {
+	if !t.Ended() {
+		return
+	}
+	ns, wl := t.Pod.Namespace, t.Workload
+	r.m.terminations.WithLabelValues(ns, wl).Inc()
+	if g := t.Gaps.SigtermAfterRotation; g != nil {
+		r.m.gap.WithLabelValues(ns, wl).Observe(time.Duration(*g).Seconds())
+	}
+	if c := t.Connections; c != nil && c.ByExit > 0 {
+		r.m.cutAtExit.WithLabelValues(ns, wl).Add(float64(c.ByExit))
+	}
+	if t.Deletion != 0 && killed(t) {
+		r.m.sigkills.WithLabelValues(ns, wl).Inc()
+	}
+}
+
+// killed reports whether the pod ended by SIGKILL: the kernel saw the
+// signal, the process exited by it, or the container status says so.
+func killed(t *analysis.PodTimeline) bool {
+	switch {
+	case t.Kill != nil && t.Kill.Time >= t.Deletion:
+		return true
+	case t.Exit != nil && t.Exit.Signal == "SIGKILL" && t.Exit.Time >= t.Deletion:
+		return true
+	case t.Terminated != nil && (t.Terminated.Signal == "SIGKILL" || t.Terminated.Code == 137) && t.Terminated.Time >= t.Deletion:
+		return true
+	}
+	return false
+}
