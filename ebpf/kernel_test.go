@@ -290,12 +290,13 @@ func TestKeepAliveClosedByExit(t *testing.T) {
 		return e.Kind == event.ConnClosed && e.Remote == client
 	})
 	exit := r.waitFor(t, "process_exit", func(e *event.Event) bool { return e.Kind == event.ProcessExit })
+	sig := r.waitFor(t, "signal", func(e *event.Event) bool { return e.Kind == event.Signal })
 	if cc.Reason != ReasonLocal || !cc.Flags.Has(event.FlagAtExit) || cc.Local != addr ||
 		cc.NetNS != p.NetNSIno || cc.PID != int32(h.Pid()) {
 		t.Errorf("conn_closed: %s", describe(&cc))
 	}
 	assertPod(t, cc, p, true)
-	assertOrder(t, exit, cc)
+	assertOrder(t, sig, exit, cc)
 	assertWithin(t, cc, before, after, c)
 
 	// The client sees the FIN: its read returns EOF.
@@ -370,6 +371,9 @@ func TestConnectionRefused(t *testing.T) {
 	assertWithin(t, ref, before, after, c)
 	syscall.Kill(h.Pid(), syscall.SIGTERM)
 	h.Wait(t)
+	sig := r.waitFor(t, "signal", func(e *event.Event) bool { return e.Kind == event.Signal })
+	exit := r.waitFor(t, "process_exit", func(e *event.Event) bool { return e.Kind == event.ProcessExit })
+	assertOrder(t, ref, sig, exit)
 }
 
 func TestRSTReceived(t *testing.T) {

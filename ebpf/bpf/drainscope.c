@@ -172,13 +172,32 @@ static __always_inline struct event *reserve(__u8 kind)
 	return e;
 }
 
+// A record in the ring: the event and the ring's 8-byte header.
+#define RECORD_BYTES (sizeof(struct event) + 8)
+
+// submit wakes the reader only for the record that makes the waiting data
+// cross wakeup_bytes. Waking for every record past the mark would queue an
+// irq_work per record while a busy machine is slow to schedule the reader.
+// A crossing missed because other CPUs reserved at the same moment only
+// delays the data until the reader's next poll.
 static __always_inline void submit(struct event *e)
 {
 	__u64 flags = 0;
-	if (wakeup_bytes)
-		flags = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes ? BPF_RB_FORCE_WAKEUP
-										      : BPF_RB_NO_WAKEUP;
+	if (wakeup_bytes) {
+		__u64 avail = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
+		flags = avail >= wakeup_bytes && avail < wakeup_bytes + 4 * RECORD_BYTES ? BPF_RB_FORCE_WAKEUP
+											 : BPF_RB_NO_WAKEUP;
+	}
 	bpf_ringbuf_submit(e, flags);
+}
+
+// Copies a task's 16-byte command name with two loads instead of a helper
+// call; the kernel keeps it NUL-terminated.
+static __always_inline void copy_comm(char *dst, struct task_struct *task)
+{
+	const __u64 *src = (const __u64 *)task->comm;
+	((__u64 *)dst)[0] = src[0];
+	((__u64 *)dst)[1] = src[1];
 }
 
 static __always_inline struct cgroup *task_cgroup(struct task_struct *task)
@@ -187,16 +206,16 @@ static __always_inline struct cgroup *task_cgroup(struct task_struct *task)
 		int id = v1_subsys_id;
 		if (id >= CGROUP_SUBSYS_COUNT)
 			return 0;
-		return BPF_CORE_READ(task, cgroups, subsys[id], cgroup);
+		return task->cgroups->subsys[id]->cgroup;
 	}
-	return BPF_CORE_READ(task, cgroups, dfl_cgrp);
+	return task->cgroups->dfl_cgrp;
 }
 
 static __always_inline __u64 cgroup_id(struct cgroup *cg)
 {
 	if (!cg)
 		return 0;
-	return BPF_CORE_READ(cg, kn, id);
+	return cg->kn->id;
 }
 
 static __always_inline int cgroup_walk(struct cgroup *cg)
@@ -204,13 +223,13 @@ static __always_inline int cgroup_walk(struct cgroup *cg)
 	for (int i = 0; i < MAX_CGROUP_DEPTH; i++) {
 		if (!cg)
 			return 0;
-		__u64 id = BPF_CORE_READ(cg, kn, id);
+		__u64 id = cg->kn->id;
 		if (bpf_map_lookup_elem(&tracked_cgroups, &id))
 			return 1;
-		struct cgroup_subsys_state *parent = BPF_CORE_READ(cg, self.parent);
+		struct cgroup_subsys_state *parent = cg->self.parent;
 		if (!parent)
 			return 0;
-		cg = BPF_CORE_READ(parent, cgroup);
+		cg = parent->cgroup;
 	}
 	return 0;
 }
@@ -224,7 +243,7 @@ static __always_inline int cgroup_tracked(struct cgroup *cg)
 	if (!gen)
 		return 0;
 	struct verdict v = {.generation = *gen};
-	__u64 id = BPF_CORE_READ(cg, kn, id);
+	__u64 id = cg->kn->id;
 	struct verdict *cached = bpf_map_lookup_elem(&verdicts, &id);
 	if (cached && cached->generation == v.generation)
 		return cached->tracked;
@@ -240,15 +259,15 @@ static __always_inline int netns_tracked(__u64 ino)
 
 static __always_inline __u64 task_netns(struct task_struct *task)
 {
-	struct nsproxy *ns = BPF_CORE_READ(task, nsproxy);
+	struct nsproxy *ns = task->nsproxy;
 	if (!ns)
 		return 0;
-	return BPF_CORE_READ(ns, net_ns, ns.inum);
+	return ns->net_ns->ns.inum;
 }
 
 static __always_inline __u64 sk_netns(const struct sock *sk)
 {
-	return BPF_CORE_READ(sk, __sk_common.skc_net.net, ns.inum);
+	return sk->__sk_common.skc_net.net->ns.inum;
 }
 
 // The cgroup a full socket was created in (cgroup v2). Under cgroup v1 it is
@@ -259,25 +278,30 @@ static __always_inline struct cgroup *sk_cgroup(const struct sock *sk)
 		return 0;
 	if (!bpf_core_field_exists(sk->sk_cgrp_data.cgroup))
 		return 0;
-	return BPF_CORE_READ(sk, sk_cgrp_data.cgroup);
+	return sk->sk_cgrp_data.cgroup;
 }
 
 static __always_inline void read_sock_addrs(struct event *e, const struct sock *sk, int full)
 {
-	__u16 family = BPF_CORE_READ(sk, __sk_common.skc_family);
+	__u16 family = sk->__sk_common.skc_family;
 	e->family = family;
-	e->lport = BPF_CORE_READ(sk, __sk_common.skc_num);
+	e->lport = sk->__sk_common.skc_num;
 	// A socket moved to CLOSE has released its port (skc_num is 0), but a
 	// full socket still has it in inet_sport.
 	if (!e->lport && full)
+		// The verifier types sk as struct sock: read past it with a helper.
 		e->lport = bpf_ntohs(BPF_CORE_READ((struct inet_sock *)sk, inet_sport));
-	e->rport = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
+	e->rport = bpf_ntohs(sk->__sk_common.skc_dport);
 	if (family == AF_INET) {
-		BPF_CORE_READ_INTO((__u32 *)e->laddr, sk, __sk_common.skc_rcv_saddr);
-		BPF_CORE_READ_INTO((__u32 *)e->raddr, sk, __sk_common.skc_daddr);
+		*(__u32 *)e->laddr = sk->__sk_common.skc_rcv_saddr;
+		*(__u32 *)e->raddr = sk->__sk_common.skc_daddr;
 	} else if (family == AF_INET6) {
-		BPF_CORE_READ_INTO(&e->laddr, sk, __sk_common.skc_v6_rcv_saddr.in6_u.u6_addr8);
-		BPF_CORE_READ_INTO(&e->raddr, sk, __sk_common.skc_v6_daddr.in6_u.u6_addr8);
+		const __u32 *l = sk->__sk_common.skc_v6_rcv_saddr.in6_u.u6_addr32;
+		const __u32 *r = sk->__sk_common.skc_v6_daddr.in6_u.u6_addr32;
+		for (int i = 0; i < 4; i++) {
+			((__u32 *)e->laddr)[i] = l[i];
+			((__u32 *)e->raddr)[i] = r[i];
+		}
 	}
 }
 
@@ -320,9 +344,9 @@ int BPF_PROG(signal_generate, int sig, struct kernel_siginfo *info, struct task_
 	__u64 id = bpf_get_current_pid_tgid();
 	e->cgroup_id = cgroup_id(cg);
 	e->netns = netns;
-	e->pid = BPF_CORE_READ(task, tgid);
-	e->tid = BPF_CORE_READ(task, pid);
-	BPF_CORE_READ_STR_INTO(&e->comm, task, group_leader, comm);
+	e->pid = task->tgid;
+	e->tid = task->pid;
+	copy_comm(e->comm, task->group_leader);
 	e->peer_pid = id >> 32;
 	bpf_get_current_comm(&e->peer_comm, sizeof(e->peer_comm));
 	e->signal = sig;
@@ -338,8 +362,8 @@ int BPF_PROG(signal_generate, int sig, struct kernel_siginfo *info, struct task_
 SEC("tp_btf/sched_process_exit")
 int BPF_PROG(sched_process_exit, struct task_struct *task)
 {
-	struct signal_struct *sig = BPF_CORE_READ(task, signal);
-	if (BPF_CORE_READ(sig, live.counter) != 0)
+	struct signal_struct *sig = task->signal;
+	if (sig->live.counter != 0)
 		return 0;
 	struct cgroup *cg = task_cgroup(task);
 	__u64 netns = task_netns(task);
@@ -349,14 +373,14 @@ int BPF_PROG(sched_process_exit, struct task_struct *task)
 	struct event *e = reserve(KIND_EXIT);
 	if (!e)
 		return 0;
-	int code = BPF_CORE_READ(task, exit_code);
-	if (BPF_CORE_READ(sig, flags) & SIGNAL_GROUP_EXIT)
-		code = BPF_CORE_READ(sig, group_exit_code);
+	int code = task->exit_code;
+	if (sig->flags & SIGNAL_GROUP_EXIT)
+		code = sig->group_exit_code;
 	e->cgroup_id = cgroup_id(cg);
 	e->netns = netns;
-	e->pid = BPF_CORE_READ(task, tgid);
-	e->tid = BPF_CORE_READ(task, pid);
-	BPF_CORE_READ_STR_INTO(&e->comm, task, group_leader, comm);
+	e->pid = task->tgid;
+	e->tid = task->pid;
+	copy_comm(e->comm, task->group_leader);
 	if (code & 0x7f) {
 		e->flags |= FLAG_SIGNALED;
 		e->signal = code & 0x7f;
@@ -383,7 +407,7 @@ int BPF_PROG(inet_sock_set_state, const struct sock *sk, const int oldstate, con
 		flags = FLAG_PEER;
 	} else
 		return 0;
-	if (BPF_CORE_READ(sk, sk_protocol) != IPPROTO_TCP)
+	if (sk->sk_protocol != IPPROTO_TCP)
 		return 0;
 	__u64 netns = sk_netns(sk);
 	struct cgroup *cg = sk_cgroup(sk);
@@ -408,9 +432,9 @@ int BPF_PROG(inet_sock_set_state, const struct sock *sk, const int oldstate, con
 // local side.
 static __always_inline int read_skb(struct event *e, const struct sk_buff *skb, __u8 *tcpflags)
 {
-	unsigned char *head = BPF_CORE_READ(skb, head);
-	__u16 nh = BPF_CORE_READ(skb, network_header);
-	__u16 th = BPF_CORE_READ(skb, transport_header);
+	unsigned char *head = skb->head;
+	__u16 nh = skb->network_header;
+	__u16 th = skb->transport_header;
 	__u8 vers = 0;
 	bpf_probe_read_kernel(&vers, 1, head + nh);
 	vers >>= 4;
@@ -455,7 +479,7 @@ int BPF_PROG(tcp_send_reset, const struct sock *sk, const struct sk_buff *skb)
 		// connection that no longer exists.
 		if (!skb)
 			return 0;
-		__u64 netns = BPF_CORE_READ(skb, dev, nd_net.net, ns.inum);
+		__u64 netns = skb->dev->nd_net.net->ns.inum;
 		if (filter_enabled && !netns_tracked(netns))
 			return 0;
 		struct event tmp = {};
@@ -480,7 +504,7 @@ int BPF_PROG(tcp_send_reset, const struct sock *sk, const struct sk_buff *skb)
 		return 0;
 	}
 
-	__u8 state = BPF_CORE_READ(sk, __sk_common.skc_state);
+	__u8 state = sk->__sk_common.skc_state;
 	__u64 netns = sk_netns(sk);
 	struct cgroup *cg = 0;
 	if (state == TCP_TIME_WAIT || state == TCP_NEW_SYN_RECV)
@@ -522,7 +546,7 @@ int BPF_PROG(tcp_receive_reset, struct sock *sk)
 		return 0;
 	e->cgroup_id = cgroup_id(cg);
 	e->netns = netns;
-	e->old_state = BPF_CORE_READ(sk, __sk_common.skc_state);
+	e->old_state = sk->__sk_common.skc_state;
 	read_sock_addrs(e, sk, 1);
 	sock_owner(e, e->cgroup_id, netns);
 	submit(e);
