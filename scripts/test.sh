@@ -1,11 +1,18 @@
 #!/usr/bin/env bash
 # Runs every drainscope test on a fresh machine (as root): installs what is
-# missing, starts a throwaway Postgres, checks formatting and vet, and runs
-# go test. Extra arguments go to go test (e.g. -run TestX ./store/).
+# missing, builds the Kubernetes binaries (cached), starts a throwaway
+# Postgres, checks gofmt, vet and the generated eBPF objects, runs go test,
+# then each fuzz target for a bounded time (FUZZTIME, default 5s).
+# Extra arguments go to go test instead of ./... (e.g. -run TestX ./store/);
+# with them, the fuzz pass is skipped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/deps.sh
+
+echo "setup: Kubernetes binaries"
+DRAINSCOPE_K8S_BIN=$(scripts/k8s-binaries.sh | tail -n 1)
+export DRAINSCOPE_K8S_BIN
 
 source scripts/pg-throwaway.sh
 trap pg_stop EXIT
@@ -20,9 +27,25 @@ if [ -n "$unformatted" ]; then
 fi
 echo "check: go vet"
 go vet ./...
+echo "check: generated eBPF objects"
+ebpf/check-generated.sh
 
 echo "test: go test"
+fuzz=1
 if [ $# -eq 0 ]; then
 	set -- ./...
+else
+	fuzz=0
 fi
 go test -count=1 -timeout 60m "$@"
+
+if [ "$fuzz" = 1 ]; then
+	echo "test: fuzz targets, ${FUZZTIME:-5s} each"
+	for pkg in $(go list ./...); do
+		for target in $(go test -list '^Fuzz' "$pkg" | grep '^Fuzz' || true); do
+			go test -run '^$' -fuzz "^${target}\$" -fuzztime "${FUZZTIME:-5s}" "$pkg" >/dev/null ||
+				{ echo "fuzz: $pkg $target failed" >&2; go test -run "^${target}\$" "$pkg"; exit 1; }
+			echo "fuzz: $pkg $target ok"
+		done
+	done
+fi
