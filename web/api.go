@@ -252,7 +252,11 @@ func (s *Server) apiFailures(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	cause, pod := q.Get("cause"), q.Get("pod")
+	cause, pod, inferred := q.Get("cause"), q.Get("pod"), q.Get("inferred")
+	if inferred != "" && inferred != "true" && inferred != "false" {
+		s.fail(w, r, bad(errors.New("inferred: want true or false")))
+		return
+	}
 	out := Failures{Offset: offset, Failures: []IndexedFailure{}, Truncated: m.result.Truncated}
 	for i := range m.result.Failures {
 		f := &m.result.Failures[i]
@@ -260,6 +264,9 @@ func (s *Server) apiFailures(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		if pod != "" && (f.Pod == nil || (f.Pod.Name != pod && f.Pod.UID != pod)) {
+			continue
+		}
+		if inferred != "" && f.Inferred != (inferred == "true") {
 			continue
 		}
 		if out.Total >= offset && len(out.Failures) < limit {

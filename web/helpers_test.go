@@ -3,6 +3,7 @@ package web
 import (
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -15,11 +16,14 @@ import (
 // newTestServer serves st at the fixture's clock.
 func newTestServer(t testing.TB, st store.Store, mod ...func(*Options)) *Server {
 	t.Helper()
-	opts := Options{Store: st, Now: func() time.Time { return fixtureNow }, UpdateEvery: 50 * time.Millisecond}
+	opts := Options{Store: st, Now: func() time.Time { return fixtureNow }, UpdateEvery: 50 * time.Millisecond,
+		Log: slog.New(slog.NewTextHandler(t.Output(), nil))}
 	for _, m := range mod {
 		m(&opts)
 	}
-	return New(opts)
+	s := New(opts)
+	t.Cleanup(s.Close) // before the store closes: cleanups run last first
+	return s
 }
 
 type resp struct {

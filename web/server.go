@@ -57,7 +57,7 @@ type Options struct {
 	ListTTL time.Duration
 	// BuildTimeout bounds reading one rollout (default 2 min).
 	BuildTimeout time.Duration
-	// Context ends background work (default: never).
+	// Context ends background work (default: never; Close ends it too).
 	Context context.Context
 	// ListLimit is the most rollouts one list answer carries (default 200).
 	ListLimit int
@@ -89,6 +89,10 @@ type Server struct {
 	version atomic.Uint64 // bumped when a summary lands
 	statics map[string]staticFile
 	pages   *pageTemplates
+
+	ctx    context.Context // ends background reads; Close cancels it
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
 }
 
 type cached struct {
@@ -159,11 +163,19 @@ func New(opts Options) *Server {
 		statics: loadStatics(),
 	}
 	s.pages = mustTemplates(s.staticVersion)
+	s.ctx, s.cancel = context.WithCancel(opts.Context)
 	s.router = s.routes()
 	return s
 }
 
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.router.ServeHTTP(w, r) }
+
+// Close stops the background reads and waits for them, so the store can be
+// closed after it.
+func (s *Server) Close() {
+	s.cancel()
+	s.wg.Wait()
+}
 
 func (s *Server) routes() chi.Router {
 	r := chi.NewRouter()
@@ -233,7 +245,11 @@ func (s *Server) model(ctx context.Context, key RolloutKey, refresh bool) (*mode
 	if f == nil {
 		f = &flight{done: make(chan struct{})}
 		s.flight[key] = f
-		go s.fly(key, f, nil, true)
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.fly(key, f, nil, true)
+		}()
 	}
 	s.mu.Unlock()
 	select {
@@ -266,7 +282,7 @@ var errNoRollout = errors.New("no such rollout")
 // (background summaries only fill free room).
 func (s *Server) fly(key RolloutKey, f *flight, r *event.Rollout, keep bool) {
 	defer close(f.done)
-	ctx, cancel := context.WithTimeout(s.opts.Context, s.opts.BuildTimeout)
+	ctx, cancel := context.WithTimeout(s.ctx, s.opts.BuildTimeout)
 	defer cancel()
 	select {
 	case s.builds <- struct{}{}:
@@ -381,9 +397,13 @@ func (s *Server) enqueue(rs []event.Rollout) {
 		s.queued[k] = true
 		s.queue = append(s.queue, r)
 	}
-	if !s.working && len(s.queue) > 0 {
+	if !s.working && len(s.queue) > 0 && s.ctx.Err() == nil {
 		s.working = true
-		go s.work()
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.work()
+		}()
 	}
 }
 
@@ -391,7 +411,7 @@ func (s *Server) enqueue(rs []event.Rollout) {
 func (s *Server) work() {
 	for {
 		s.mu.Lock()
-		if len(s.queue) == 0 || s.opts.Context.Err() != nil {
+		if len(s.queue) == 0 || s.ctx.Err() != nil {
 			s.working = false
 			s.queue = nil
 			clear(s.queued)

@@ -74,7 +74,7 @@ func (s *Server) apiUpdates(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-r.Context().Done():
 			return
-		case <-s.opts.Context.Done():
+		case <-s.ctx.Done():
 			return
 		case <-tick.C:
 		}

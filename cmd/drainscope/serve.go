@@ -77,7 +77,9 @@ func runServe(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		// page elsewhere from reaching this listener by DNS rebinding.
 		opts.AllowedHosts = []string{"localhost", "127.0.0.1", "::1", host}
 	}
-	srv := web.NewServer(*listen, web.NewHandler(opts))
+	h := web.New(opts)
+	defer h.Close() // stops background reads before the store closes
+	srv := web.NewServer(*listen, h)
 	srv.BaseContext = func(net.Listener) context.Context { return ctx }
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
