@@ -167,8 +167,16 @@ func newUID() string {
 	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
 }
 
-// cgroupRoot is where tests make their cgroups: the unified hierarchy.
-const cgroupRoot = "/sys/fs/cgroup/unified"
+// cgroupRoot is where tests make their cgroups: the unified hierarchy, at
+// /sys/fs/cgroup (cgroup v2) or /sys/fs/cgroup/unified (hybrid); "" when
+// there is none.
+var cgroupRoot = func() string {
+	l, err := detectCgroups("v2")
+	if err != nil {
+		return ""
+	}
+	return l.root
+}()
 
 // requireKernel skips (fails in CI) unless the tests can load programs and
 // make cgroups and namespaces.
@@ -178,8 +186,8 @@ func requireKernel(t testing.TB) {
 	if _, err := os.Stat("/sys/kernel/btf/vmlinux"); err != nil {
 		testenv.Unavailable(t, "kernel BTF (/sys/kernel/btf/vmlinux) is missing")
 	}
-	if _, err := os.Stat(filepath.Join(cgroupRoot, "cgroup.procs")); err != nil {
-		testenv.Unavailable(t, "no cgroup v2 hierarchy at "+cgroupRoot)
+	if cgroupRoot == "" {
+		testenv.Unavailable(t, "no cgroup v2 hierarchy at /sys/fs/cgroup or /sys/fs/cgroup/unified")
 	}
 }
 
