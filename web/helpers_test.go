@@ -2,6 +2,7 @@ package web
 
 import (
 	"encoding/json"
+	"flag"
 	"io"
 	"log/slog"
 	"net/http"
@@ -59,3 +60,5 @@ func truncate(s string, n int) string {
 	}
 	return s[:n] + "…"
 }
+
+func flagInt(name string, def int, usage string) *int { return flag.Int(name, def, usage) }
