@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/netip"
 	"os"
@@ -287,6 +288,20 @@ func BenchmarkHTTPOverhead(b *testing.B) {
 			}
 		}
 	}
+	// Resets, for the two reset programs: aborted connections to the
+	// server (it receives RST) and connections to a closed port.
+	for _, state := range []probeState{probesUntracked, probesTracked} {
+		setState(state)
+		_, per0 := progTime()
+		resetTraffic(b, h.Ready, 200)
+		_, per1 := progTime()
+		for n, a := range per1 {
+			acc := perProg[state][n]
+			acc[0].RunCount += a.RunCount - per0[n].RunCount
+			acc[0].RunTime += a.RunTime - per0[n].RunTime
+			perProg[state][n] = acc
+		}
+	}
 	for _, state := range []probeState{probesUntracked, probesTracked} {
 		fmt.Fprintf(&out, "BPF average run time per invocation, server cgroup %s:\n", state)
 		for _, def := range programDefs {
@@ -302,6 +317,26 @@ func BenchmarkHTTPOverhead(b *testing.B) {
 	}
 	b.Log(out.String())
 	fmt.Print(out.String())
+}
+
+// resetTraffic opens n connections to server and aborts them (SO_LINGER 0),
+// and makes n connections to a closed loopback port.
+func resetTraffic(b *testing.B, server string, n int) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	closed := ln.Addr().String()
+	ln.Close()
+	for i := 0; i < n; i++ {
+		if c, err := net.Dial("tcp", server); err == nil {
+			c.(*net.TCPConn).SetLinger(0)
+			c.Close()
+		}
+		if c, err := net.Dial("tcp", closed); err == nil {
+			c.Close()
+		}
+	}
 }
 
 // BenchmarkDecode measures turning one raw record into a sealed, attributed
