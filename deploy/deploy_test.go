@@ -1,0 +1,455 @@
+package deploy_test
+
+import (
+	"bytes"
+	"context"
+	"debug/elf"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/drainscope/drainscope/controlplane"
+	"github.com/drainscope/drainscope/internal/testenv"
+	"github.com/drainscope/drainscope/metrics"
+)
+
+const chart = "helm/drainscope"
+
+// tool returns the path of helm or kubectl in the binaries cache.
+func tool(t *testing.T, name string) string {
+	t.Helper()
+	bins, err := controlplane.CheckBinaries("", name)
+	if err != nil {
+		how := "scripts/k8s-binaries.sh kubectl"
+		if name == "helm" {
+			how = "scripts/helm-binary.sh"
+		}
+		testenv.Unavailable(t, fmt.Sprintf("%v (build it with %s)", err, how))
+	}
+	return bins[name]
+}
+
+func run(t *testing.T, name string, args ...string) ([]byte, error) {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return out, fmt.Errorf("%s %s: %v\n%s", filepath.Base(name), strings.Join(args, " "), err, stderr.String())
+	}
+	return out, nil
+}
+
+// variant is one set of chart values worth checking.
+type variant struct {
+	name string
+	set  []string
+}
+
+var variants = []variant{
+	{"defaults", nil},
+	{"production", []string{
+		"agent.endpointsMode=leader", "postgres.enabled=false", "store.existingSecret=drainscope-dsn",
+		"server.existingSecret=drainscope-token", "metrics.prometheusRule.enabled=true", "metrics.podMonitor.enabled=true",
+	}},
+	{"watches only", []string{"agent.kernel=false", "server.enabled=false", "postgres.enabled=false", "store.dsn=postgres://drainscope@db:5432/drainscope"}},
+	{"extras", []string{"agent.mountBPFFS=true", "agent.extraCapabilities={DAC_READ_SEARCH}", "agent.netnsDir=", "postgres.persistence.enabled=false"}},
+}
+
+func (v variant) args() []string {
+	var a []string
+	for _, s := range v.set {
+		a = append(a, "--set", s)
+	}
+	return a
+}
+
+func render(t *testing.T, helm string, v variant) []byte {
+	t.Helper()
+	out, err := run(t, helm, append([]string{"template", "drainscope", chart, "--namespace", "drainscope"}, v.args()...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func TestHelmLint(t *testing.T) {
+	helm := tool(t, "helm")
+	for _, v := range variants {
+		out, err := run(t, helm, append([]string{"lint", "--strict", chart, "--namespace", "drainscope"}, v.args()...)...)
+		if err != nil {
+			t.Errorf("%s: %v\n%s", v.name, err, out)
+		}
+	}
+}
+
+func TestHelmRefusesBadValues(t *testing.T) {
+	helm := tool(t, "helm")
+	for _, tc := range []struct {
+		set  []string
+		want string
+	}{
+		{[]string{"agent.endpointsMode=some-nodes"}, "agent.endpointsMode must be all-nodes or leader"},
+		{[]string{"postgres.enabled=false"}, "no store"},
+	} {
+		_, err := run(t, helm, append([]string{"template", "drainscope", chart}, variant{set: tc.set}.args()...)...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: err %v, want %q", tc.set, err, tc.want)
+		}
+	}
+}
+
+// docs splits a multi-document YAML stream into its non-empty documents.
+func docs(b []byte) [][]byte {
+	var out [][]byte
+	for _, d := range regexp.MustCompile(`(?m)^---\s*$`).Split(string(b), -1) {
+		if strings.TrimSpace(regexp.MustCompile(`(?m)^#.*$`).ReplaceAllString(d, "")) != "" {
+			out = append(out, []byte(d))
+		}
+	}
+	return out
+}
+
+type objects struct {
+	kinds     map[string][]string // kind → names
+	daemonSet *appsv1.DaemonSet
+	roles     map[string]*rbacv1.ClusterRole
+	nsRoles   map[string]*rbacv1.Role
+}
+
+func parse(t *testing.T, b []byte) objects {
+	t.Helper()
+	o := objects{kinds: map[string][]string{}, roles: map[string]*rbacv1.ClusterRole{}, nsRoles: map[string]*rbacv1.Role{}}
+	for _, d := range docs(b) {
+		var meta struct {
+			Kind     string `json:"kind"`
+			Metadata struct {
+				Name string `json:"name"`
+			} `json:"metadata"`
+		}
+		if err := yaml.Unmarshal(d, &meta); err != nil {
+			t.Fatalf("%v in\n%s", err, d)
+		}
+		o.kinds[meta.Kind] = append(o.kinds[meta.Kind], meta.Metadata.Name)
+		switch meta.Kind {
+		case "DaemonSet":
+			o.daemonSet = &appsv1.DaemonSet{}
+			if err := yaml.UnmarshalStrict(d, o.daemonSet); err != nil {
+				t.Fatal(err)
+			}
+		case "ClusterRole":
+			var r rbacv1.ClusterRole
+			if err := yaml.UnmarshalStrict(d, &r); err != nil {
+				t.Fatal(err)
+			}
+			o.roles[r.Name] = &r
+		case "Role":
+			var r rbacv1.Role
+			if err := yaml.UnmarshalStrict(d, &r); err != nil {
+				t.Fatal(err)
+			}
+			o.nsRoles[r.Name] = &r
+		}
+	}
+	return o
+}
+
+// checkAgentPod asserts the agent's privileges: no privileged mode, no
+// host namespaces, exactly the capabilities the kernel capture needs.
+func checkAgentPod(t *testing.T, where string, ds *appsv1.DaemonSet, kernel bool, extra ...corev1.Capability) {
+	t.Helper()
+	if ds == nil {
+		t.Fatalf("%s: no DaemonSet", where)
+	}
+	spec := ds.Spec.Template.Spec
+	if spec.HostPID || spec.HostNetwork || spec.HostIPC {
+		t.Errorf("%s: host namespaces in use (pid %v, network %v, ipc %v)", where, spec.HostPID, spec.HostNetwork, spec.HostIPC)
+	}
+	sc := spec.Containers[0].SecurityContext
+	if sc == nil || sc.Privileged == nil || *sc.Privileged || sc.Capabilities == nil {
+		t.Fatalf("%s: security context %+v", where, sc)
+	}
+	if !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) {
+		t.Errorf("%s: drops %v, want ALL", where, sc.Capabilities.Drop)
+	}
+	var want []corev1.Capability
+	if kernel {
+		want = append([]corev1.Capability{"BPF", "PERFMON", "SYS_RESOURCE"}, extra...)
+	}
+	if !slices.Equal(sc.Capabilities.Add, want) {
+		t.Errorf("%s: adds %v, want %v", where, sc.Capabilities.Add, want)
+	}
+	if sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
+		t.Errorf("%s: root filesystem writable", where)
+	}
+	var mounts []string
+	for _, m := range spec.Containers[0].VolumeMounts {
+		mounts = append(mounts, m.MountPath)
+		if !m.ReadOnly {
+			t.Errorf("%s: %s mounted read-write", where, m.MountPath)
+		}
+	}
+	if kernel && !slices.Contains(mounts, "/sys/kernel/btf") || kernel && !slices.Contains(mounts, "/sys/fs/cgroup") || !kernel && len(mounts) > 0 {
+		t.Errorf("%s: mounts %v", where, mounts)
+	}
+}
+
+// checkRBAC asserts least privilege: read-only pods, endpointslices and
+// replicasets; leases only in leader mode, only in a Role.
+func checkRBAC(t *testing.T, where string, o objects, leader bool) {
+	t.Helper()
+	if len(o.roles) != 1 {
+		t.Fatalf("%s: ClusterRoles %v", where, o.kinds["ClusterRole"])
+	}
+	for name, r := range o.roles {
+		var got []string
+		for _, rule := range r.Rules {
+			if !slices.Equal(rule.Verbs, []string{"get", "list", "watch"}) {
+				t.Errorf("%s: %s grants %v on %v", where, name, rule.Verbs, rule.Resources)
+			}
+			for _, res := range rule.Resources {
+				got = append(got, strings.Join(rule.APIGroups, "")+"/"+res)
+			}
+		}
+		slices.Sort(got)
+		if want := []string{"/pods", "apps/replicasets", "discovery.k8s.io/endpointslices"}; !slices.Equal(got, want) {
+			t.Errorf("%s: ClusterRole covers %v, want %v", where, got, want)
+		}
+	}
+	if leader != (len(o.nsRoles) == 1) || len(o.nsRoles) > 1 {
+		t.Fatalf("%s: leader %v but Roles %v", where, leader, o.kinds["Role"])
+	}
+	for _, r := range o.nsRoles {
+		for _, rule := range r.Rules {
+			if !slices.Equal(rule.Resources, []string{"leases"}) || !slices.Equal(rule.APIGroups, []string{"coordination.k8s.io"}) {
+				t.Errorf("%s: lease Role grants %v on %v", where, rule.Verbs, rule.Resources)
+			}
+		}
+	}
+}
+
+func TestChartPrivileges(t *testing.T) {
+	helm := tool(t, "helm")
+	for _, v := range variants {
+		o := parse(t, render(t, helm, v))
+		kernel := !slices.Contains(v.set, "agent.kernel=false")
+		var extra []corev1.Capability
+		if slices.Contains(v.set, "agent.extraCapabilities={DAC_READ_SEARCH}") {
+			extra = append(extra, "DAC_READ_SEARCH")
+		}
+		checkAgentPod(t, v.name, o.daemonSet, kernel, extra...)
+		checkRBAC(t, v.name, o, slices.Contains(v.set, "agent.endpointsMode=leader"))
+	}
+}
+
+func TestKustomizePrivileges(t *testing.T) {
+	kubectl := tool(t, "kubectl")
+	for dir, leader := range map[string]bool{"kustomize/overlays/try": false, "kustomize/overlays/external-postgres": true} {
+		out, err := run(t, kubectl, "kustomize", dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := parse(t, out)
+		checkAgentPod(t, dir, o.daemonSet, true)
+		checkRBAC(t, dir, o, leader)
+		if got := o.daemonSet.Spec.Template.Spec.Containers[0].Args[1]; got != map[bool]string{false: "--endpoints-mode=all-nodes", true: "--endpoints-mode=leader"}[leader] {
+			t.Errorf("%s: agent runs with %s", dir, got)
+		}
+	}
+}
+
+// TestManifestsApplyOnAnAPIServer applies every chart variant and every
+// kustomize overlay with kubectl apply --dry-run=server to a real
+// kube-apiserver: schema, field validation (strict) and admission, with
+// nothing stored.
+func TestManifestsApplyOnAnAPIServer(t *testing.T) {
+	helm, kubectl := tool(t, "helm"), tool(t, "kubectl")
+	if _, err := controlplane.CheckBinaries("", "etcd", "kube-apiserver"); err != nil {
+		testenv.Unavailable(t, err.Error())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cp, err := controlplane.Start(ctx, controlplane.Options{NoControllerManager: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cp.Stop()
+	kc := func(args ...string) ([]byte, error) {
+		return run(t, kubectl, append([]string{"--kubeconfig=" + cp.Kubeconfig()}, args...)...)
+	}
+	// Namespaced objects need their namespace to exist for real; the
+	// monitoring objects need their CRDs.
+	if err := cp.EnsureNamespace(ctx, "drainscope"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kc("apply", "-f", "testdata/prometheus-operator-crds.yaml"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kc("wait", "--for=condition=Established", "--timeout=60s",
+		"crd/prometheusrules.monitoring.coreos.com", "crd/podmonitors.monitoring.coreos.com"); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	apply := func(name string, manifest []byte) {
+		t.Helper()
+		f := filepath.Join(dir, strings.ReplaceAll(name, "/", "_")+".yaml")
+		if err := os.WriteFile(f, manifest, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out, err := kc("apply", "--dry-run=server", "--validate=strict", "-f", f)
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			return
+		}
+		n := strings.Count(string(out), "(server dry run)")
+		if want := len(docs(manifest)); n != want {
+			t.Errorf("%s: %d objects accepted, want %d:\n%s", name, n, want, out)
+		}
+		t.Logf("%s: %d objects accepted by the API server (dry run)", name, n)
+	}
+	for _, v := range variants {
+		apply("helm "+v.name, render(t, helm, v))
+	}
+	for _, d := range []string{"kustomize/overlays/try", "kustomize/overlays/external-postgres", "kustomize/monitoring"} {
+		out, err := kc("kustomize", d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		apply(d, out)
+	}
+
+	// The check has teeth: a misspelt field is refused.
+	bad := bytes.Replace(render(t, helm, variants[0]), []byte("readOnlyRootFilesystem: true"), []byte("readOnlyRootFileSystem: true"), 1)
+	f := filepath.Join(dir, "bad.yaml")
+	os.WriteFile(f, bad, 0o644)
+	if _, err := kc("apply", "--dry-run=server", "--validate=strict", "-f", f); err == nil || !strings.Contains(err.Error(), "readOnlyRootFileSystem") {
+		t.Errorf("a misspelt field was not refused: %v", err)
+	}
+}
+
+// TestAlertRules checks that every metric an alert names is one drainscope
+// exposes, and that the kustomize PrometheusRule is the chart's.
+func TestAlertRules(t *testing.T) {
+	helm := tool(t, "helm")
+	out := render(t, helm, variant{set: []string{"metrics.prometheusRule.enabled=true"}})
+	type rule struct {
+		Alert string `json:"alert"`
+		Expr  string `json:"expr"`
+		For   string `json:"for"`
+	}
+	type ruleSpec struct {
+		Groups []struct {
+			Name  string `json:"name"`
+			Rules []rule `json:"rules"`
+		} `json:"groups"`
+	}
+	var fromChart *ruleSpec
+	var raw map[string]any
+	for _, d := range docs(out) {
+		var obj struct {
+			Kind string   `json:"kind"`
+			Spec ruleSpec `json:"spec"`
+		}
+		if err := yaml.Unmarshal(d, &obj); err != nil {
+			t.Fatal(err)
+		}
+		if obj.Kind == "PrometheusRule" {
+			fromChart = &obj.Spec
+			var all map[string]any
+			yaml.Unmarshal(d, &all)
+			raw = all["spec"].(map[string]any)
+		}
+	}
+	if fromChart == nil {
+		t.Fatal("the chart rendered no PrometheusRule")
+	}
+	known := map[string]bool{}
+	for _, n := range metrics.New("agent", "test").Catalog() {
+		known[n] = true
+	}
+	name := regexp.MustCompile(`drainscope_[a-z_]+`)
+	alerts := 0
+	for _, g := range fromChart.Groups {
+		for _, r := range g.Rules {
+			alerts++
+			if strings.Contains(r.Expr, "{{") {
+				t.Errorf("%s: unrendered template in %q", r.Alert, r.Expr)
+			}
+			for _, m := range name.FindAllString(r.Expr, -1) {
+				base := m
+				for _, suf := range []string{"_bucket", "_count", "_sum"} {
+					base = strings.TrimSuffix(base, suf)
+				}
+				if !known[base] {
+					t.Errorf("alert %s uses %s, which drainscope does not expose", r.Alert, m)
+				}
+			}
+		}
+	}
+	t.Logf("%d alerts, every metric they use is exposed", alerts)
+
+	b, err := os.ReadFile("kustomize/monitoring/prometheusrule.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kust map[string]any
+	if err := yaml.Unmarshal(b, &kust); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(kust["spec"], raw) {
+		t.Errorf("kustomize/monitoring/prometheusrule.yaml differs from the chart's rendering of files/alerts.yaml; regenerate it:\n" +
+			"  helm template drainscope deploy/helm/drainscope --set metrics.prometheusRule.enabled=true -s templates/monitoring.yaml")
+	}
+}
+
+// TestImageBinaryIsStatic builds the binary as deploy/Dockerfile does and
+// checks that it needs no dynamic loader, so it runs on the image's empty
+// base.
+func TestImageBinaryIsStatic(t *testing.T) {
+	df, err := os.ReadFile("Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"CGO_ENABLED=0", "FROM scratch", "./cmd/drainscope"} {
+		if !bytes.Contains(df, []byte(want)) {
+			t.Errorf("Dockerfile lacks %q", want)
+		}
+	}
+	if testing.Short() {
+		t.Skip("-short: not building the binary")
+	}
+	exe := filepath.Join(t.TempDir(), "drainscope")
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", exe, "../cmd/drainscope")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	f, err := elf.Open(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			t.Fatal("the binary asks for a dynamic loader")
+		}
+	}
+	if libs, _ := f.ImportedLibraries(); len(libs) > 0 {
+		t.Fatalf("the binary links %v", libs)
+	}
+	st, _ := os.Stat(exe)
+	t.Logf("static binary: %.1f MiB", float64(st.Size())/(1<<20))
+}
