@@ -159,7 +159,7 @@ func TestAPI(t *testing.T) {
 		}},
 		{"timeline: a range shows only its pods", "GET", fmt.Sprintf("%s/timeline?from=%d&to=%d", co, base-3*sec, base+1*sec), 200, func(t *testing.T, b resp) {
 			tl := decode[Timeline](t, b)
-			if tl.LanesTotal != 2 || tl.View.From != -3*sec || tl.View.To != sec {
+			if tl.LanesTotal != 3 || tl.View.From != -3*sec || tl.View.To != sec {
 				t.Errorf("range: %d lanes, view %+v", tl.LanesTotal, tl.View)
 			}
 		}},

@@ -116,6 +116,21 @@ func artifactDir(t *testing.T) string {
 	return t.TempDir()
 }
 
+// shoot saves a screenshot of the page's main area as a CI artefact.
+func shoot(t *testing.T, ctx context.Context, dir, name string) []byte {
+	t.Helper()
+	png, err := chromedp.Run(ctx, chromedp.Screenshot(chromedp.CSS(`main`)))
+	if err != nil {
+		t.Fatalf("screenshot: %v", err)
+	}
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot: %s", path)
+	return png
+}
+
 // TestBrowser drives the UI in headless Chromium over the recorded fixture:
 // the rollouts page lists the rollout (and fills in its counts live), its
 // timeline draws one lane per pod, hovering a failure names its cause and
@@ -126,6 +141,7 @@ func TestBrowser(t *testing.T) {
 		t.Skip("starts a browser")
 	}
 	ctx, problems := browser(t)
+	dir := artifactDir(t)
 	st := fixtureStore(t)
 	srv := httptest.NewServer(newTestServer(t, st, func(o *Options) { o.UpdateEvery = 200 * time.Millisecond }))
 	t.Cleanup(srv.Close)
@@ -138,6 +154,7 @@ func TestBrowser(t *testing.T) {
 		chromedp.WaitVisible(chromedp.CSS(`table.rollouts tbody tr`)),
 		chromedp.WaitVisible(chromedp.CSS(`table.rollouts tbody tr .chip`)),
 	)
+	shoot(t, ctx, dir, "rollouts.png")
 	names := eval[[]string](t, ctx, `[...document.querySelectorAll("table.rollouts tbody td:first-child a")].map(a => a.textContent)`)
 	for _, want := range []string{"Deployment/checkout", "Deployment/ledger", "Deployment/<img src=x onerror=alert(2)>"} {
 		if !slices.Contains(names, want) {
@@ -207,15 +224,7 @@ func TestBrowser(t *testing.T) {
 		t.Errorf("address %q does not link the selection and the range", u)
 	}
 	run(t, ctx, "moving the mouse away", chromedp.MouseEvent(input.DispatchMouseEventTypeMouseMoved, 5, 5), chromedp.Sleep(100*time.Millisecond))
-	png, err := chromedp.Run(ctx, chromedp.Screenshot(chromedp.CSS(`main`)))
-	if err != nil {
-		t.Fatalf("screenshot: %v", err)
-	}
-	shot := filepath.Join(artifactDir(t), "timeline.png")
-	if err := os.WriteFile(shot, png, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("timeline screenshot: %s", shot)
+	png := shoot(t, ctx, dir, "timeline.png")
 	if *update {
 		if err := os.WriteFile("../docs/timeline.png", png, 0o644); err != nil {
 			t.Fatal(err)
@@ -234,6 +243,9 @@ func TestBrowser(t *testing.T) {
 	if s := eval[string](t, ctx, `document.getElementById("status").textContent`); !strings.Contains(s, "events in view") {
 		t.Errorf("after zooming the status says %q", s)
 	}
+
+	run(t, ctx, "opening the alignment", chromedp.Navigate(srv.URL+ro.Links.Alignment), chromedp.WaitVisible(chromedp.CSS(`figure.hist svg`)))
+	shoot(t, ctx, dir, "alignment.png")
 
 	// Markup in names renders as text.
 	var evil RolloutSummary

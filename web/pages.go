@@ -328,6 +328,8 @@ func buildHist(ref string, total analysis.Histogram, causes []analysis.CauseSumm
 	for (hi-lo)/bin > maxHistBars {
 		bin *= 2
 	}
+	pad := max((hi-lo)/40, bin) // room for the bars at the edges
+	lo, hi = lo-pad, hi+pad
 	lo = floorTo(lo, bin)
 	hi = floorTo(hi+bin-1, bin)
 	n := int((hi - lo) / bin)

@@ -24,7 +24,7 @@
   var lanesNext = document.getElementById("lanes-next");
   var modeSel = document.getElementById("failures-mode");
 
-  var GUTTER = 250, AXIS = 44, LANE = 30, RIGHT = 14, MIN_SPAN = 1e5; // 0.1 ms
+  var GUTTER = 250, AXIS = 44, LANE = 30, LANES_PX = 360, RIGHT = 14, MIN_SPAN = 1e5; // 0.1 ms
   var data = null;          // last answer
   var view = null;          // {from, to} relative ns being shown
   var laneOffset = 0;
@@ -166,6 +166,8 @@
     if (!data || !view) return;
     hits = [];
     var lanes = data.lanes;
+    // Few pods get taller lanes, many get thinner ones.
+    LANE = Math.max(22, Math.min(40, Math.floor(LANES_PX / Math.max(lanes.length, 1))));
     var W = root.clientWidth, H = AXIS + Math.max(lanes.length, 1) * LANE + 10;
     var pw = plotWidth();
     root.textContent = "";
@@ -597,8 +599,18 @@
   modeSel.addEventListener("change", function () { load(); });
   lanesPrev.addEventListener("click", function () { laneOffset = Math.max(0, laneOffset - data.lanes.length); load(); });
   lanesNext.addEventListener("click", function () { laneOffset += data.lanes.length; load(); });
-  var resizeTimer = null;
-  window.addEventListener("resize", function () { clearTimeout(resizeTimer); resizeTimer = setTimeout(function () { draw(); scheduleLoad(); }, 120); });
+  // Redraw when the drawing's width changes: the window resizes, or the
+  // details panel opens or closes beside it.
+  var lastWidth = root.clientWidth, resizeTimer = null;
+  function resized() {
+    if (Math.abs(root.clientWidth - lastWidth) < 2) return;
+    lastWidth = root.clientWidth;
+    draw();
+    clearTimeout(resizeTimer);
+    resizeTimer = setTimeout(scheduleLoad, 120);
+  }
+  if (window.ResizeObserver) new ResizeObserver(resized).observe(root);
+  else window.addEventListener("resize", resized);
 
   // ---------- start ----------
   if (ds.from && ds.to) {
