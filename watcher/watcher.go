@@ -167,14 +167,16 @@ func New(cs kubernetes.Interface, o Options) (*Watcher, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	if o.Mode == Leader {
+		if err := o.Lease.check(); err != nil {
+			return nil, err
+		}
+	}
 	w := &Watcher{cs: cs, opts: o, log: o.Logger, synced: make(chan struct{})}
 	w.pods = newPodTracker(w.emitPod, w.workload, o.Now, o.PodLinger)
 	w.slices = newSliceTracker(w.emitEndpoint)
 	w.leading.Store(o.Mode == EveryNode)
 	if o.Mode == Leader {
-		if err := o.Lease.check(); err != nil {
-			return nil, err
-		}
 		w.standby = &standbyBuffer{window: o.Lease.duration() + o.Lease.renewDeadline()}
 	}
 	return w, nil
@@ -228,7 +230,11 @@ func (w *Watcher) Run(ctx context.Context) error {
 		w.rsLister, w.rsSynced = rs.Lister(), rs.Informer().HasSynced
 		f.Start(ctx.Done())
 		defer f.Shutdown()
-		waits = append(waits, w.rsSynced)
+		// Pods are resolved to their Deployment when first seen: have the
+		// ReplicaSets first.
+		if !cache.WaitForCacheSync(ctx.Done(), w.rsSynced) {
+			return ctx.Err()
+		}
 
 		ctrl := runInformer(ctx, "pods", w.podListWatch(), &corev1.Pod{}, stripPod,
 			&podHandler{w}, w.opts.Now, w.watchError("pods"))

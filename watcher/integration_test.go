@@ -1,0 +1,645 @@
+package watcher
+
+// Tests against a real kube-apiserver and the real EndpointSlice controller
+// (kube-controller-manager), started by package controlplane from the
+// binaries scripts/k8s-binaries.sh builds. Pods are API objects only: the
+// test plays the kubelet's part (bind, status with a pod IP, readiness,
+// container termination, final deletion). No traffic goes anywhere.
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+
+	"github.com/drainscope/drainscope/controlplane"
+	"github.com/drainscope/drainscope/event"
+	"github.com/drainscope/drainscope/internal/testenv"
+)
+
+var (
+	cpOnce   sync.Once
+	cpShared *controlplane.ControlPlane
+	cpErr    error
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if cpShared != nil {
+		cpShared.Stop()
+	}
+	os.Exit(code)
+}
+
+// controlPlane starts (once per test binary) etcd, kube-apiserver and
+// kube-controller-manager, or skips the test when the binaries are not
+// built (fails under CI=true).
+func controlPlane(t testing.TB) *controlplane.ControlPlane {
+	t.Helper()
+	if _, err := controlplane.CheckBinaries("", "etcd", "kube-apiserver", "kube-controller-manager"); err != nil {
+		testenv.Unavailable(t, err.Error())
+	}
+	cpOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+		defer cancel()
+		var logger *slog.Logger
+		if testing.Verbose() {
+			logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+		}
+		cpShared, cpErr = controlplane.Start(ctx, controlplane.Options{Logger: logger})
+	})
+	if cpErr != nil {
+		t.Fatalf("starting the control plane: %v", cpErr)
+	}
+	return cpShared
+}
+
+// kubelet plays the kubelet's part for pods of one node.
+type kubelet struct {
+	t    testing.TB
+	cs   kubernetes.Interface
+	ns   string
+	node string
+}
+
+func (k *kubelet) podSpec(name, app, ip string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: k.ns, Labels: map[string]string{"app": app},
+			Annotations: map[string]string{"drainscope.test/ip": ip}},
+		Spec: corev1.PodSpec{
+			NodeName:                      k.node,
+			TerminationGracePeriodSeconds: ptr.To(int64(30)),
+			Containers: []corev1.Container{{Name: "app", Image: "drainscope.invalid/app:1",
+				Ports: []corev1.ContainerPort{{ContainerPort: 8080}}}},
+		},
+	}
+}
+
+// start creates the pod and reports it running and ready at ip.
+func (k *kubelet) start(ctx context.Context, name, app, ip string) *corev1.Pod {
+	k.t.Helper()
+	p, err := k.cs.CoreV1().Pods(k.ns).Create(ctx, k.podSpec(name, app, ip), metav1.CreateOptions{})
+	if err != nil {
+		k.t.Fatalf("creating pod %s: %v", name, err)
+	}
+	now := metav1.Now()
+	p.Status = corev1.PodStatus{
+		Phase:  corev1.PodRunning,
+		HostIP: "10.244.0.1", PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}},
+		StartTime: &now,
+		Conditions: []corev1.PodCondition{
+			{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: now},
+			{Type: corev1.PodInitialized, Status: corev1.ConditionTrue, LastTransitionTime: now},
+			{Type: corev1.ContainersReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
+			{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
+		},
+		ContainerStatuses: []corev1.ContainerStatus{{
+			Name: "app", Image: "drainscope.invalid/app:1", ImageID: "drainscope.invalid/app@sha256:0",
+			ContainerID: "containerd://" + string(p.UID)[:8] + "-app",
+			Ready:       true, Started: ptr.To(true),
+			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}},
+		}},
+	}
+	p, err = k.cs.CoreV1().Pods(k.ns).UpdateStatus(ctx, p, metav1.UpdateOptions{})
+	if err != nil {
+		k.t.Fatalf("setting pod %s running: %v", name, err)
+	}
+	return p
+}
+
+// stop does what the kubelet does after a pod's deletion was requested:
+// the pod goes not ready and its container exits; then the kubelet deletes
+// the pod for good (grace period 0).
+func (k *kubelet) terminate(ctx context.Context, name string) {
+	k.t.Helper()
+	p, err := k.cs.CoreV1().Pods(k.ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		k.t.Fatalf("getting pod %s: %v", name, err)
+	}
+	now := metav1.Now()
+	for i := range p.Status.Conditions {
+		if c := &p.Status.Conditions[i]; c.Type == corev1.PodReady || c.Type == corev1.ContainersReady {
+			c.Status, c.LastTransitionTime = corev1.ConditionFalse, now
+		}
+	}
+	cs := &p.Status.ContainerStatuses[0]
+	started := cs.State.Running.StartedAt
+	cs.Ready, cs.Started = false, ptr.To(false)
+	cs.State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+		ExitCode: 0, Reason: "Completed", StartedAt: started, FinishedAt: now, ContainerID: cs.ContainerID,
+	}}
+	p.Status.Phase = corev1.PodSucceeded
+	if _, err := k.cs.CoreV1().Pods(k.ns).UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
+		k.t.Fatalf("setting pod %s terminated: %v", name, err)
+	}
+}
+
+func (k *kubelet) finalDelete(ctx context.Context, name string) {
+	k.t.Helper()
+	if err := k.cs.CoreV1().Pods(k.ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))}); err != nil {
+		k.t.Fatalf("deleting pod %s: %v", name, err)
+	}
+}
+
+// setup creates a namespace, the node and a Service "web" selecting app=web.
+func setup(t *testing.T, cp *controlplane.ControlPlane, ns string) *kubelet {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := cp.EnsureNamespace(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cp.RegisterNode(ctx, controlplane.NodeOptions{Name: "node-a", InternalIP: "10.244.0.1", PodCIDR: "10.244.0.0/24"}); err != nil {
+		t.Fatal(err)
+	}
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns},
+		Spec: corev1.ServiceSpec{
+			Selector: map[string]string{"app": "web"},
+			Ports:    []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)}},
+		},
+	}
+	if _, err := cp.Client().CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return &kubelet{t: t, cs: cp.Client(), ns: ns, node: "node-a"}
+}
+
+// waitReadyEndpoints waits until the API's EndpointSlices of Service web
+// list exactly the given pods, all ready.
+func waitReadyEndpoints(t *testing.T, cs kubernetes.Interface, ns string, pods ...string) {
+	t.Helper()
+	want := strings.Join(pods, ",")
+	deadline := time.Now().Add(60 * time.Second)
+	var got string
+	for time.Now().Before(deadline) {
+		l, err := cs.DiscoveryV1().EndpointSlices(ns).List(context.Background(), metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=web"})
+		if err == nil {
+			var names []string
+			for _, s := range l.Items {
+				for _, e := range s.Endpoints {
+					if e.TargetRef != nil && (e.Conditions.Ready == nil || *e.Conditions.Ready) {
+						names = append(names, e.TargetRef.Name)
+					}
+				}
+			}
+			sortStrings(names)
+			got = strings.Join(names, ",")
+			if got == want {
+				return
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("ready endpoints of web: %q, want %q", got, want)
+}
+
+func sortStrings(s []string) {
+	for i := 1; i < len(s); i++ {
+		for j := i; j > 0 && s[j] < s[j-1]; j-- {
+			s[j], s[j-1] = s[j-1], s[j]
+		}
+	}
+}
+
+func startWatcher(t *testing.T, cfg *rest.Config, ns string) (*Watcher, *collector) {
+	t.Helper()
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newCollector()
+	var logger *slog.Logger
+	if testing.Verbose() {
+		logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	w, err := New(cs, Options{Node: "node-a", Sink: c.sink, Namespace: ns, PodNode: "node-a", Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { w.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	wctx, wcancel := context.WithTimeout(ctx, time.Minute)
+	defer wcancel()
+	if err := w.WaitForSync(wctx); err != nil {
+		t.Fatal(err)
+	}
+	return w, c
+}
+
+func ofPod(evs []event.Event, name string) []event.Event {
+	var out []event.Event
+	for _, e := range evs {
+		if e.Pod.Name == name {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func count(evs []event.Event, k event.Kind) int {
+	n := 0
+	for _, e := range evs {
+		if e.Kind == k {
+			n++
+		}
+	}
+	return n
+}
+
+func first(evs []event.Event, k event.Kind) *event.Event {
+	for i := range evs {
+		if evs[i].Kind == k {
+			return &evs[i]
+		}
+	}
+	return nil
+}
+
+func TestIntegrationPodDeletion(t *testing.T) {
+	cp := controlPlane(t)
+	ns := "deletion"
+	k := setup(t, cp, ns)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	w, c := startWatcher(t, cp.Config(), ns)
+	for i := range 3 {
+		k.start(ctx, fmt.Sprintf("web-%d", i), "web", fmt.Sprintf("10.244.0.%d", 10+i))
+	}
+	waitReadyEndpoints(t, cp.Client(), ns, "web-0", "web-1", "web-2")
+	c.waitFor(t, 30*time.Second, "three ready endpoints", func(evs []event.Event) bool {
+		ready := map[string]bool{}
+		for _, e := range evs {
+			if (e.Kind == event.EndpointAdded && strings.HasPrefix(e.Attrs[event.AttrConditions], "ready=true")) || e.Kind == event.EndpointReady {
+				ready[e.Pod.Name] = true
+			}
+		}
+		return len(ready) == 3
+	})
+	mark := len(c.snapshot())
+
+	// Delete web-0 with its 30 s grace period. The kubelet, seeing the
+	// deletion, takes the pod out of readiness, the container exits, and
+	// the kubelet removes the pod.
+	if err := cp.Client().CoreV1().Pods(ns).Delete(ctx, "web-0", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c.waitFor(t, 30*time.Second, "endpoint terminating", func(evs []event.Event) bool {
+		return first(ofPod(evs[mark:], "web-0"), event.EndpointTerminating) != nil
+	})
+	k.terminate(ctx, "web-0")
+	c.waitFor(t, 30*time.Second, "container terminated", func(evs []event.Event) bool {
+		return first(ofPod(evs[mark:], "web-0"), event.ContainerTerminated) != nil
+	})
+	k.finalDelete(ctx, "web-0")
+	waitReadyEndpoints(t, cp.Client(), ns, "web-1", "web-2")
+	c.waitFor(t, 30*time.Second, "endpoint removed", func(evs []event.Event) bool {
+		return first(ofPod(evs[mark:], "web-0"), event.EndpointRemoved) != nil
+	})
+	time.Sleep(500 * time.Millisecond) // let anything doubled arrive
+
+	all := c.snapshot()
+	evs := all[mark:]
+	t.Logf("recorded after the deletion:\n%s", describeRel(evs))
+	if other := len(evs) - len(ofPod(evs, "web-0")); other != 0 {
+		t.Errorf("%d events for pods that were not touched", other)
+	}
+	mine := ofPod(evs, "web-0")
+	for _, k := range []event.Kind{event.PodDeletion, event.EndpointNotReady, event.EndpointTerminating,
+		event.PodNotReady, event.ContainerTerminated, event.EndpointRemoved} {
+		if n := count(mine, k); n != 1 {
+			t.Errorf("%s recorded %d times, want once", k, n)
+		}
+	}
+	del, notReady, term, removed := first(mine, event.PodDeletion), first(mine, event.EndpointNotReady),
+		first(mine, event.EndpointTerminating), first(mine, event.EndpointRemoved)
+	if del == nil || notReady == nil || term == nil || removed == nil {
+		t.FailNow()
+	}
+	if !(del.Time < notReady.Time && notReady.Time < term.Time && term.Time < removed.Time) {
+		t.Errorf("order: deletion %d, not ready %d, terminating %d, removed %d; want increasing",
+			del.Time, notReady.Time, term.Time, removed.Time)
+	}
+	if del.Duration != int64(30*time.Second) || del.Attrs[event.AttrDeletionTimestamp] == "" {
+		t.Errorf("deletion: grace %v, attrs %v", time.Duration(del.Duration), del.Attrs)
+	}
+	if term.Service != "web" || term.Local.String() != "10.244.0.10:8080" || term.Attrs[event.AttrLastChangeTriggerTime] == "" ||
+		term.Attrs[event.AttrConditions] != "ready=false,serving=true,terminating=true" {
+		t.Errorf("terminating event: service %q local %v attrs %v", term.Service, term.Local, term.Attrs)
+	}
+	// Times are the handlers' clock, finer than the API's seconds, and
+	// strictly increasing in the order the sink got them.
+	subSecond := false
+	for i, e := range all {
+		if e.Time%int64(time.Second) != 0 {
+			subSecond = true
+		}
+		if i > 0 && e.Time <= all[i-1].Time {
+			t.Errorf("event %d (%s) at %d not after the previous at %d", i, e.Kind, e.Time, all[i-1].Time)
+		}
+		if err := e.Validate(); err != nil {
+			t.Errorf("event %d: %v", i, err)
+		}
+	}
+	if !subSecond {
+		t.Error("every event time is a whole second")
+	}
+	if ref, _, ok := w.Pods().PodByIP(netip.MustParseAddr("10.244.0.11")); !ok || ref.Name != "web-1" {
+		t.Errorf("PodByIP(10.244.0.11) = %v, %v", ref, ok)
+	}
+}
+
+func describeRel(evs []event.Event) string {
+	if len(evs) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	t0 := evs[0].Time
+	for _, e := range evs {
+		fmt.Fprintf(&b, "  +%8.3f ms  %-22s %-8s %s", float64(e.Time-t0)/1e6, e.Kind, e.Pod.Name, e.Local)
+		if c := e.Attrs[event.AttrConditions]; c != "" {
+			b.WriteString("  " + c)
+		}
+		if e.Flags.Has(event.FlagRelist) {
+			b.WriteString("  [relist]")
+		}
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+// cutProxy is a loopback TCP proxy whose connections the test can cut, to
+// break the watcher's watches while other clients keep writing.
+type cutProxy struct {
+	l        net.Listener
+	upstream string
+	mu       sync.Mutex
+	cut      bool
+	conns    map[net.Conn]bool
+}
+
+func newCutProxy(t *testing.T, upstream string) *cutProxy {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &cutProxy{l: l, upstream: upstream, conns: map[net.Conn]bool{}}
+	go p.serve()
+	t.Cleanup(func() { l.Close(); p.setCut(true) })
+	return p
+}
+
+func (p *cutProxy) addr() string { return p.l.Addr().String() }
+
+func (p *cutProxy) serve() {
+	for {
+		c, err := p.l.Accept()
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		if p.cut {
+			p.mu.Unlock()
+			c.Close()
+			continue
+		}
+		p.conns[c] = true
+		p.mu.Unlock()
+		go p.pipe(c)
+	}
+}
+
+func (p *cutProxy) pipe(c net.Conn) {
+	u, err := net.Dial("tcp", p.upstream)
+	if err != nil {
+		c.Close()
+		return
+	}
+	p.mu.Lock()
+	if p.cut {
+		p.mu.Unlock()
+		c.Close()
+		u.Close()
+		return
+	}
+	p.conns[u] = true
+	p.mu.Unlock()
+	go func() { io.Copy(u, c); u.Close() }()
+	io.Copy(c, u)
+	c.Close()
+}
+
+// setCut closes every connection and refuses new ones (true), or lets
+// them through again (false).
+func (p *cutProxy) setCut(cut bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = cut
+	if cut {
+		for c := range p.conns {
+			c.Close()
+		}
+		p.conns = map[net.Conn]bool{}
+	}
+}
+
+// epMachine replays endpoint events per endpoint and fails on any event
+// that is not a change of the state the previous events left: a doubled
+// or impossible transition.
+func checkEndpointSequences(t *testing.T, evs []event.Event) map[string]string {
+	t.Helper()
+	type st struct {
+		present, ready, serving, terminating bool
+	}
+	state := map[string]*st{}
+	for _, e := range evs {
+		if !e.Kind.IsEndpoint() {
+			continue
+		}
+		key := e.Pod.Name + "@" + e.Local.String()
+		s := state[key]
+		if s == nil {
+			s = &st{}
+			state[key] = s
+		}
+		bad := false
+		switch e.Kind {
+		case event.EndpointAdded:
+			bad = s.present
+			c := e.Attrs[event.AttrConditions]
+			*s = st{present: true, ready: strings.Contains(c, "ready=true"), serving: strings.Contains(c, "serving=true"),
+				terminating: strings.Contains(c, "terminating=true")}
+		case event.EndpointRemoved:
+			bad = !s.present
+			*s = st{}
+		case event.EndpointReady:
+			bad = !s.present || s.ready
+			s.ready = true
+		case event.EndpointNotReady:
+			bad = !s.present || !s.ready
+			s.ready = false
+		case event.EndpointServing:
+			bad = !s.present || s.serving
+			s.serving = true
+		case event.EndpointNotServing:
+			bad = !s.present || !s.serving
+			s.serving = false
+		case event.EndpointTerminating:
+			bad = !s.present || s.terminating
+			s.terminating = true
+		}
+		if bad {
+			t.Errorf("%s of %s does not follow the endpoint's recorded state", e.Kind, key)
+		}
+	}
+	final := map[string]string{}
+	for k, s := range state {
+		if s.present {
+			final[k] = fmt.Sprintf("ready=%v", s.ready)
+		}
+	}
+	return final
+}
+
+func TestIntegrationAPIServerRestartMidRollout(t *testing.T) {
+	cp := controlPlane(t)
+	ns := "restart"
+	k := setup(t, cp, ns)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+
+	// The watcher reaches the API server through a proxy the test can cut,
+	// so that changes happen while its watches are down.
+	host := strings.TrimPrefix(cp.Host(), "https://")
+	proxy := newCutProxy(t, host)
+	cfg := cp.Config()
+	cfg.Host = "https://" + proxy.addr()
+	w, c := startWatcher(t, cfg, ns)
+
+	ip := map[string]string{}
+	for i := range 3 {
+		name := fmt.Sprintf("v1-%d", i)
+		ip[name] = fmt.Sprintf("10.244.0.%d", 20+i)
+		k.start(ctx, name, "web", ip[name])
+	}
+	waitReadyEndpoints(t, cp.Client(), ns, "v1-0", "v1-1", "v1-2")
+
+	// One rollout step, as a Deployment with maxSurge 1 and
+	// maxUnavailable 0 does it: a new pod becomes ready, then an old one
+	// is deleted, goes not ready, exits and is removed.
+	step := func(i int, midway func()) {
+		nw, old := fmt.Sprintf("v2-%d", i), fmt.Sprintf("v1-%d", i)
+		ip[nw] = fmt.Sprintf("10.244.0.%d", 30+i)
+		k.start(ctx, nw, "web", ip[nw])
+		if err := cp.Client().CoreV1().Pods(ns).Delete(ctx, old, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		k.terminate(ctx, old)
+		if midway != nil {
+			midway()
+		}
+		k.finalDelete(ctx, old)
+	}
+	step(0, nil)
+	waitReadyEndpoints(t, cp.Client(), ns, "v1-1", "v1-2", "v2-0")
+
+	// Step 1 happens while the watcher is cut off, and kube-apiserver is
+	// restarted in the middle of it; the watcher reconnects afterwards.
+	proxy.setCut(true)
+	t.Log("watcher cut off; step 1 and an API server restart follow")
+	step(1, func() {
+		waitReadyEndpoints(t, cp.Client(), ns, "v1-2", "v2-0", "v2-1")
+		start := time.Now()
+		if err := cp.RestartAPIServer(ctx); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("kube-apiserver restarted in %v", time.Since(start).Round(time.Millisecond))
+	})
+	waitReadyEndpoints(t, cp.Client(), ns, "v1-2", "v2-0", "v2-1")
+	proxy.setCut(false)
+	t.Log("watcher reconnected")
+
+	step(2, nil)
+	waitReadyEndpoints(t, cp.Client(), ns, "v2-0", "v2-1", "v2-2")
+
+	// Wait until the watcher's view matches the API's.
+	wantFinal := map[string]string{}
+	for _, p := range []string{"v2-0", "v2-1", "v2-2"} {
+		wantFinal[p+"@"+ip[p]+":8080"] = "ready=true"
+	}
+	c.waitFor(t, 2*time.Minute, "the final state", func(evs []event.Event) bool {
+		for _, p := range []string{"v1-0", "v1-1", "v1-2"} {
+			if first(ofPod(evs, p), event.EndpointRemoved) == nil {
+				return false
+			}
+		}
+		return count(evs, event.EndpointAdded) >= 3 && first(ofPod(evs, "v2-2"), event.EndpointAdded) != nil
+	})
+	time.Sleep(time.Second) // let anything doubled arrive
+	evs := c.snapshot()
+	t.Logf("recorded:\n%s", describeRel(evs))
+
+	final := checkEndpointSequences(t, evs)
+	if fmt.Sprint(final) != fmt.Sprint(wantFinal) {
+		t.Errorf("endpoints at the end: %v, want %v", final, wantFinal)
+	}
+	for _, p := range []string{"v1-0", "v1-1", "v1-2", "v2-0", "v2-1", "v2-2"} {
+		mine := ofPod(evs, p)
+		once := []event.Kind{event.EndpointAdded}
+		if strings.HasPrefix(p, "v1") {
+			once = []event.Kind{event.PodDeletion, event.EndpointTerminating, event.EndpointNotReady, event.EndpointRemoved}
+		} else {
+			once = append(once, event.PodCreated)
+		}
+		for _, k := range once {
+			if n := count(mine, k); n != 1 {
+				t.Errorf("%s: %s recorded %d times, want once", p, k, n)
+			}
+		}
+		if n := count(mine, event.ContainerTerminated); n > 1 {
+			t.Errorf("%s: container_terminated recorded %d times", p, n)
+		}
+	}
+	// v1-0 and v1-2 went while the watcher watched: every transition
+	// was seen live, none relisted.
+	for _, p := range []string{"v1-0", "v1-2", "v2-2"} {
+		for _, e := range ofPod(evs, p) {
+			if e.Flags.Has(event.FlagRelist) {
+				t.Errorf("%s: %s flagged relist though it happened while watching", p, e.Kind)
+			}
+		}
+	}
+	st := w.Stats()
+	t.Logf("stats: %+v", st)
+	if st.WatchErrors == 0 {
+		t.Error("no broken watch counted")
+	}
+	// Step 1's changes happened while cut off. After the restart the API
+	// server's watch cache no longer reaches back to the watcher's
+	// resource version, so the watcher relisted and recovered them.
+	if st.Relists == 0 || st.RelistEvent == 0 {
+		t.Errorf("no relist recovered step 1 (relists %d, relisted events %d)", st.Relists, st.RelistEvent)
+	}
+	if e := first(ofPod(evs, "v2-1"), event.PodCreated); e != nil && !e.Flags.Has(event.FlagRelist) {
+		t.Error("v2-1 was created while the watcher was cut off, but its creation is not flagged relist")
+	}
+}
+
