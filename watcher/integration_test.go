@@ -642,4 +642,3 @@ func TestIntegrationAPIServerRestartMidRollout(t *testing.T) {
 		t.Error("v2-1 was created while the watcher was cut off, but its creation is not flagged relist")
 	}
 }
-
