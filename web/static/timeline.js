@@ -252,59 +252,48 @@
         fill: sp.kind === "endpoint_removed" ? "#1d4ed8" : sp.kind === "out_of_rotation" ? "#60a5fa" : "#93c5fd" }, lane),
         { kind: "spread", lane: l, obj: sp });
     });
-    // Socket density: stacked bars per bin, one path per series.
-    var bw = data.bucket_ns;
-    if (l.socket_density) {
-      var peak = densityPeak(l.socket_density);
-      var colors = { close: "#94a3b8", close_at_exit: "#475569", rst: "#dc2626", refused: "#f97316" };
-      var stack = {};
-      l.socket_density.forEach(function (se) {
+    // Density is drawn as a mirrored histogram on the lane's midline:
+    // failures (by cause) above it, connection closes and resets below.
+    var bw = data.bucket_ns, half = LANE / 2 - 4;
+    function bars(series, colorOf, up, opacity) {
+      var peak = densityPeak(series), stack = {};
+      series.forEach(function (se) {
         var d = "";
         se.bins.forEach(function (b) {
-          var hgt = Math.max(1.5, (LANE - 10) * Math.sqrt(b[1] / peak));
-          var yb = (stack[b[0]] || 0);
+          var hgt = Math.max(1.5, half * Math.sqrt(b[1] / peak));
+          var off = stack[b[0]] || 0;
           var bx = xOf(data.view.from + b[0] * bw), bx2 = xOf(data.view.from + (b[0] + 1) * bw);
-          d += "M" + bx.toFixed(1) + " " + (y + LANE - 5 - yb - hgt).toFixed(1) + "h" + Math.max(bx2 - bx - 0.3, 0.8).toFixed(1) + "v" + hgt.toFixed(1) + "h-" + Math.max(bx2 - bx - 0.3, 0.8).toFixed(1) + "z";
-          stack[b[0]] = yb + hgt;
+          var w = Math.max(bx2 - bx - 0.3, 1);
+          var top = up ? mid - 1 - off - hgt : mid + 1 + off;
+          d += "M" + bx.toFixed(1) + " " + top.toFixed(1) + "h" + w.toFixed(1) + "v" + hgt.toFixed(1) + "h-" + w.toFixed(1) + "z";
+          stack[b[0]] = off + hgt;
         });
-        s("path", { d: d, fill: colors[se.name] || "#94a3b8", opacity: 0.85 }, lane);
+        s("path", { d: d, fill: colorOf(se.name), opacity: opacity }, lane);
       });
     }
-    // Individual socket events: thin ticks.
+    var sockColors = { close: "#94a3b8", close_at_exit: "#475569", rst: "#dc2626", refused: "#f97316" };
+    if (l.socket_density) bars(l.socket_density, function (n) { return sockColors[n] || "#94a3b8"; }, false, 0.85);
+    if (l.failure_density) bars(l.failure_density, function (n) { return (causes[n] || {}).color || "#56B4E9"; }, true, 0.95);
+    // Individual socket events: thin ticks below the midline.
     (l.sockets || []).forEach(function (k) {
       var cls = k.series === "rst" || k.series === "refused" ? "m-rst" : "m-fin";
       var x = xOf(k.t);
-      hit(s("rect", { x: x - 0.75, y: y + 7, width: 1.5, height: LANE - 14, "class": cls, opacity: k.series === "close" ? 0.6 : 1 }, lane),
+      hit(s("rect", { x: x - 0.75, y: mid + 1, width: 1.5, height: half, "class": cls, opacity: k.series === "close" ? 0.6 : 1 }, lane),
         { kind: "sock", lane: l, obj: k });
     });
     // Lifecycle marks.
     l.marks.forEach(function (m) { drawMark(m, l, y, lane); });
-    // Failure density: bars colored by cause, from the top.
-    if (l.failure_density) {
-      var fpeak = densityPeak(l.failure_density);
-      var fstack = {};
-      l.failure_density.forEach(function (se) {
-        var d = "";
-        se.bins.forEach(function (b) {
-          var hgt = Math.max(2, (LANE - 8) * Math.sqrt(b[1] / fpeak));
-          var yb = fstack[b[0]] || 0;
-          var bx = xOf(data.view.from + b[0] * bw), bx2 = xOf(data.view.from + (b[0] + 1) * bw);
-          var w = Math.max(bx2 - bx - 0.3, 1.2);
-          d += "M" + bx.toFixed(1) + " " + (y + 4 + yb).toFixed(1) + "h" + w.toFixed(1) + "v" + hgt.toFixed(1) + "h-" + w.toFixed(1) + "z";
-          fstack[b[0]] = yb + hgt;
-        });
-        s("path", { d: d, fill: (causes[se.name] || {}).color || "#56B4E9", opacity: 0.9 }, lane);
-      });
-    }
-    // Individual failures: circles on the lane's middle, coloured by cause;
+    // Individual failures: circles above the midline, coloured by cause;
     // inferred ones hollow.
+    var fy = l.sockets || l.socket_density ? mid - half / 2 : mid;
+    var fr = Math.min(5, Math.max(3.5, LANE / 6));
     (l.failure_marks || []).forEach(function (f) {
       var c = (causes[f.cause] || {}).color || "#56B4E9";
-      var el = s("circle", { cx: xOf(f.t), cy: mid, r: 5, "class": "tl-hit",
+      var el = s("circle", { cx: xOf(f.t), cy: fy, r: fr, "class": "tl-hit",
         fill: f.inferred ? "#fff" : c, stroke: f.inferred ? c : "#fff", "stroke-width": f.inferred ? 2 : 1,
         "data-failure": f.i }, lane);
       hit(el, { kind: "failure", lane: l, obj: f });
-      if (selected && selected.kind === "f" && selected.i === f.i) s("circle", { cx: xOf(f.t), cy: mid, r: 8.5, "class": "tl-sel" }, lane);
+      if (selected && selected.kind === "f" && selected.i === f.i) s("circle", { cx: xOf(f.t), cy: fy, r: fr + 3.5, "class": "tl-sel" }, lane);
     });
     s("line", { x1: GUTTER, x2: GUTTER + plotWidth(), y1: y + LANE, y2: y + LANE, "class": "sep", stroke: "#eef0f3" }, lane);
   }
