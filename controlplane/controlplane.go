@@ -156,7 +156,11 @@ type ControlPlane struct {
 // serviceaccount controller, the default namespace's default ServiceAccount
 // exists. On error everything started is stopped again.
 func Start(ctx context.Context, o Options) (cp *ControlPlane, err error) {
-	bins, err := CheckBinaries(o.BinDir, "etcd", "kube-apiserver", "kube-controller-manager")
+	need := []string{"etcd", "kube-apiserver"}
+	if !o.NoControllerManager {
+		need = append(need, "kube-controller-manager")
+	}
+	bins, err := CheckBinaries(o.BinDir, need...)
 	if err != nil {
 		return nil, err
 	}
