@@ -77,7 +77,9 @@ type KernelConfig struct {
 	// Rescan is how often NetNSDir (and, until found, the cgroup roots)
 	// are looked at again. Default 2 s.
 	Rescan time.Duration
-	// Collector configures the capture; Node, Pods and Logger are filled in.
+	// Collector configures the capture; Node and Logger are filled in, and
+	// Pods, when nil, is the watcher's pod cache (the lab passes its node,
+	// which also knows each pod's network namespace).
 	Collector ebpf.Config
 }
 

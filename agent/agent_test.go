@@ -193,7 +193,7 @@ func TestAgentOnAControlPlane(t *testing.T) {
 		return r
 	}
 	a := start(viaProxy(t, dsnA, pxA), 100_000)
-	b := start(viaProxy(t, dsnB, pxB), 40)
+	b := start(viaProxy(t, dsnB, pxB), 10)
 
 	for _, r := range []running{a, b} {
 		h := r.a.Handler()
@@ -232,7 +232,7 @@ func TestAgentOnAControlPlane(t *testing.T) {
 	time.Sleep(max(0, 10*time.Second-time.Since(outage)))
 	pxA.start()
 	pxB.start()
-	t.Logf("outage of %.1fs: agent A held %d events, agent B (bound 40) dropped %d",
+	t.Logf("outage of %.1fs: agent A held %d events, agent B (bound 10) dropped %d",
 		time.Since(outage).Seconds(), held, b.a.Stats().Writer.Dropped)
 	rollout(t, cp, ns, "3", replicas)
 	time.Sleep(2 * time.Second) // the last transitions reach the agents

@@ -24,7 +24,9 @@ import (
 func (a *Agent) startKernel(ctx context.Context, wg *sync.WaitGroup, errc chan<- error) error {
 	kc := a.cfg.Kernel.Collector
 	kc.Node = a.cfg.Node
-	kc.Pods = a.w.Pods()
+	if kc.Pods == nil {
+		kc.Pods = a.w.Pods()
+	}
 	if kc.Logger == nil {
 		kc.Logger = a.log
 	}

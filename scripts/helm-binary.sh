@@ -44,7 +44,15 @@ fi
 
 log "helm $helm: building (go build helm.sh/helm/v3/cmd/helm)"
 start=$SECONDS
+# As helm's Makefile does: the Kubernetes version helm template and helm lint
+# assume is that of the client-go it is built with (v0.N.x is 1.N).
+cgo=$(awk '$1 == "k8s.io/client-go" { print $2 }' "$mod/go.mod")
+kminor=${cgo#v0.}
+kminor=${kminor%%.*}
 ldflags="-s -w -X helm.sh/helm/v3/internal/version.version=$helm -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
+for p in helm.sh/helm/v3/pkg/lint/rules helm.sh/helm/v3/pkg/chartutil; do
+	ldflags+=" -X $p.k8sVersionMajor=1 -X $p.k8sVersionMinor=$kminor"
+done
 (cd "$mod" && CGO_ENABLED=0 go build -mod=readonly -trimpath -ldflags "$ldflags" -o "$bin/.helm.tmp" helm.sh/helm/v3/cmd/helm) || {
 	rm -f "$bin/.helm.tmp"
 	log "build failed"
