@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"net/url"
 	"strconv"
 
 	"github.com/go-chi/chi/v5"
@@ -90,14 +91,16 @@ func (s *Server) apiRollouts(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-// RolloutDetail is the answer of the rollout API: the summary and every
-// pod's timeline as the analysis reads it.
+// RolloutDetail is the answer of the rollout API: the summary and the
+// pods' timelines as the analysis reads them, paged.
 type RolloutDetail struct {
-	Rollout RolloutSummary    `json:"rollout"`
-	Pods    []PodDetail       `json:"pods"`
-	NewPods []analysis.NewPod `json:"new_pods"`
-	Stats   analysis.Stats    `json:"analysis_stats"`
-	Causes  []CauseInfo       `json:"causes"`
+	Rollout   RolloutSummary    `json:"rollout"`
+	PodsTotal int               `json:"pods_total"`
+	PodOffset int               `json:"pod_offset"`
+	Pods      []PodDetail       `json:"pods"`
+	NewPods   []analysis.NewPod `json:"new_pods"`
+	Stats     analysis.Stats    `json:"analysis_stats"`
+	Causes    []CauseInfo       `json:"causes"`
 }
 
 // PodDetail is one lane: its role and the analysis's timeline of the pod.
@@ -107,10 +110,20 @@ type PodDetail struct {
 	Pod      analysis.PodView      `json:"pod"`
 }
 
-func (m *model) detail() RolloutDetail {
+// detail lists limit pods from offset; their lifecycle events only when
+// events is set (up to 512 a pod).
+func (m *model) detail(offset, limit int, events bool) RolloutDetail {
 	d := RolloutDetail{Rollout: m.summary, Pods: []PodDetail{}, NewPods: []analysis.NewPod{}, Stats: m.result.Stats, Causes: m.causeInfos()}
-	for _, l := range m.lanes {
-		d.Pods = append(d.Pods, PodDetail{Role: l.role, Timeline: l.tl, Pod: l.pod})
+	d.PodsTotal = len(m.lanes)
+	d.PodOffset = min(offset, len(m.lanes))
+	for _, l := range m.lanes[d.PodOffset:min(d.PodOffset+limit, len(m.lanes))] {
+		pd := PodDetail{Role: l.role, Timeline: l.tl, Pod: l.pod}
+		if l.tl != nil && !events {
+			tl := *l.tl
+			tl.Events = []analysis.EventView{}
+			pd.Timeline = &tl
+		}
+		d.Pods = append(d.Pods, pd)
 	}
 	for _, ro := range m.result.Rollouts {
 		if ro.Namespace == m.key.Namespace && ro.Kind == m.key.Kind && ro.Name == m.key.Name && ro.To >= m.rollout.From && ro.From <= m.rollout.To {
@@ -121,12 +134,43 @@ func (m *model) detail() RolloutDetail {
 }
 
 func (s *Server) apiRollout(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	offset, limit := 0, 200
+	if err := intParams(q, []intParam{{"pod_offset", &offset, 1 << 30}, {"pod_limit", &limit, 1000}}); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	events := q.Get("events")
+	if events != "" && events != "true" && events != "false" {
+		s.fail(w, r, bad(errors.New("events: want true or false")))
+		return
+	}
 	m, err := s.routeModel(r)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, m.detail())
+	writeJSON(w, http.StatusOK, m.detail(offset, limit, events == "true"))
+}
+
+type intParam struct {
+	name string
+	v    *int
+	max  int
+}
+
+// intParams reads whole-number parameters within their bounds.
+func intParams(q url.Values, ps []intParam) error {
+	for _, x := range ps {
+		if v := q.Get(x.name); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 || n > x.max {
+				return bad(errors.New(x.name + ": want a whole number from 0 to " + strconv.Itoa(x.max)))
+			}
+			*x.v = n
+		}
+	}
+	return nil
 }
 
 // parseView reads from, to (UTC ns or RFC 3339), width (pixels),
@@ -154,21 +198,8 @@ func parseView(r *http.Request) (viewParams, error) {
 	if (p.from == 0) != (p.to == 0) || (p.from != 0 && p.to <= p.from) {
 		return p, bad(errors.New("from and to: give both, from before to"))
 	}
-	ints := []struct {
-		name string
-		v    *int
-		max  int
-	}{{"width", &p.width, 20000}, {"lane_offset", &p.laneOffset, 1 << 30}, {"lane_limit", &p.laneLimit, 1 << 30}}
-	for _, x := range ints {
-		if v := q.Get(x.name); v != "" {
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 0 || n > x.max {
-				return p, bad(errors.New(x.name + ": want a whole number from 0 to " + strconv.Itoa(x.max)))
-			}
-			*x.v = n
-		}
-	}
-	return p, nil
+	err = intParams(q, []intParam{{"width", &p.width, 20000}, {"lane_offset", &p.laneOffset, 1 << 30}, {"lane_limit", &p.laneLimit, 1 << 30}})
+	return p, err
 }
 
 func (s *Server) apiTimeline(w http.ResponseWriter, r *http.Request) {
@@ -233,19 +264,9 @@ type IndexedFailure struct {
 func (s *Server) apiFailures(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	offset, limit := 0, 100
-	for _, x := range []struct {
-		name string
-		v    *int
-		max  int
-	}{{"offset", &offset, 1 << 30}, {"limit", &limit, 1000}} {
-		if v := q.Get(x.name); v != "" {
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 0 || n > x.max {
-				s.fail(w, r, bad(errors.New(x.name+": want a whole number from 0 to "+strconv.Itoa(x.max))))
-				return
-			}
-			*x.v = n
-		}
+	if err := intParams(q, []intParam{{"offset", &offset, 1 << 30}, {"limit", &limit, 1000}}); err != nil {
+		s.fail(w, r, err)
+		return
 	}
 	m, err := s.routeModel(r)
 	if err != nil {

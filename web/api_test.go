@@ -99,6 +99,13 @@ func TestAPI(t *testing.T) {
 				t.Errorf("worst gap %v, want -880 ms (SIGTERM 20 ms after deletion, node-b out 900 ms after)", d.Rollout.WorstGap)
 			}
 		}},
+		{"rollout: paged, with events", "GET", co + "?pod_offset=6&pod_limit=5&events=true", 200, func(t *testing.T, b resp) {
+			d := decode[RolloutDetail](t, b)
+			if d.PodsTotal != 8 || d.PodOffset != 6 || len(d.Pods) != 2 || len(d.Pods[0].Timeline.Events) == 0 {
+				t.Errorf("%d of %d pods from %d", len(d.Pods), d.PodsTotal, d.PodOffset)
+			}
+		}},
+		{"rollout: bad pod_limit", "GET", co + "?pod_limit=5000", 400, wantError("pod_limit")},
 		{"rollout: unknown", "GET", "/api/v1/rollouts/shop/Deployment/checkout/1", 404, wantError("no such rollout")},
 		{"rollout: bad start", "GET", "/api/v1/rollouts/shop/Deployment/checkout/soon", 400, wantError("start")},
 		{"rollout: escaped names", "GET", "/api/v1/rollouts/" + r.evil.ID, 200, func(t *testing.T, b resp) {

@@ -130,11 +130,16 @@ type Phases struct {
 
 // SpreadView is an endpoint transition across the nodes that saw it.
 type SpreadView struct {
-	Kind  string   `json:"kind"` // endpoint_not_ready, endpoint_terminating, endpoint_removed, out_of_rotation
-	First int64    `json:"first"`
-	Last  int64    `json:"last"`
-	Nodes []string `json:"nodes"`
+	Kind      string   `json:"kind"` // endpoint_not_ready, endpoint_terminating, endpoint_removed, out_of_rotation
+	First     int64    `json:"first"`
+	Last      int64    `json:"last"`
+	Nodes     []string `json:"nodes"`      // the first maxSpreadNodes, sorted
+	NodeCount int      `json:"node_count"` // all the nodes that saw it
 }
+
+// maxSpreadNodes bounds the node names one spread carries: a cluster of
+// hundreds of nodes would otherwise repeat them on every lane.
+const maxSpreadNodes = 16
 
 // MarkView is one lifecycle event.
 type MarkView struct {
@@ -377,7 +382,8 @@ func (m *model) timeline(p viewParams, lim Limits) *Timeline {
 				{"endpoint_removed", tl.EndpointRemoved}, {"out_of_rotation", tl.OutOfRotation},
 			} {
 				if s.s != nil {
-					lv.Spreads = append(lv.Spreads, SpreadView{Kind: s.kind, First: rel(s.s.First), Last: rel(s.s.Last), Nodes: s.s.Nodes})
+					lv.Spreads = append(lv.Spreads, SpreadView{Kind: s.kind, First: rel(s.s.First), Last: rel(s.s.Last),
+						Nodes: s.s.Nodes[:min(len(s.s.Nodes), maxSpreadNodes)], NodeCount: len(s.s.Nodes)})
 				}
 			}
 			if len(tl.Failures) > 0 {

@@ -77,7 +77,13 @@
       }
     }
     tr.appendChild(td);
-    tr.appendChild(el("td", "", r.worst_sigterm_after_rotation_ns !== undefined ? offset(r.worst_sigterm_after_rotation_ns) : ""));
+    td = el("td");
+    if (r.worst_sigterm_after_rotation_ns !== undefined) {
+      var gap = el("span", r.worst_sigterm_after_rotation_ns < 0 ? "warn" : "", offset(r.worst_sigterm_after_rotation_ns));
+      if (r.worst_sigterm_after_rotation_ns < 0) gap.title = "SIGTERM came while a node still routed new connections to the pod";
+      td.appendChild(gap);
+    }
+    tr.appendChild(td);
     td = el("td", "links");
     var t = el("a", "", "timeline"); t.href = r.links.timeline;
     var al = el("a", "", "alignment"); al.href = r.links.alignment;

@@ -381,8 +381,9 @@
       case "prestop":
         return ["preStop: " + dur(info.to - info.from), pod + ": deletion " + clock(info.from) + " → SIGTERM " + clock(info.to)];
       case "spread":
-        return [o.kind.replace(/_/g, " ") + " across " + o.nodes.length + " node" + (o.nodes.length === 1 ? "" : "s"),
-          "first " + clock(o.first) + ", last " + clock(o.last) + " (spread " + dur(o.last - o.first) + ")", o.nodes.slice(0, 8).join(", ") + (o.nodes.length > 8 ? " …" : "")];
+        var nn = o.node_count || o.nodes.length;
+        return [o.kind.replace(/_/g, " ") + " across " + nn + " node" + (nn === 1 ? "" : "s"),
+          "first " + clock(o.first) + ", last " + clock(o.last) + " (spread " + dur(o.last - o.first) + ")", o.nodes.slice(0, 8).join(", ") + (nn > 8 ? " …" : "")];
     }
     return [];
   }
