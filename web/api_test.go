@@ -305,6 +305,15 @@ func wantError(part string) func(t *testing.T, b resp) {
 	}
 }
 
+func TestCompressed(t *testing.T) {
+	s := newTestServer(t, fixtureStore(t))
+	co := "/api/v1/rollouts/" + ids(t, s).checkout.ID + "/timeline"
+	b := do(t, s, "GET", co, "Accept-Encoding", "gzip")
+	if b.code != 200 || b.header.Get("Content-Encoding") != "gzip" {
+		t.Errorf("timeline with Accept-Encoding gzip: %d, Content-Encoding %q", b.code, b.header.Get("Content-Encoding"))
+	}
+}
+
 func TestStaticRevalidates(t *testing.T) {
 	s := newTestServer(t, fixtureStore(t))
 	first := do(t, s, "GET", "/static/app.css")

@@ -179,7 +179,10 @@ func (s *Server) Close() {
 
 func (s *Server) routes() chi.Router {
 	r := chi.NewRouter()
-	r.Use(escapedRouting, middleware.Recoverer, securityHeaders, s.hostCheck, middleware.GetHead)
+	r.Use(escapedRouting, middleware.Recoverer, securityHeaders, s.hostCheck, middleware.GetHead,
+		// A zoomed-out timeline is a few hundred kilobytes of JSON; it
+		// compresses tenfold. Event streams are not compressed.
+		middleware.Compress(5, "application/json", "text/html", "text/css", "text/javascript", "image/svg+xml"))
 	r.NotFound(s.notFound)
 	r.MethodNotAllowed(s.methodNotAllowed(r))
 
