@@ -148,6 +148,9 @@ func New(cfg Config) (*Agent, error) {
 	if wo.PodNode == "" && !cfg.AllPods {
 		wo.PodNode = cfg.Node
 	}
+	if wo.Mode == "" {
+		wo.Mode = watcher.EveryNode
+	}
 	wo.Sink = a.record
 	if wo.Logger == nil {
 		wo.Logger = cfg.Logger
@@ -235,8 +238,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	go func() {
 		if a.w.WaitForSync(runCtx) == nil {
 			a.synced.Store(true)
-			a.log.Info("agent ready", "node", a.cfg.Node, "mode", a.cfg.Watch.Mode,
-				"kernel", !a.cfg.Kernel.Disabled, "cgroup_roots", a.roots, "store", a.cfg.Store.Describe())
+			a.kernelMu.Lock()
+			roots := a.roots
+			a.kernelMu.Unlock()
+			a.log.Info("watches synced", "node", a.cfg.Node, "endpointslices", a.cfg.Watch.Mode,
+				"kernel", !a.cfg.Kernel.Disabled, "cgroup_roots", roots, "store", a.cfg.Store.Describe())
 		}
 	}()
 

@@ -209,6 +209,14 @@ func TestAgentOnAControlPlane(t *testing.T) {
 		}
 	}
 
+	// A pod of another node, which the node-scoped pod watch must not see.
+	other := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "elsewhere"},
+		Spec:       corev1.PodSpec{NodeName: "node-b", Containers: []corev1.Container{{Name: "app", Image: "web:1"}}},
+	}
+	if _, err := cp.Client().CoreV1().Pods("default").Create(ctx, other, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	d, svc := webDeployment(replicas)
 	if _, err := cp.Client().CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -236,6 +244,9 @@ func TestAgentOnAControlPlane(t *testing.T) {
 		time.Since(outage).Seconds(), held, b.a.Stats().Writer.Dropped)
 	rollout(t, cp, ns, "3", replicas)
 	time.Sleep(2 * time.Second) // the last transitions reach the agents
+	if n := a.a.Watcher().Stats().Pods; n != replicas {
+		t.Errorf("the agent's pod cache holds %d pods, want the %d of its node", n, replicas)
+	}
 
 	for name, r := range map[string]running{"A": a, "B": b} {
 		r.stop()
