@@ -73,7 +73,10 @@ func startControlPlane(t *testing.T, node string) *controlplane.ControlPlane {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cp, err := controlplane.Start(ctx, controlplane.Options{Logger: testLogger(t)})
+	cp, err := controlplane.Start(ctx, controlplane.Options{
+		Logger:      testLogger(t),
+		Controllers: []string{"deployment", "replicaset", "endpointslice", "serviceaccount", "serviceaccount-token", "garbagecollector"},
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -263,7 +266,7 @@ func TestAgentOnAControlPlane(t *testing.T) {
 		t.Fatalf("agent A: %+v, %d stored; want every produced event stored", sa, storedA)
 	}
 	for _, k := range []event.Kind{event.PodCreated, event.PodReady, event.PodDeletion, event.PodNotReady,
-		event.ContainerTerminated, event.EndpointAdded, event.EndpointReady, event.EndpointRemoved} {
+		event.ContainerTerminated, event.EndpointAdded, event.EndpointNotReady, event.EndpointTerminating, event.EndpointRemoved} {
 		if byKind[k] == 0 {
 			t.Errorf("no %s event stored", k)
 		}
