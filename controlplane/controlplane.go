@@ -47,9 +47,10 @@ var Binaries = []string{"etcd", "kube-apiserver", "kube-controller-manager", "ku
 // default ServiceAccount and its token) need, and the garbage collector so
 // that deleting a Deployment removes its ReplicaSets and pods.
 var DefaultControllers = []string{
-	"deployment", "replicaset", "endpointslice", "endpointslicemirroring",
-	"serviceaccount", "serviceaccount-token", "root-ca-certificate-publisher",
-	"garbage-collector", "namespace",
+	"deployment-controller", "replicaset-controller", "endpointslice-controller",
+	"endpointslice-mirroring-controller", "serviceaccount-controller",
+	"serviceaccount-token-controller", "root-ca-certificate-publisher-controller",
+	"garbage-collector-controller", "namespace-controller",
 }
 
 // BinDir is where the binaries are looked for: $DRAINSCOPE_K8S_BIN, else

@@ -104,7 +104,8 @@ type Stats struct {
 	Events      uint64 // handed to the sink
 	RelistEvent uint64 // of which recovered on a relist
 	Relists     uint64 // complete lists after the first, per watch
-	WatchErrors uint64 // broken watches
+	Rewatches   uint64 // watch requests after the first, per watch: reconnects after a break or a server timeout
+	WatchErrors uint64 // errors client-go reported from a list or watch
 	Pods        int    // pods tracked
 	Endpoints   int    // endpoints tracked
 	Slices      int    // EndpointSlices tracked
@@ -135,6 +136,7 @@ type Watcher struct {
 	synced                  chan struct{}
 	events, relistEv        atomic.Uint64
 	relists, watchErrs      atomic.Uint64
+	rewatches               atomic.Uint64
 	sliceListed, podsListed atomic.Bool
 	running                 atomic.Bool
 }
@@ -206,7 +208,7 @@ func (w *Watcher) Stats() Stats {
 	w.sliceMu.Unlock()
 	return Stats{
 		Events: w.events.Load(), RelistEvent: w.relistEv.Load(),
-		Relists: w.relists.Load(), WatchErrors: w.watchErrs.Load(),
+		Relists: w.relists.Load(), Rewatches: w.rewatches.Load(), WatchErrors: w.watchErrs.Load(),
 		Pods: w.pods.size(), Endpoints: eps, Slices: sl, Leader: w.leading.Load(),
 	}
 }
@@ -272,12 +274,16 @@ func (w *Watcher) podListWatch() cache.ListerWatcher {
 			o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", w.opts.PodNode).String()
 		}
 	}
+	var watches atomic.Uint64
 	return cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			mod(&o)
 			return w.cs.CoreV1().Pods(ns).List(ctx, o)
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			if watches.Add(1) > 1 {
+				w.rewatches.Add(1)
+			}
 			mod(&o)
 			return w.cs.CoreV1().Pods(ns).Watch(ctx, o)
 		},
@@ -287,12 +293,16 @@ func (w *Watcher) podListWatch() cache.ListerWatcher {
 func (w *Watcher) sliceListWatch() cache.ListerWatcher {
 	ns := w.opts.Namespace
 	mod := func(o *metav1.ListOptions) { o.LabelSelector = w.opts.SliceSelector }
+	var watches atomic.Uint64
 	return cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			mod(&o)
 			return w.cs.DiscoveryV1().EndpointSlices(ns).List(ctx, o)
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			if watches.Add(1) > 1 {
+				w.rewatches.Add(1)
+			}
 			mod(&o)
 			return w.cs.DiscoveryV1().EndpointSlices(ns).Watch(ctx, o)
 		},
