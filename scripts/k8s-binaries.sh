@@ -46,10 +46,6 @@ if ! flock -n 9; then
 	flock 9
 fi
 
-# The stamp ties a binary to everything that decides its content.
-stamp=$(cat "$mod/go.mod" "$mod/go.sum" "$mod/etcd/main.go" "${BASH_SOURCE[0]}" | sha256sum | cut -c1-16)
-stamp="$stamp $(go env GOVERSION)"
-
 minor=${version#v1.}
 minor=${minor%%.*}
 ldflags="-s -w"
@@ -58,6 +54,11 @@ ldflags+=" -X k8s.io/component-base/version.gitMajor=1"
 ldflags+=" -X k8s.io/component-base/version.gitMinor=$minor"
 ldflags+=" -X k8s.io/component-base/version.gitTreeState=clean"
 ldflags+=" -X k8s.io/component-base/version.buildDate=1970-01-01T00:00:00Z"
+
+# The stamp ties a binary to everything that decides its content: the
+# module's requirements, the etcd main, the link flags and the Go release.
+stamp=$({ cat "$mod/go.mod" "$mod/go.sum" "$mod/etcd/main.go"; echo "$ldflags"; } | sha256sum | cut -c1-16)
+stamp="$stamp $(go env GOVERSION)"
 
 pkg() {
 	case "$1" in
