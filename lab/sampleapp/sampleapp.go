@@ -292,6 +292,10 @@ func Main(args []string, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "sampleapp:", err)
 		return 2
 	}
+	// Whatever the embedding program registered (drainscope's main catches
+	// SIGTERM for its own shutdown), the exit behaviour needs SIGTERM's
+	// default action: the kernel ends the process.
+	signal.Reset(syscall.SIGTERM, os.Interrupt)
 	// Register for SIGTERM before listening, so a readiness probe never
 	// sees a process that the default disposition would still kill.
 	var term chan os.Signal
