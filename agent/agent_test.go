@@ -240,7 +240,7 @@ func TestAgentOnAControlPlane(t *testing.T) {
 		return a.a.Stats().Writer.Failures > 0 && b.a.Stats().Writer.Dropped > 0
 	})
 	held := a.a.Stats().Writer.Pending
-	time.Sleep(max(0, 10*time.Second-time.Since(outage)))
+	time.Sleep(max(0, 30*time.Second-time.Since(outage))) // Postgres down ~30 s
 	pxA.start()
 	pxB.start()
 	t.Logf("outage of %.1fs: agent A held %d events, agent B (bound 10) dropped %d",
