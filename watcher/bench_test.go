@@ -52,14 +52,21 @@ func benchWatcher(b *testing.B, cs kubernetes.Interface, ns string, o Options) (
 
 // measure runs n writes; after each it waits for an event of one of kinds
 // at the sink and records the time from the write's return to the sink.
-func measure(b *testing.B, n int, ch chan arrival, write func(i int) error, kinds ...event.Kind) (lat []time.Duration, early int) {
+//
+// It also returns the time from the write's start, which bounds the whole
+// path (request, etcd, watch cache, watch stream, decode, handler) from
+// above: the event often reaches the sink before the client has read the
+// write's response.
+func measure(b *testing.B, n int, ch chan arrival, write func(i int) error, kinds ...event.Kind) (lat, fromStart []time.Duration, early int) {
 	b.Helper()
 	want := map[event.Kind]bool{}
 	for _, k := range kinds {
 		want[k] = true
 	}
 	lat = make([]time.Duration, 0, n)
+	fromStart = make([]time.Duration, 0, n)
 	for i := range n {
+		started := time.Now()
 		if err := write(i); err != nil {
 			b.Fatalf("write %d: %v", i, err)
 		}
@@ -78,23 +85,29 @@ func measure(b *testing.B, n int, ch chan arrival, write func(i int) error, kind
 					d = 0
 				}
 				lat = append(lat, d)
+				fromStart = append(fromStart, a.at.Sub(started))
 				break wait
 			case <-timeout:
 				b.Fatalf("update %d: no %v event within 30 s", i, kinds)
 			}
 		}
 	}
-	return lat, early
+	return lat, fromStart, early
 }
 
-func report(b *testing.B, what string, lat []time.Duration, early int) {
-	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-	q := func(p float64) time.Duration { return lat[int(p*float64(len(lat)-1))] }
+func report(b *testing.B, what string, lat, fromStart []time.Duration, early int) {
 	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	q := func(ds []time.Duration, p float64) float64 {
+		sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+		return ms(ds[int(p*float64(len(ds)-1))])
+	}
 	b.Logf("%s: %d updates, write returned -> event at sink: p50 %.3f ms, p90 %.3f ms, p99 %.3f ms, max %.3f ms (%d events arrived before the write returned, counted as 0)",
-		what, len(lat), ms(q(0.5)), ms(q(0.9)), ms(q(0.99)), ms(lat[len(lat)-1]), early)
-	b.ReportMetric(ms(q(0.5)), what+"-p50-ms")
-	b.ReportMetric(ms(q(0.99)), what+"-p99-ms")
+		what, len(lat), q(lat, 0.5), q(lat, 0.9), q(lat, 0.99), q(lat, 1), early)
+	b.Logf("%s: %d updates, write started  -> event at sink: p50 %.3f ms, p90 %.3f ms, p99 %.3f ms, max %.3f ms",
+		what, len(fromStart), q(fromStart, 0.5), q(fromStart, 0.9), q(fromStart, 0.99), q(fromStart, 1))
+	b.ReportMetric(q(lat, 0.5), what+"-p50-ms")
+	b.ReportMetric(q(lat, 0.99), what+"-p99-ms")
+	b.ReportMetric(q(fromStart, 0.99), what+"-from-start-p99-ms")
 }
 
 // BenchmarkWatchLatency measures, on the real API server over loopback, the
@@ -122,7 +135,7 @@ func BenchmarkWatchLatency(b *testing.B) {
 	p := kl.start(ctx, "flip", "bench", "10.244.0.200")
 	_, ch, cancel := benchWatcher(b, cs, ns, Options{PodNode: "node-a", NoSlices: true})
 	b.ResetTimer()
-	lat, early := measure(b, n, ch, func(i int) error {
+	lat, fromStart, early := measure(b, n, ch, func(i int) error {
 		st := corev1.ConditionFalse
 		if i%2 == 1 {
 			st = corev1.ConditionTrue
@@ -138,7 +151,7 @@ func BenchmarkWatchLatency(b *testing.B) {
 	}, event.PodReady, event.PodNotReady)
 	b.StopTimer()
 	cancel()
-	report(b, "pod", lat, early)
+	report(b, "pod", lat, fromStart, early)
 
 	// EndpointSlices: a slice managed by the benchmark (the EndpointSlice
 	// controller leaves it alone) whose one endpoint flips readiness.
@@ -150,14 +163,14 @@ func BenchmarkWatchLatency(b *testing.B) {
 	_, ch, cancel = benchWatcher(b, cs, ns, Options{NoPods: true})
 	defer cancel()
 	b.StartTimer()
-	lat, early = measure(b, n, ch, func(i int) error {
+	lat, fromStart, early = measure(b, n, ch, func(i int) error {
 		sl.Endpoints[0].Conditions.Ready = ptr.To(i%2 == 1)
 		var err error
 		sl, err = cs.DiscoveryV1().EndpointSlices(ns).Update(ctx, sl, metav1.UpdateOptions{})
 		return err
 	}, event.EndpointReady, event.EndpointNotReady)
 	b.StopTimer()
-	report(b, "endpoint", lat, early)
+	report(b, "endpoint", lat, fromStart, early)
 }
 
 // benchSlice is an EndpointSlice of n endpoints (pod addresses in

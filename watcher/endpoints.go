@@ -48,6 +48,40 @@ func (s epState) conditions() string {
 		",terminating=" + strconv.FormatBool(s.terminating)
 }
 
+// epEntry is one endpoint: the state last reported, and its state in each
+// slice that lists it (almost always exactly one).
+type epEntry struct {
+	cur   epState
+	known bool
+	in    []holder
+}
+
+type holder struct {
+	slice string
+	st    epState
+}
+
+func (e *epEntry) set(slice string, st epState) {
+	for i := range e.in {
+		if e.in[i].slice == slice {
+			e.in[i].st = st
+			return
+		}
+	}
+	e.in = append(e.in, holder{slice, st})
+}
+
+// drop removes the slice's entry and reports whether there was one.
+func (e *epEntry) drop(slice string) bool {
+	for i := range e.in {
+		if e.in[i].slice == slice {
+			e.in = append(e.in[:i], e.in[i+1:]...)
+			return true
+		}
+	}
+	return false
+}
+
 type sliceRec struct {
 	rv   string
 	keys []epKey
@@ -58,12 +92,8 @@ type sliceRec struct {
 // goroutine.
 type sliceTracker struct {
 	slices map[string]*sliceRec // namespace/name
-	// holders maps an endpoint to its state in each slice that lists it
-	// (almost always exactly one).
-	holders map[epKey]map[string]epState
-	// current is the state the watcher last reported per endpoint.
-	current map[epKey]epState
-	emit    func(at time.Time, k event.Kind, key epKey, s epState, flags event.Flags)
+	eps    map[epKey]*epEntry
+	emit   func(at time.Time, k event.Kind, key epKey, s epState, flags event.Flags)
 	// at is when the update being applied was received; set by the
 	// informer's handler before each call.
 	at time.Time
@@ -71,10 +101,9 @@ type sliceTracker struct {
 
 func newSliceTracker(emit func(time.Time, event.Kind, epKey, epState, event.Flags)) *sliceTracker {
 	return &sliceTracker{
-		slices:  map[string]*sliceRec{},
-		holders: map[epKey]map[string]epState{},
-		current: map[epKey]epState{},
-		emit:    emit,
+		slices: map[string]*sliceRec{},
+		eps:    map[epKey]*epEntry{},
+		emit:   emit,
 	}
 }
 
@@ -173,13 +202,13 @@ func (t *sliceTracker) update(s *discoveryv1.EndpointSlice, flags event.Flags, s
 	for _, i := range order {
 		k, st := keys[i], states[i]
 		present[k] = true
-		h := t.holders[k]
-		if h == nil {
-			h = map[string]epState{}
-			t.holders[k] = h
+		e := t.eps[k]
+		if e == nil {
+			e = &epEntry{}
+			t.eps[k] = e
 		}
-		h[sk] = st
-		t.report(k, st, flags, silent)
+		e.set(sk, st)
+		t.report(e, k, st, flags, silent)
 	}
 	t.slices[sk] = &sliceRec{rv: s.ResourceVersion, keys: keys}
 	if old == nil {
@@ -204,27 +233,25 @@ func (t *sliceTracker) dropMissing(sk string, keys []epKey, present map[epKey]bo
 		if present[k] {
 			continue
 		}
-		h := t.holders[k]
-		if _, ok := h[sk]; !ok {
+		e := t.eps[k]
+		if e == nil || !e.drop(sk) {
 			continue // listed twice in the old slice, already handled
 		}
-		delete(h, sk)
-		if len(h) > 0 {
+		if len(e.in) > 0 {
 			// Still listed by another slice of the Service: report its
 			// state there, which may differ.
-			names := make([]string, 0, len(h))
-			for n := range h {
-				names = append(names, n)
+			h := e.in[0]
+			for _, o := range e.in[1:] {
+				if o.slice < h.slice {
+					h = o
+				}
 			}
-			sort.Strings(names)
-			t.report(k, h[names[0]], flags, silent)
+			t.report(e, k, h.st, flags, silent)
 			continue
 		}
-		delete(t.holders, k)
-		cur, ok := t.current[k]
-		delete(t.current, k)
-		if ok && !silent {
-			t.emit(t.at, event.EndpointRemoved, k, cur, flags)
+		delete(t.eps, k)
+		if e.known && !silent {
+			t.emit(t.at, event.EndpointRemoved, k, e.cur, flags)
 		}
 	}
 }
@@ -232,9 +259,9 @@ func (t *sliceTracker) dropMissing(sk string, keys []epKey, present map[epKey]bo
 // report compares st with the endpoint's last reported state and emits the
 // transitions between them: going down, not-ready first, then not-serving,
 // then terminating; coming up, ready then serving.
-func (t *sliceTracker) report(k epKey, st epState, flags event.Flags, silent bool) {
-	prev, known := t.current[k]
-	t.current[k] = st
+func (t *sliceTracker) report(e *epEntry, k epKey, st epState, flags event.Flags, silent bool) {
+	prev, known := e.cur, e.known
+	e.cur, e.known = st, true
 	if silent {
 		return
 	}
@@ -288,4 +315,4 @@ func (t *sliceTracker) replaceAll(list []*discoveryv1.EndpointSlice, flags event
 }
 
 // size reports how many endpoints and slices are tracked.
-func (t *sliceTracker) size() (endpoints, slices int) { return len(t.current), len(t.slices) }
+func (t *sliceTracker) size() (endpoints, slices int) { return len(t.eps), len(t.slices) }
