@@ -109,7 +109,9 @@ func webDeployment(replicas int32) (*appsv1.Deployment, *corev1.Service) {
 			},
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{Containers: []corev1.Container{{
+				// A grace period of 1 s: the fake kubelet's "SIGKILL" (exit
+				// code 137) comes when it has run out.
+				Spec: corev1.PodSpec{TerminationGracePeriodSeconds: ptr(int64(1)), Containers: []corev1.Container{{
 					Name: "app", Image: "web:1", Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
 				}}},
 			},

@@ -176,8 +176,8 @@ func (r *Rollouts) onPod(t *analysis.PodTimeline) {
 	}
 	ns, wl := t.Pod.Namespace, t.Workload
 	r.m.terminations.WithLabelValues(ns, wl).Inc()
-	if g := t.Gaps.SigtermAfterRotation; g != nil {
-		r.m.gap.WithLabelValues(ns, wl).Observe(time.Duration(*g).Seconds())
+	if left, ok := leftRotation(t); ok && t.Sigterm != nil {
+		r.m.gap.WithLabelValues(ns, wl).Observe(time.Duration(t.Sigterm.Time - left).Seconds())
 	}
 	if c := t.Connections; c != nil && c.ByExit > 0 {
 		r.m.cutAtExit.WithLabelValues(ns, wl).Add(float64(c.ByExit))
@@ -187,15 +187,38 @@ func (r *Rollouts) onPod(t *analysis.PodTimeline) {
 	}
 }
 
-// killed reports whether the pod ended by SIGKILL: the kernel saw the
-// signal, the process exited by it, or the container status says so.
+// leftRotation is when the pod's endpoint left rotation on the last node
+// that observed it: per kind of transition (not ready, terminating,
+// removed) the last node's observation, and of those the earliest, since a
+// node stops routing at whichever comes first. Only transitions count: an
+// endpoint that was added not ready (every new pod's is) has not left.
+func leftRotation(t *analysis.PodTimeline) (int64, bool) {
+	left := int64(0)
+	for _, s := range []*analysis.Spread{t.EndpointNotReady, t.EndpointTerminating, t.EndpointRemoved} {
+		if s != nil && (left == 0 || s.Last < left) {
+			left = s.Last
+		}
+	}
+	return left, left != 0
+}
+
+// killed reports whether the pod was SIGKILLed when its grace period ran
+// out: the kernel saw the signal, the process exited by it, or the
+// container status says so (exit code 137), at the end of the grace period
+// (which counts from the deletion, before preStop) or later. A SIGKILL
+// well inside the grace period is something else (an OOM kill, a runtime
+// cleaning up) and is not counted.
 func killed(t *analysis.PodTimeline) bool {
+	due := t.Deletion
+	if t.GracePeriod > 0 {
+		due += t.GracePeriod - max(int64(time.Second), t.GracePeriod/10)
+	}
 	switch {
-	case t.Kill != nil && t.Kill.Time >= t.Deletion:
+	case t.Kill != nil && t.Kill.Time >= due:
 		return true
-	case t.Exit != nil && t.Exit.Signal == "SIGKILL" && t.Exit.Time >= t.Deletion:
+	case t.Exit != nil && t.Exit.Signal == "SIGKILL" && t.Exit.Time >= due:
 		return true
-	case t.Terminated != nil && (t.Terminated.Signal == "SIGKILL" || t.Terminated.Code == 137) && t.Terminated.Time >= t.Deletion:
+	case t.Terminated != nil && (t.Terminated.Signal == "SIGKILL" || t.Terminated.Code == 137) && t.Terminated.Time >= due:
 		return true
 	}
 	return false

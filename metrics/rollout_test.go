@@ -63,6 +63,13 @@ var client = netip.MustParseAddrPort("10.244.0.200:40000")
 // keep-alive connection at exit; the client's next request on it is reset.
 func exitPod() *seq {
 	s := newSeq("web-1", "uid-1", "10.244.0.11", t0)
+	// Its endpoint was added not ready 20 s earlier and became ready: that
+	// is not leaving rotation.
+	s.add(-20_000*ms, event.EndpointAdded, event.SourceWatcher, func(e *event.Event) {
+		s.ep(8080)(e)
+		e.Attrs = map[string]string{event.AttrConditions: "ready=false,serving=false,terminating=false"}
+	})
+	s.add(-19_000*ms, event.EndpointReady, event.SourceWatcher, s.ep(8080))
 	s.add(0, event.PodDeletion, event.SourceWatcher, func(e *event.Event) { e.Duration = int64(30 * time.Second) })
 	s.add(100*ms, event.Signal, event.SourceKernel, func(e *event.Event) { e.Signal, e.PID, e.Comm = 15, 42, "server" })
 	s.add(200*ms, event.ConnClosed, event.SourceKernel, func(e *event.Event) {
@@ -88,6 +95,17 @@ func killedPod() *seq {
 	return s
 }
 
+// earlyKillPod: a SIGKILL 100 ms after deletion with a 30 s grace period
+// (a runtime cleaning up, an OOM kill): not the grace period running out.
+func earlyKillPod() *seq {
+	s := newSeq("web-3", "uid-3", "10.244.0.13", t0+10*int64(time.Second))
+	s.add(0, event.PodDeletion, event.SourceWatcher, func(e *event.Event) { e.Duration = int64(30 * time.Second) })
+	s.add(10*ms, event.Signal, event.SourceKernel, func(e *event.Event) { e.Signal, e.PID = 15, 44 })
+	s.add(100*ms, event.Signal, event.SourceKernel, func(e *event.Event) { e.Signal, e.PID = 9, 44 })
+	s.add(101*ms, event.ProcessExit, event.SourceKernel, func(e *event.Event) { e.Signal, e.PID = 9, 44 })
+	return s
+}
+
 func counter(t *testing.T, m *Metrics, name string, labels ...string) float64 {
 	t.Helper()
 	switch name {
@@ -110,6 +128,7 @@ func TestRolloutSignalsFromShuffledEvents(t *testing.T) {
 	var all []event.Event
 	all = append(all, exitPod().evs...)
 	all = append(all, killedPod().evs...)
+	all = append(all, earlyKillPod().evs...)
 	// Producers hand events over out of order (the kernel's arrive late).
 	rng := rand.New(rand.NewPCG(1, 2))
 	rng.Shuffle(len(all), func(i, j int) { all[i], all[j] = all[j], all[i] })
@@ -119,8 +138,8 @@ func TestRolloutSignalsFromShuffledEvents(t *testing.T) {
 	r.Flush()
 
 	wl := []string{"shop", "Deployment/web"}
-	if got := counter(t, m, "term", wl...); got != 2 {
-		t.Errorf("terminations = %v, want 2", got)
+	if got := counter(t, m, "term", wl...); got != 3 {
+		t.Errorf("terminations = %v, want 3", got)
 	}
 	if got := counter(t, m, "cut", wl...); got != 1 {
 		t.Errorf("connections cut at exit = %v, want 1", got)
