@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -240,6 +241,20 @@ func sortStrings(s []string) {
 
 func startWatcher(t *testing.T, cfg *rest.Config, ns string) (*Watcher, *collector) {
 	t.Helper()
+	return startWatcherWith(t, cfg, Options{Node: "node-a", Namespace: ns, PodNode: "node-a"})
+}
+
+// startWatcherWith runs a watcher with o (Sink and Logger set here) until
+// the test ends, and waits for its initial lists.
+func startWatcherWith(t *testing.T, cfg *rest.Config, o Options) (*Watcher, *collector) {
+	t.Helper()
+	w, c, stop := startWatcherStop(t, cfg, o)
+	t.Cleanup(stop)
+	return w, c
+}
+
+func startWatcherStop(t *testing.T, cfg *rest.Config, o Options) (*Watcher, *collector, func()) {
+	t.Helper()
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -249,20 +264,22 @@ func startWatcher(t *testing.T, cfg *rest.Config, ns string) (*Watcher, *collect
 	if testing.Verbose() {
 		logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
-	w, err := New(cs, Options{Node: "node-a", Sink: c.sink, Namespace: ns, PodNode: "node-a", Logger: logger})
+	o.Sink, o.Logger = c.sink, logger
+	w, err := New(cs, o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { w.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
+	stop := func() { cancel(); <-done }
 	wctx, wcancel := context.WithTimeout(ctx, time.Minute)
 	defer wcancel()
 	if err := w.WaitForSync(wctx); err != nil {
+		stop()
 		t.Fatal(err)
 	}
-	return w, c
+	return w, c, stop
 }
 
 func ofPod(evs []event.Event, name string) []event.Event {
@@ -316,6 +333,18 @@ func TestIntegrationPodDeletion(t *testing.T) {
 		return len(ready) == 3
 	})
 	mark := len(c.snapshot())
+	// The controller stamps the slice with the change's trigger time (the
+	// API's whole seconds) when it knows it, as it does for pods turning
+	// ready; the events keep it as an attribute.
+	withTrigger := 0
+	for _, e := range c.snapshot() {
+		if e.Kind.IsEndpoint() && e.Attrs[event.AttrLastChangeTriggerTime] != "" {
+			withTrigger++
+		}
+	}
+	if withTrigger == 0 {
+		t.Error("no endpoint event carries the slice's last-change-trigger-time")
+	}
 
 	// Delete web-0 with its 30 s grace period. The kubelet, seeing the
 	// deletion, takes the pod out of readiness, the container exits, and
@@ -398,6 +427,9 @@ func describeRel(evs []event.Event) string {
 		fmt.Fprintf(&b, "  +%8.3f ms  %-22s %-8s %s", float64(e.Time-t0)/1e6, e.Kind, e.Pod.Name, e.Local)
 		if c := e.Attrs[event.AttrConditions]; c != "" {
 			b.WriteString("  " + c)
+		}
+		if c := e.Attrs[event.AttrLastChangeTriggerTime]; c != "" {
+			b.WriteString("  trigger " + c)
 		}
 		if e.Flags.Has(event.FlagRelist) {
 			b.WriteString("  [relist]")
@@ -679,5 +711,92 @@ func TestIntegrationAPIServerRestartMidRollout(t *testing.T) {
 	}
 	if e := first(ofPod(evs, "v1-1"), event.EndpointRemoved); e != nil && e.Flags.Has(event.FlagRelist) {
 		t.Error("v1-1: endpoint_removed happened while watching, but is flagged relist")
+	}
+}
+
+func TestIntegrationDeploymentWorkload(t *testing.T) {
+	cp := controlPlane(t)
+	ns := "workload"
+	setup(t, cp, ns)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	// Cluster-wide pods: the Deployment's pod is never bound to a node.
+	w, c := startWatcherWith(t, cp.Config(), Options{Node: "node-a", Namespace: ns})
+	labels := map[string]string{"app": "shop"}
+	d := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "shop", Namespace: ns},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(int32(1)),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "drainscope.invalid/shop:1"}}},
+			},
+		},
+	}
+	if _, err := cp.Client().AppsV1().Deployments(ns).Create(ctx, d, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	evs := c.waitFor(t, time.Minute, "the Deployment's pod", hasKinds(event.PodCreated))
+	e := first(evs, event.PodCreated)
+	if e.Workload != (event.Workload{Kind: "Deployment", Name: "shop"}) {
+		t.Errorf("pod %s: workload %v, want Deployment/shop", e.Pod, e.Workload)
+	}
+	if _, wl, ok := w.Pods().PodByUID(e.Pod.UID); !ok || wl.Name != "shop" {
+		t.Errorf("PodByUID(%s) = %v, %v", e.Pod.UID, wl, ok)
+	}
+}
+
+func TestIntegrationLeaderElection(t *testing.T) {
+	cp := controlPlane(t)
+	ns := "leader"
+	k := setup(t, cp, ns)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	lease := LeaseOptions{Namespace: ns, LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 200 * time.Millisecond}
+	wa, ca, stopA := startWatcherStop(t, cp.Config(), Options{Node: "node-a", Namespace: ns, NoPods: true, Mode: Leader, Lease: lease})
+	defer stopA()
+	wb, cb, stopB := startWatcherStop(t, cp.Config(), Options{Node: "node-b", Namespace: ns, NoPods: true, Mode: Leader, Lease: lease})
+	defer stopB()
+	waitLeader := func(want ...*Watcher) *Watcher {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for time.Now().Before(deadline) {
+			for _, w := range want {
+				if w.Stats().Leader {
+					return w
+				}
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		t.Fatal("no leader elected")
+		return nil
+	}
+	leader := waitLeader(wa, wb)
+	lc, fc, stopLeader, follower := ca, cb, stopA, wb
+	if leader == wb {
+		lc, fc, stopLeader, follower = cb, ca, stopB, wa
+	}
+
+	k.start(ctx, "web-0", "web", "10.244.0.50")
+	lc.waitFor(t, 30*time.Second, "the leader to record web-0", hasKinds(event.EndpointAdded))
+	time.Sleep(300 * time.Millisecond)
+	if n := len(fc.snapshot()); n != 0 {
+		t.Errorf("the follower recorded %d events", n)
+	}
+
+	// The leader goes away and releases the Lease; the follower takes
+	// over and records what follows.
+	stopLeader()
+	waitLeader(follower)
+	k.start(ctx, "web-1", "web", "10.244.0.51")
+	evs := fc.waitFor(t, 30*time.Second, "the new leader to record web-1", func(evs []event.Event) bool {
+		return first(ofPod(evs, "web-1"), event.EndpointAdded) != nil
+	})
+	if n := count(ofPod(evs, "web-0"), event.EndpointAdded); n != 0 {
+		t.Errorf("the new leader recorded web-0's addition, which the old leader had recorded before releasing the Lease")
+	}
+	if n := count(ofPod(lc.snapshot(), "web-1"), event.EndpointAdded); n != 0 {
+		t.Errorf("the stopped leader recorded web-1")
 	}
 }

@@ -248,7 +248,11 @@ func (w *Watcher) Run(ctx context.Context) error {
 		waits = append(waits, ctrl.HasSynced)
 	}
 	if w.opts.Mode == Leader && !w.opts.NoSlices {
-		go w.runElection(ctx)
+		// Run returns after the election ended, so that a leader going
+		// away has released the Lease by then.
+		elected := make(chan struct{})
+		go func() { defer close(elected); w.runElection(ctx) }()
+		defer func() { cancel(); <-elected }()
 	}
 	if !cache.WaitForCacheSync(ctx.Done(), waits...) {
 		return ctx.Err()
