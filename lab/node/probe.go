@@ -63,42 +63,18 @@ func (w *podWorker) probeLoop(ctx context.Context, c *container) {
 			}
 		}
 	}
-	// The first probe runs as soon as the container is up, not a period
-	// later, so a pod becomes ready as fast as its probe allows.
+	// Like the kubelet's prober worker, probe on a ticker that started
+	// with the pod, not with the container: the first probe comes within
+	// one period after the container starts, by which time a server has
+	// usually bound its port.
 	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-c.startedSignal(ctx):
-		}
-		check()
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
+		check()
 	}
-}
-
-// startedSignal returns a channel that is ready once a process runs.
-func (c *container) startedSignal(ctx context.Context) <-chan struct{} {
-	ch := make(chan struct{})
-	go func() {
-		defer close(ch)
-		for ctx.Err() == nil {
-			c.mu.Lock()
-			ok := c.exited != nil
-			c.mu.Unlock()
-			if ok {
-				return
-			}
-			select {
-			case <-ctx.Done():
-			case <-time.After(20 * time.Millisecond):
-			}
-		}
-	}()
-	return ch
 }
 
 func (w *podWorker) readyWhileRunning(ctx context.Context, c *container) {

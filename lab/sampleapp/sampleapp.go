@@ -97,7 +97,8 @@ type Server struct {
 	closing  atomic.Bool // drain: answer with Connection: close
 	stopping atomic.Bool
 	open     atomic.Int64 // connections open
-	lastConn atomic.Int64 // unix ns of the last connection opened or closed
+	lastConn atomic.Int64 // unix ns of the last client activity (see connState)
+	conns    sync.Map     // net.Conn → *connInfo
 	inFlight atomic.Int64 // requests being answered
 	served   atomic.Int64
 	once     sync.Once
@@ -133,6 +134,11 @@ func New(cfg Config) (*Server, error) {
 		// No idle timeout: a server that closed idle keep-alive connections
 		// on its own would race its clients in the control run too.
 		ConnState: s.connState,
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			ci := &connInfo{}
+			s.conns.Store(c, ci)
+			return context.WithValue(ctx, connKey{}, ci)
+		},
 		ErrorLog:  slog.NewLogLogger(cfg.Log.Handler(), slog.LevelDebug),
 	}
 	return s, nil
@@ -149,18 +155,35 @@ func (s *Server) Serve(ln net.Listener) error {
 	return err
 }
 
-func (s *Server) connState(_ net.Conn, st http.ConnState) {
+// connInfo is what the server knows about one connection.
+type connInfo struct {
+	requests atomic.Int64 // requests other than health checks
+	probes   atomic.Int64 // health checks
+}
+
+type connKey struct{}
+
+// connState counts open connections and notes client activity. A
+// connection that only carried health checks (the kubelet's probes, one
+// connection each) is not client activity: counting it would keep a
+// draining server from ever being idle.
+func (s *Server) connState(c net.Conn, st http.ConnState) {
 	switch st {
 	case http.StateNew:
 		s.open.Add(1)
-		s.lastConn.Store(time.Now().UnixNano())
 	case http.StateClosed, http.StateHijacked:
 		s.open.Add(-1)
-		s.lastConn.Store(time.Now().UnixNano())
+		v, _ := s.conns.LoadAndDelete(c)
+		if ci, ok := v.(*connInfo); !ok || ci.requests.Load() > 0 || ci.probes.Load() == 0 {
+			s.lastConn.Store(time.Now().UnixNano())
+		}
 	}
 }
 
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {
+	if ci, ok := r.Context().Value(connKey{}).(*connInfo); ok {
+		ci.probes.Add(1)
+	}
 	if s.draining.Load() {
 		http.Error(w, "draining", http.StatusServiceUnavailable)
 		return
@@ -172,6 +195,11 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	s.inFlight.Add(1)
 	defer s.inFlight.Add(-1)
+	if ci, ok := r.Context().Value(connKey{}).(*connInfo); ok {
+		ci.requests.Add(1)
+	}
+	s.lastConn.Store(time.Now().UnixNano())
+	defer func() { s.lastConn.Store(time.Now().UnixNano()) }()
 	if s.cfg.Work > 0 {
 		time.Sleep(s.cfg.Work)
 	}

@@ -57,14 +57,14 @@ type RunResult struct {
 	Note                     string
 }
 
-// Window is the run's time range for queries: from just before the load to
-// the later of its end and the rollout's.
+// Window is the run's time range for queries: from the start of the load
+// to the later of its end and the rollout's.
 func (r RunResult) Window() event.Window {
 	end := r.End
 	if r.RolloutEnd.After(end) {
 		end = r.RolloutEnd
 	}
-	return event.Window{From: r.Start.Add(-2 * time.Second).UnixNano(), To: end.Add(time.Second).UnixNano()}
+	return event.Window{From: r.Start.UnixNano(), To: end.Add(time.Second).UnixNano()}
 }
 
 // Execute runs the experiment on c, one run after the other.
