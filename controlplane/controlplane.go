@@ -148,7 +148,7 @@ type ControlPlane struct {
 	etcd     *process
 	api      *process
 	kcm      *process
-	proxies  []*process
+	proxies  []*proxyProc
 	stopOnce sync.Once
 }
 
@@ -461,6 +461,9 @@ func (c *ControlPlane) Stop() {
 		defer c.mu.Unlock()
 		for _, p := range c.proxies {
 			p.stop(10 * time.Second)
+			if err := p.cleanup(); err != nil {
+				c.log.Error("removing kube-proxy's rules", "err", err)
+			}
 		}
 		for _, p := range []*process{c.kcm, c.api, c.etcd} {
 			if p != nil {

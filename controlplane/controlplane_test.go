@@ -3,8 +3,10 @@ package controlplane
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -110,5 +112,48 @@ func TestControllerManager(t *testing.T) {
 	}
 	if _, err := cp.Client().CoreV1().Pods("app").Create(ctx, p, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("creating a pod: %v", err)
+	}
+}
+
+// TestKubeProxy starts kube-proxy in nftables mode against a registered
+// Node and checks that it becomes healthy and programs its table, then that
+// Stop removes the table. It changes the host's packet filter (in this
+// network namespace), so it runs only when asked: with
+// DRAINSCOPE_TEST_KUBE_PROXY=1, as root, with nft installed.
+func TestKubeProxy(t *testing.T) {
+	if os.Getenv("DRAINSCOPE_TEST_KUBE_PROXY") != "1" {
+		t.Skip("changes the host's nftables; set DRAINSCOPE_TEST_KUBE_PROXY=1 to run it")
+	}
+	testenv.RequireRoot(t)
+	nft := testenv.RequireBinary(t, "nft")
+	need(t, "etcd", "kube-apiserver", "kube-controller-manager", "kube-proxy")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cp, err := Start(ctx, Options{Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cp.Stop()
+	if _, err := cp.RegisterNode(ctx, NodeOptions{Name: "node-a", InternalIP: "10.244.0.1", PodCIDR: "10.244.0.0/24"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cp.StartKubeProxy(ctx, ProxyOptions{NodeName: "node-a"}); err != nil {
+		t.Fatal(err)
+	}
+	// Healthy comes before the first sync; the table follows.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out, err := exec.Command(nft, "list", "table", "ip", "kube-proxy").CombinedOutput()
+		if err == nil && strings.Contains(string(out), "chain") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("kube-proxy's table: %v\n%s\n%s", err, out, cp.Logs("kube-proxy-node-a", 3000))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	cp.Stop()
+	if out, err := exec.Command(nft, "list", "table", "ip", "kube-proxy").CombinedOutput(); err == nil {
+		t.Errorf("kube-proxy's table left after Stop:\n%s", out)
 	}
 }

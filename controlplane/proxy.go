@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os/exec"
 	"path/filepath"
 	"time"
 )
@@ -23,8 +24,27 @@ type ProxyOptions struct {
 	Wait time.Duration
 }
 
+type proxyProc struct {
+	*process
+	mode string
+}
+
+// cleanup removes the rules the stopped kube-proxy left in the host's
+// packet filter (kube-proxy keeps them on exit so that traffic keeps
+// flowing across its restarts).
+func (p *proxyProc) cleanup() error {
+	out, err := exec.Command(p.path, "--cleanup", "--proxy-mode="+p.mode).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("kube-proxy --cleanup: %w: %s", err, out)
+	}
+	return nil
+}
+
 // StartKubeProxy starts a kube-proxy for o.NodeName against this control
-// plane. Stop stops it with the rest. Its log is logs/kube-proxy-NODE.log.
+// plane. Stop stops it with the rest and removes its rules (kube-proxy
+// --cleanup). Its log is logs/kube-proxy-NODE.log. It runs in this
+// process's network namespace, where it reaches the API server on
+// loopback; two kube-proxies in one namespace fight over the same tables.
 func (c *ControlPlane) StartKubeProxy(ctx context.Context, o ProxyOptions) error {
 	if o.NodeName == "" {
 		return fmt.Errorf("kube-proxy: NodeName is required")
@@ -64,7 +84,7 @@ func (c *ControlPlane) StartKubeProxy(ctx context.Context, o ProxyOptions) error
 	c.mu.Lock()
 	err = p.start()
 	if err == nil {
-		c.proxies = append(c.proxies, p)
+		c.proxies = append(c.proxies, &proxyProc{process: p, mode: o.Mode})
 	}
 	c.mu.Unlock()
 	if err != nil || o.Wait < 0 {
