@@ -5,6 +5,17 @@
 // and a token generated into a temporary directory. Tests use it to run the
 // watcher against the real API server and the real EndpointSlice controller;
 // the lab uses it as its cluster.
+//
+//	cp, err := controlplane.Start(ctx, controlplane.Options{})
+//	if errors.Is(err, controlplane.ErrMissingBinaries) { ... run scripts/k8s-binaries.sh ... }
+//	defer cp.Stop()
+//	cp.EnsureNamespace(ctx, "app")                        // waits for its default ServiceAccount
+//	cp.RegisterNode(ctx, controlplane.NodeOptions{Name: "node-a", InternalIP: "10.244.0.1"})
+//	cs := cp.Client()                                     // or cp.Config(), cp.Kubeconfig()
+//	cp.StartKubeProxy(ctx, controlplane.ProxyOptions{NodeName: "node-a"}) // root, nftables
+//	cp.RestartAPIServer(ctx)                              // same address; watches break
+//
+// Components log to Dir()/logs/NAME.log (Logs returns a tail).
 package controlplane
 
 import (
