@@ -316,6 +316,14 @@ func TestAgentInTheLab(t *testing.T) {
 			t.Errorf("%s{%s} is zero after a rollout with the exit behaviour", m, wl)
 		}
 	}
+	// Pods that exit at SIGTERM get it before the endpoint leaves rotation:
+	// the endpoint-removal race DrainscopeEndpointRemovalRace alerts on.
+	raced, _ := metricValue(body, "drainscope_rollout_sigterm_minus_endpoint_removal_seconds_bucket", wl, `le="0"`)
+	gapSum, _ := metricValue(body, "drainscope_rollout_sigterm_minus_endpoint_removal_seconds_sum", wl)
+	t.Logf("pods with SIGTERM at or before their endpoint left rotation: %v; summed gap %.3fs", raced, gapSum)
+	if raced == 0 {
+		t.Errorf("no pod got SIGTERM before its endpoint left rotation, in a run whose pods exit at SIGTERM")
+	}
 	for _, l := range strings.Split(body, "\n") {
 		if strings.HasPrefix(l, "drainscope_rollout_inferred_failures_total{") || strings.HasPrefix(l, "drainscope_rollout_sigterm_minus_endpoint_removal_seconds_bucket{") {
 			t.Log(l)
