@@ -27,12 +27,24 @@ import (
 	"github.com/drainscope/drainscope/store"
 )
 
-// buildDrainscope builds the command once per test binary.
+// buildDir holds the drainscope binary the tests build; TestMain removes it.
+var buildDir string
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if buildDir != "" {
+		os.RemoveAll(buildDir)
+	}
+	os.Exit(code)
+}
+
+// buildOnce builds the command once per test binary.
 var buildOnce = sync.OnceValues(func() (string, error) {
 	dir, err := os.MkdirTemp("", "drainscope-agent-test-")
 	if err != nil {
 		return "", err
 	}
+	buildDir = dir
 	exe := filepath.Join(dir, "drainscope")
 	// The flags of deploy/Dockerfile (and its test): one build cache entry.
 	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", exe, "../cmd/drainscope")
