@@ -257,6 +257,11 @@ func Classify(err error) string {
 	case errors.Is(err, os.ErrDeadlineExceeded), errors.Is(err, context.DeadlineExceeded),
 		errors.Is(err, syscall.ETIMEDOUT), errors.As(err, &ne) && ne.Timeout():
 		return event.FailTimeout
+	case errors.Is(err, syscall.EHOSTUNREACH):
+		// Nobody answered: a SYN to a pod address whose network is gone
+		// (the proxy still sent it there) ends this way once ARP gives up,
+		// or as a timeout when the client gives up first. Same thing.
+		return event.FailTimeout
 	case strings.HasPrefix(err.Error(), "HTTP "):
 		return event.FailStatus
 	}

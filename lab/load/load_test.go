@@ -197,6 +197,7 @@ func TestClassify(t *testing.T) {
 		io.ErrUnexpectedEOF:                     event.FailEOF,
 		context.DeadlineExceeded:                event.FailTimeout,
 		&net.OpError{Err: syscall.ETIMEDOUT}:    event.FailTimeout,
+		&net.OpError{Err: syscall.EHOSTUNREACH}: event.FailTimeout,
 		errors.New("HTTP 500 Internal"):         event.FailStatus,
 		errors.New("something else went wrong"): event.FailOther,
 	}

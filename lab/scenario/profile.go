@@ -25,7 +25,7 @@ type Profile struct {
 	Replicas    int32
 	Clients     int
 	Interval    time.Duration // each client's pause between requests
-	Timeout     time.Duration // per request
+	Timeout     time.Duration // per request; generous, so a busy machine does not fail requests
 	ExitDelay   time.Duration // graceful: SIGTERM to exit
 	PreStop     time.Duration // the preStop sleep of the graceful+preStop run
 	Grace       time.Duration // terminationGracePeriodSeconds
@@ -37,7 +37,7 @@ var Profiles = map[string]Profile{
 	// short finishes in a few minutes: five runs of 30 s.
 	"short": {
 		Name: "short", Duration: 30 * time.Second, RolloutAt: 5 * time.Second,
-		Replicas: 4, Clients: 20, Interval: 110 * time.Millisecond, Timeout: 2 * time.Second,
+		Replicas: 4, Clients: 20, Interval: 110 * time.Millisecond, Timeout: 5 * time.Second,
 		ExitDelay: 3 * time.Second, PreStop: 5 * time.Second, Grace: 30 * time.Second, ProbePeriod: time.Second,
 	},
 	// seed000 is the field report's experiment: 4 replicas, 20 keep-alive
@@ -45,14 +45,14 @@ var Profiles = map[string]Profile{
 	// the graceful handler exiting 3 s after SIGTERM, a 5 s preStop sleep.
 	"seed000": {
 		Name: "seed000", Duration: 110 * time.Second, RolloutAt: 25 * time.Second,
-		Replicas: 4, Clients: 20, Interval: 110 * time.Millisecond, Timeout: 2 * time.Second,
+		Replicas: 4, Clients: 20, Interval: 110 * time.Millisecond, Timeout: 5 * time.Second,
 		ExitDelay: 3 * time.Second, PreStop: 5 * time.Second, Grace: 30 * time.Second, ProbePeriod: time.Second,
 	},
 	// ci is the end-to-end test's: short runs that still cover a whole
 	// rollout and the last pod's exit.
 	"ci": {
 		Name: "ci", Duration: 20 * time.Second, Control: 8 * time.Second, RolloutAt: 3 * time.Second,
-		Replicas: 4, Clients: 20, Interval: 110 * time.Millisecond, Timeout: 2 * time.Second,
+		Replicas: 4, Clients: 20, Interval: 110 * time.Millisecond, Timeout: 5 * time.Second,
 		ExitDelay: 3 * time.Second, PreStop: 5 * time.Second, Grace: 30 * time.Second, ProbePeriod: time.Second,
 	},
 }
