@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every drainscope test on a fresh machine (as root): installs what is
-# missing, builds the Kubernetes binaries (cached), starts a throwaway
+# missing, builds the Kubernetes binaries and helm (cached), starts a throwaway
 # Postgres, checks gofmt, vet and the generated eBPF objects, runs go test,
 # then each fuzz target for a bounded time (FUZZTIME, default 5s).
 # Extra arguments go to go test instead of ./... (e.g. -run TestX ./store/);
@@ -10,9 +10,10 @@ cd "$(dirname "$0")/.."
 
 scripts/deps.sh
 
-echo "setup: Kubernetes binaries"
+echo "setup: Kubernetes binaries and helm"
 DRAINSCOPE_K8S_BIN=$(scripts/k8s-binaries.sh | tail -n 1)
 export DRAINSCOPE_K8S_BIN
+scripts/helm-binary.sh >/dev/null
 
 source scripts/pg-throwaway.sh
 trap pg_stop EXIT
