@@ -20,13 +20,14 @@ type handler interface {
 	remove(obj any, at time.Time)
 }
 
-// runInformer lists and watches through lw into h until ctx ends. It is a
+// runInformer lists and watches through lw into h until ctx ends; done is
+// closed when it has stopped. It is a
 // client-go reflector and in-order queue like a shared informer's, but the
 // queue hands over a relist as one complete list (not a stream of updates
 // indistinguishable from watch events), so the handler can tell
 // transitions it saw happen from transitions it recovered by diffing.
 func runInformer(ctx context.Context, name string, lw cache.ListerWatcher, obj runtime.Object, transform cache.TransformFunc,
-	h handler, now func() time.Time, onWatchError func(error)) cache.Controller {
+	h handler, now func() time.Time, onWatchError func(error)) (cache.Controller, <-chan struct{}) {
 	fifo := cache.NewRealFIFOWithOptions(cache.RealFIFOOptions{
 		Name:         name,
 		KeyFunction:  cache.MetaNamespaceKeyFunc,
@@ -71,6 +72,7 @@ func runInformer(ctx context.Context, name string, lw cache.ListerWatcher, obj r
 			onWatchError(err)
 		},
 	})
-	go ctrl.RunWithContext(ctx)
-	return ctrl
+	done := make(chan struct{})
+	go func() { defer close(done); ctrl.RunWithContext(ctx) }()
+	return ctrl, done
 }

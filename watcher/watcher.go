@@ -127,18 +127,17 @@ type Watcher struct {
 
 	pods   *podTracker
 	slices *sliceTracker
-	// sliceMu guards slices: the informer and a takeover both use it.
+	// sliceMu guards slices against Stats; the informer is its one writer.
 	sliceMu sync.Mutex
 
 	leading atomic.Bool
 	standby *standbyBuffer
 
-	synced                  chan struct{}
-	events, relistEv        atomic.Uint64
-	relists, watchErrs      atomic.Uint64
-	rewatches               atomic.Uint64
-	sliceListed, podsListed atomic.Bool
-	running                 atomic.Bool
+	synced             chan struct{}
+	events, relistEv   atomic.Uint64
+	relists, watchErrs atomic.Uint64
+	rewatches          atomic.Uint64
+	running            atomic.Bool
 }
 
 // New checks o and returns a Watcher; nothing runs until Run.
@@ -221,6 +220,14 @@ func (w *Watcher) Run(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// Nothing reaches the sink after Run returns.
+	var running []<-chan struct{}
+	defer func() {
+		cancel()
+		for _, done := range running {
+			<-done
+		}
+	}()
 
 	var waits []cache.InformerSynced
 	if !w.opts.NoPods {
@@ -238,21 +245,21 @@ func (w *Watcher) Run(ctx context.Context) error {
 			return ctx.Err()
 		}
 
-		ctrl := runInformer(ctx, "pods", w.podListWatch(), &corev1.Pod{}, stripPod,
+		ctrl, done := runInformer(ctx, "pods", w.podListWatch(), &corev1.Pod{}, stripPod,
 			&podHandler{w}, w.opts.Now, w.watchError("pods"))
-		waits = append(waits, ctrl.HasSynced)
+		waits, running = append(waits, ctrl.HasSynced), append(running, done)
 	}
 	if !w.opts.NoSlices {
-		ctrl := runInformer(ctx, "endpointslices", w.sliceListWatch(), &discoveryv1.EndpointSlice{}, stripSlice,
+		ctrl, done := runInformer(ctx, "endpointslices", w.sliceListWatch(), &discoveryv1.EndpointSlice{}, stripSlice,
 			&sliceHandler{w}, w.opts.Now, w.watchError("endpointslices"))
-		waits = append(waits, ctrl.HasSynced)
+		waits, running = append(waits, ctrl.HasSynced), append(running, done)
 	}
 	if w.opts.Mode == Leader && !w.opts.NoSlices {
 		// Run returns after the election ended, so that a leader going
 		// away has released the Lease by then.
 		elected := make(chan struct{})
 		go func() { defer close(elected); w.runElection(ctx) }()
-		defer func() { cancel(); <-elected }()
+		running = append(running, elected)
 	}
 	if !cache.WaitForCacheSync(ctx.Done(), waits...) {
 		return ctx.Err()
