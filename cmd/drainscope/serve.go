@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/drainscope/drainscope/ingest"
+	"github.com/drainscope/drainscope/metrics"
 	"github.com/drainscope/drainscope/store"
 	"github.com/drainscope/drainscope/web"
 )
@@ -36,6 +37,7 @@ func runServe(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	token := fs.String("auth-token", os.Getenv("DRAINSCOPE_AUTH_TOKEN"), "token every request must carry (env DRAINSCOPE_AUTH_TOKEN); required unless listening on loopback")
 	insecure := fs.Bool("insecure", false, "allow a non-loopback address without --auth-token (anyone who can reach it can read the store)")
 	ingestToken := fs.String("ingest-token", os.Getenv("DRAINSCOPE_INGEST_TOKEN"), "bearer token for POST /api/v1/client-failures (env DRAINSCOPE_INGEST_TOKEN; default: --auth-token; with neither, ingest is refused)")
+	metricsListen := fs.String("metrics-listen", "", "address for /metrics, host:port, apart from the token-guarded UI (default: none)")
 	dsn := fs.String("store", os.Getenv("DRAINSCOPE_STORE"), "store DSN: postgres://… or a SQLite file path (default: "+store.DefaultPath()+"; env DRAINSCOPE_STORE)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), serveUsage)
@@ -59,11 +61,23 @@ func runServe(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		*ingestToken = *token
 	}
 
-	st, err := store.Open(ctx, *dsn)
+	opened, err := store.Open(ctx, *dsn)
 	if err != nil {
 		return err
 	}
-	defer st.Close()
+	defer opened.Close()
+	m := metrics.New("serve", version)
+	st := m.WrapStore(opened) // ingest writes are counted and timed
+	if *metricsListen != "" {
+		mln, err := net.Listen("tcp", *metricsListen)
+		if err != nil {
+			return fmt.Errorf("--metrics-listen %s: %w", *metricsListen, err)
+		}
+		msrv := &http.Server{Handler: m.Handler(), ReadHeaderTimeout: 5 * time.Second}
+		go msrv.Serve(mln)
+		defer msrv.Close()
+		slog.Info("metrics", "url", "http://"+mln.Addr().String()+"/metrics")
+	}
 
 	opts := web.Options{
 		Store:     st,
@@ -79,7 +93,7 @@ func runServe(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	}
 	h := web.New(opts)
 	defer h.Close() // stops background reads before the store closes
-	srv := web.NewServer(*listen, h)
+	srv := web.NewServer(*listen, m.InstrumentHTTP("web", h))
 	srv.BaseContext = func(net.Listener) context.Context { return ctx }
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
