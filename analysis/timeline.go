@@ -171,8 +171,17 @@ func (p *podState) timeline(opts *Options) PodTimeline {
 	t.EndpointRemoved = spread(&p.spreads[spreadRemoved])
 	var out spreadAcc
 	for k, s := range p.ep {
+		wasReady := false
 		for _, tr := range s {
-			if !tr.ready {
+			if tr.ready {
+				wasReady = true
+				continue
+			}
+			// A new pod's endpoint is added not ready: that is not
+			// leaving rotation. Any other not-ready transition is, even
+			// without a ready one recorded before it (the watch may have
+			// started late).
+			if wasReady || tr.ev.Kind != event.EndpointAdded {
 				out.add(tr.ev.Time, k.node)
 				break
 			}
