@@ -139,7 +139,7 @@ func New(cfg Config) (*Server, error) {
 			s.conns.Store(c, ci)
 			return context.WithValue(ctx, connKey{}, ci)
 		},
-		ErrorLog:  slog.NewLogLogger(cfg.Log.Handler(), slog.LevelDebug),
+		ErrorLog: slog.NewLogLogger(cfg.Log.Handler(), slog.LevelDebug),
 	}
 	return s, nil
 }
