@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/klog/v2"
+
 	"github.com/drainscope/drainscope/lab/sampleapp"
 	"github.com/drainscope/drainscope/lab/scenario"
 	"github.com/drainscope/drainscope/store"
@@ -103,6 +105,13 @@ func runLab(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		level = slog.LevelInfo
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	// client-go logs through klog; a watch cancelled during a run's
+	// teardown is no news unless asked for.
+	if *verbose {
+		klog.SetSlogLogger(log)
+	} else {
+		klog.SetSlogLogger(slog.New(slog.DiscardHandler))
+	}
 	st, err := store.Open(ctx, *dsn)
 	if err != nil {
 		return err
