@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -175,6 +176,10 @@ func TestNginxFixture(t *testing.T) {
 	}
 	wantFailures := seen[500] + seen[502]
 
+	// nginx logs a request after its response went out, so the last lines
+	// may land a moment after the client has its answer.
+	waitForLines(t, accessLog, 44)
+	waitForLines(t, customLog, 44)
 	st := storeWithPods(began.Add(-time.Hour).UnixNano(), a, b)
 	data, err := os.ReadFile(accessLog)
 	if err != nil {
@@ -247,5 +252,21 @@ func TestNginxFixture(t *testing.T) {
 	defer f.Close()
 	if s, err := im.Import(context.Background(), accessLog, f); err != nil || s.Stored != wantFailures {
 		t.Errorf("strict import: %+v, %v", s, err)
+	}
+}
+
+// waitForLines waits until the file has at least n complete lines.
+func waitForLines(t *testing.T, path string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		data, _ := os.ReadFile(path)
+		if bytes.Count(data, []byte("\n")) >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s has %d lines after 10 s, want %d", path, bytes.Count(data, []byte("\n")), n)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
