@@ -34,7 +34,7 @@ service shutting down its own way:
   exit      exits at SIGTERM
   graceful  closes its listener at SIGTERM, exits 3 s later
   prestop   graceful, plus a 5 s preStop sleep in the pod spec
-  drain     answers with "Connection: close" while draining, exits when idle
+  drain     answers with "Connection: close" while draining, exits when idle (5 s at least)
 
 drainscope records the pods, endpoints, kernel events and the clients'
 failures into the store, then prints per run the requests, failures by class

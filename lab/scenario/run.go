@@ -258,8 +258,9 @@ func deployment(name string, r Run, p Profile) *appsv1.Deployment {
 			"--behaviour=" + string(r.Behaviour),
 			"--exit-delay=" + p.ExitDelay.String(),
 			// Drain long enough that kube-proxy (which syncs its rules at
-			// most once a second) has stopped sending new connections.
-			"--drain-min=3s",
+			// most once a second, later on a busy machine) has stopped
+			// sending new connections.
+			"--drain-min=5s",
 			"--drain-idle=1s",
 			"--drain-max=" + drainMax.String(),
 		},
