@@ -38,7 +38,15 @@ func WriteTable(w io.Writer, runs []RunResult) error {
 		row = append(row, fmt.Sprint(r.Load.Conns), fmt.Sprint(len(r.Replaced)))
 		fmt.Fprintln(tw, strings.Join(row, "\t")+"\t")
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, r := range runs {
+		if r.Note != "" {
+			fmt.Fprintf(w, "%s: %s\n", r.Run.Name, r.Note)
+		}
+	}
+	return nil
 }
 
 // Diagnose runs drainscope's analysis over each run's window and prints,

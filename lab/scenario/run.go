@@ -79,6 +79,13 @@ func Execute(ctx context.Context, c *Cluster, cfg Config) ([]RunResult, error) {
 	for i, r := range cfg.Runs {
 		c.opts.progress("run %d/%d: %s (%s)", i+1, len(cfg.Runs), r.Name, r.What)
 		res, err := runOne(ctx, c, cfg, r)
+		if ctx.Err() != nil {
+			if res.Load.Requests > 0 {
+				res.Note = "interrupted: the run is incomplete"
+				out = append(out, res)
+			}
+			return out, ctx.Err()
+		}
 		if err != nil {
 			return out, fmt.Errorf("run %s: %w", r.Name, err)
 		}
