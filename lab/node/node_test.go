@@ -100,7 +100,7 @@ func startHarness(t *testing.T) *harness {
 		testenv.Unavailable(t, err.Error())
 	}
 	tree.Base = "drainscope-lab-nodetest"
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute) // mostly waiting for the lab lock
 	t.Cleanup(cancel)
 	l, err := lock.Acquire(ctx)
 	if err != nil {

@@ -32,7 +32,7 @@ func TestCleanupRemovesLeftovers(t *testing.T) {
 	if err != nil {
 		testenv.Unavailable(t, err.Error())
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute) // mostly waiting for the lab lock
 	defer cancel()
 	l, err := lock.Acquire(ctx)
 	if err != nil {

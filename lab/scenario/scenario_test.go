@@ -62,7 +62,7 @@ func TestLabEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end lab run takes about two minutes")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute) // the lab lock may be held by another test for a while
 	defer cancel()
 	st, err := store.Open(ctx, filepath.Join(t.TempDir(), "events.db"))
 	if err != nil {
