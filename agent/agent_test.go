@@ -21,6 +21,7 @@ import (
 	"github.com/drainscope/drainscope/agent"
 	"github.com/drainscope/drainscope/controlplane"
 	"github.com/drainscope/drainscope/event"
+	"github.com/drainscope/drainscope/internal/pgtest"
 	"github.com/drainscope/drainscope/internal/testenv"
 	"github.com/drainscope/drainscope/metrics"
 	"github.com/drainscope/drainscope/store"
@@ -157,14 +158,14 @@ func scrape(t testing.TB, m *metrics.Metrics) string {
 // buffer bound is stored once the database is back; a second agent with a
 // small bound drops the excess and reports it.
 func TestAgentOnAControlPlane(t *testing.T) {
-	dsnA, dsnB := pgSchema(t), pgSchema(t)
+	dsnA, dsnB := pgtest.Schema(t), pgtest.Schema(t)
 	const node, ns, replicas = "node-a", "shop", 3
 	cp := startControlPlane(t, node)
 	ctx := context.Background()
 	if err := cp.EnsureNamespace(ctx, ns); err != nil {
 		t.Fatal(err)
 	}
-	pxA, pxB := startPGProxy(t, dsnA), startPGProxy(t, dsnB)
+	pxA, pxB := pgtest.NewProxy(t, dsnA), pgtest.NewProxy(t, dsnB)
 
 	kctx, kcancel := context.WithCancel(ctx)
 	defer kcancel()
@@ -197,8 +198,8 @@ func TestAgentOnAControlPlane(t *testing.T) {
 		go func() { r.done <- a.Run(rctx) }()
 		return r
 	}
-	a := start(viaProxy(t, dsnA, pxA), 100_000)
-	b := start(viaProxy(t, dsnB, pxB), 10)
+	a := start(pxA.DSN(dsnA), 100_000)
+	b := start(pxB.DSN(dsnB), 10)
 
 	for _, r := range []running{a, b} {
 		h := r.a.Handler()
@@ -234,8 +235,8 @@ func TestAgentOnAControlPlane(t *testing.T) {
 	kubelet.killOne(pods.Items[0].Name) // one pod of the next rollout ends by SIGKILL
 
 	// The database goes away during a rollout and comes back.
-	pxA.stop()
-	pxB.stop()
+	pxA.Stop()
+	pxB.Stop()
 	outage := time.Now()
 	rollout(t, cp, ns, "2", replicas)
 	waitFor(t, time.Minute, "failed writes during the outage", func() bool {
@@ -243,8 +244,8 @@ func TestAgentOnAControlPlane(t *testing.T) {
 	})
 	held := a.a.Stats().Writer.Pending
 	time.Sleep(max(0, 30*time.Second-time.Since(outage))) // Postgres down ~30 s
-	pxA.start()
-	pxB.start()
+	pxA.Start()
+	pxB.Start()
 	t.Logf("outage of %.1fs: agent A held %d events, agent B (bound 10) dropped %d",
 		time.Since(outage).Seconds(), held, b.a.Stats().Writer.Dropped)
 	rollout(t, cp, ns, "3", replicas)

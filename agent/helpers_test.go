@@ -3,140 +3,19 @@ package agent_test
 import (
 	"context"
 	"fmt"
-	"io"
-	"math/rand/v2"
-	"net"
-	"net/url"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/drainscope/drainscope/event"
-	"github.com/drainscope/drainscope/internal/testenv"
 	"github.com/drainscope/drainscope/store"
 )
-
-// pgSchema returns a DSN of the test Postgres whose search_path is a new
-// schema, dropped when the test ends.
-func pgSchema(t testing.TB) string {
-	t.Helper()
-	base := testenv.Env(t, "DRAINSCOPE_TEST_POSTGRES", "DSN of a throwaway Postgres database")
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, base)
-	if err != nil {
-		t.Fatalf("connecting to the test Postgres: %v", err)
-	}
-	defer conn.Close(ctx)
-	schema := fmt.Sprintf("agent_%d_%d", time.Now().UnixNano(), rand.IntN(1<<30))
-	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if c, err := pgx.Connect(ctx, base); err == nil {
-			c.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE")
-			c.Close(ctx)
-		}
-	})
-	u, err := url.Parse(base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	return u.String()
-}
-
-// viaProxy rewrites dsn to go through p.
-func viaProxy(t testing.TB, dsn string, p *pgProxy) string {
-	u, err := url.Parse(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.Host = p.addr
-	return u.String()
-}
-
-// pgProxy forwards loopback TCP to Postgres; stop makes the database
-// unreachable (listener and every connection closed, as when the server
-// goes away) and start brings it back on the same port.
-type pgProxy struct {
-	t      testing.TB
-	target string
-	addr   string
-
-	mu    sync.Mutex
-	ln    net.Listener
-	conns []net.Conn
-}
-
-func startPGProxy(t testing.TB, dsn string) *pgProxy {
-	u, err := url.Parse(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &pgProxy{t: t, target: u.Host}
-	p.listen("127.0.0.1:0")
-	t.Cleanup(p.stop)
-	return p
-}
-
-func (p *pgProxy) listen(addr string) {
-	var ln net.Listener
-	var err error
-	for i := 0; i < 50; i++ { // the port may linger a moment after stop
-		if ln, err = net.Listen("tcp", addr); err == nil {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	p.mu.Lock()
-	p.ln, p.addr = ln, ln.Addr().String()
-	p.mu.Unlock()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			s, err := net.Dial("tcp", p.target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns = append(p.conns, c, s)
-			p.mu.Unlock()
-			go func() { io.Copy(s, c); s.Close() }()
-			go func() { io.Copy(c, s); c.Close() }()
-		}
-	}()
-}
-
-func (p *pgProxy) stop() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.ln != nil {
-		p.ln.Close()
-		p.ln = nil
-	}
-	for _, c := range p.conns {
-		c.Close()
-	}
-	p.conns = nil
-}
-
-func (p *pgProxy) start() { p.listen(p.addr) }
 
 // countStored returns the events in the store dsn names, by kind.
 func countStored(t testing.TB, dsn string) (int, map[event.Kind]int) {

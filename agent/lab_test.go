@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/drainscope/drainscope/event"
+	"github.com/drainscope/drainscope/internal/pgtest"
 	"github.com/drainscope/drainscope/internal/testenv"
 	"github.com/drainscope/drainscope/lab/cgroup"
 	"github.com/drainscope/drainscope/lab/netns"
@@ -221,8 +222,8 @@ func TestAgentInTheLab(t *testing.T) {
 	if err := scenario.Preflight(""); err != nil {
 		testenv.Unavailable(t, err.Error())
 	}
-	dsn, dsnSmall := pgSchema(t), pgSchema(t)
-	px, pxSmall := startPGProxy(t, dsn), startPGProxy(t, dsnSmall)
+	dsn, dsnSmall := pgtest.Schema(t), pgtest.Schema(t)
+	px, pxSmall := pgtest.NewProxy(t, dsn), pgtest.NewProxy(t, dsnSmall)
 	exe, err := buildOnce()
 	if err != nil {
 		t.Fatal(err)
@@ -241,13 +242,13 @@ func TestAgentInTheLab(t *testing.T) {
 	var outageStart time.Time
 	restarted := make(chan struct{})
 	hook := &progressHook{t: t, match: "rollout started", fn: func() {
-		px.stop()
-		pxSmall.stop()
+		px.Stop()
+		pxSmall.Stop()
 		outageStart = time.Now()
 		t.Logf("Postgres unreachable from now for %v", outage)
 		time.AfterFunc(outage, func() {
-			px.start()
-			pxSmall.start()
+			px.Start()
+			pxSmall.Start()
 			t.Logf("Postgres reachable again after %.1fs", time.Since(outageStart).Seconds())
 			close(restarted)
 		})
@@ -285,8 +286,8 @@ func TestAgentInTheLab(t *testing.T) {
 	env := func(dsn string) []string {
 		return []string{"NODE_NAME=" + scenario.NodeName, "POD_NAMESPACE=drainscope", "DRAINSCOPE_STORE=" + dsn}
 	}
-	big := startAgentProc(t, exe, env(viaProxy(t, dsn, px)), append(common, "--buffer-events=1000000")...)
-	small := startAgentProc(t, exe, env(viaProxy(t, dsnSmall, pxSmall)), append(common, "--buffer-events=200")...)
+	big := startAgentProc(t, exe, env(px.DSN(dsn)), append(common, "--buffer-events=1000000")...)
+	small := startAgentProc(t, exe, env(pxSmall.DSN(dsnSmall)), append(common, "--buffer-events=200")...)
 	for _, a := range []*agentProc{big, small} {
 		waitFor(t, 2*time.Minute, "the agent's /readyz", func() bool { code, _ := a.get("/readyz"); return code == 200 })
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/drainscope/drainscope/event"
 	"github.com/drainscope/drainscope/internal/eventgen"
+	"github.com/drainscope/drainscope/internal/pgtest"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -40,7 +41,7 @@ func BenchmarkPostgresIngest(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		// Raw baseline: a migrated, empty table with its partitions made,
 		// fed rows that were converted before the clock started.
-		raw, err := OpenPostgres(ctx, freshSchema(b))
+		raw, err := OpenPostgres(ctx, pgtest.Schema(b))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -66,7 +67,7 @@ func BenchmarkPostgresIngest(b *testing.B) {
 		raw.Close()
 		rows = nil
 
-		s, err := OpenPostgres(ctx, freshSchema(b))
+		s, err := OpenPostgres(ctx, pgtest.Schema(b))
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -2,9 +2,6 @@ package store
 
 import (
 	"context"
-	"fmt"
-	"math/rand/v2"
-	"net/url"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -14,8 +11,7 @@ import (
 
 	"github.com/drainscope/drainscope/event"
 	"github.com/drainscope/drainscope/internal/eventgen"
-	"github.com/drainscope/drainscope/internal/testenv"
-	"github.com/jackc/pgx/v5"
+	"github.com/drainscope/drainscope/internal/pgtest"
 )
 
 // backend opens fresh, empty stores of one kind for a test.
@@ -38,7 +34,7 @@ func backends(t testing.TB) []backend {
 			return s, path
 		}},
 		{"postgres", func(t testing.TB) (Store, string) {
-			dsn := freshSchema(t)
+			dsn := pgtest.Schema(t)
 			s, err := OpenPostgres(context.Background(), dsn)
 			if err != nil {
 				t.Fatal(err)
@@ -47,42 +43,6 @@ func backends(t testing.TB) []backend {
 			return s, dsn
 		}},
 	}
-}
-
-// freshSchema creates a schema of its own for t in the test database and
-// returns a DSN whose search_path points there; it is dropped afterwards.
-func freshSchema(t testing.TB) string {
-	t.Helper()
-	base := testenv.Env(t, "DRAINSCOPE_TEST_POSTGRES", "DSN of a throwaway Postgres database")
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, base)
-	if err != nil {
-		t.Fatalf("connecting to the test Postgres: %v", err)
-	}
-	defer conn.Close(ctx)
-	schema := fmt.Sprintf("t_%d_%d", time.Now().UnixNano(), rand.IntN(1<<30))
-	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		c, err := pgx.Connect(ctx, base)
-		if err == nil {
-			c.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE")
-			c.Close(ctx)
-		}
-	})
-	return withParam(t, base, "search_path", schema)
-}
-
-func withParam(t testing.TB, dsn, k, v string) string {
-	u, err := url.Parse(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set(k, v)
-	u.RawQuery = q.Encode()
-	return u.String()
 }
 
 func forEach(t *testing.T, f func(t *testing.T, b backend)) {

@@ -3,92 +3,22 @@ package store
 import (
 	"context"
 	"errors"
-	"io"
-	"net"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
-	"github.com/drainscope/drainscope/event"
 	"github.com/drainscope/drainscope/internal/eventgen"
+	"github.com/drainscope/drainscope/internal/pgtest"
 	"github.com/drainscope/drainscope/internal/testenv"
 )
 
-// proxy forwards a loopback port to the test Postgres, and can be stopped
-// and started again: to the store it looks like the server going away.
-type proxy struct {
-	t        *testing.T
-	target   string
-	addr     string
-	mu       sync.Mutex
-	ln       net.Listener
-	conns    []net.Conn
-	stopping bool
-}
-
-func startProxy(t *testing.T, target string) *proxy {
-	p := &proxy{t: t, target: target}
-	p.listen("127.0.0.1:0")
-	t.Cleanup(p.stop)
-	return p
-}
-
-func (p *proxy) listen(addr string) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	p.mu.Lock()
-	p.ln, p.addr, p.stopping = ln, ln.Addr().String(), false
-	p.mu.Unlock()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			s, err := net.Dial("tcp", p.target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns = append(p.conns, c, s)
-			p.mu.Unlock()
-			go func() { io.Copy(s, c); s.Close() }()
-			go func() { io.Copy(c, s); c.Close() }()
-		}
-	}()
-}
-
-// stop closes the listener and every proxied connection.
-func (p *proxy) stop() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.stopping {
-		return
-	}
-	p.stopping = true
-	p.ln.Close()
-	for _, c := range p.conns {
-		c.Close()
-	}
-	p.conns = nil
-}
-
-func (p *proxy) restart() { p.listen(p.addr) }
-
 func TestPostgresStoppedKeepsBatch(t *testing.T) {
-	dsn := freshSchema(t)
-	u, _ := url.Parse(dsn)
-	px := startProxy(t, u.Host)
-	u.Host = px.addr
+	dsn := pgtest.Schema(t)
+	px := pgtest.NewProxy(t, dsn)
 	ctx := context.Background()
-	s, err := OpenPostgres(ctx, u.String())
+	s, err := OpenPostgres(ctx, px.DSN(dsn))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +28,7 @@ func TestPostgresStoppedKeepsBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	px.stop()
+	px.Stop()
 	second := eventgen.Rollout(500, day0.Add(1e12), 21, "checkout")
 	err = s.Append(ctx, second)
 	if err == nil {
@@ -108,7 +38,7 @@ func TestPostgresStoppedKeepsBatch(t *testing.T) {
 		t.Errorf("error is not one clear line: %q", err)
 	}
 
-	px.restart()
+	px.Start()
 	if err := s.Append(ctx, second); err != nil { // the caller retries the batch it kept
 		t.Fatalf("retry after the server came back: %v", err)
 	}
@@ -187,13 +117,13 @@ func TestReadOnlyDatabase(t *testing.T) {
 		}
 	}
 	t.Run("postgres", func(t *testing.T) {
-		dsn := freshSchema(t)
+		dsn := pgtest.Schema(t)
 		s, err := OpenPostgres(ctx, dsn)
 		if err != nil {
 			t.Fatal(err)
 		}
 		s.Close()
-		ro := withParam(t, dsn, "default_transaction_read_only", "on")
+		ro := pgtest.WithParam(t, dsn, "default_transaction_read_only", "on")
 		s, err = OpenPostgres(ctx, ro)
 		if err != nil {
 			t.Fatal(err)
@@ -201,7 +131,7 @@ func TestReadOnlyDatabase(t *testing.T) {
 		defer s.Close()
 		check(t, s)
 		// An empty schema that cannot be migrated is refused at Open.
-		_, err = OpenPostgres(ctx, withParam(t, freshSchema(t), "default_transaction_read_only", "on"))
+		_, err = OpenPostgres(ctx, pgtest.WithParam(t, pgtest.Schema(t), "default_transaction_read_only", "on"))
 		if err == nil || !strings.Contains(err.Error(), "read-only") {
 			t.Fatalf("Open of an unmigrated read-only schema = %v", err)
 		}
@@ -257,5 +187,3 @@ func TestReadOnlyDatabase(t *testing.T) {
 		}
 	})
 }
-
-var _ = event.Window{}

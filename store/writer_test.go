@@ -2,21 +2,19 @@ package store
 
 import (
 	"context"
-	"net/url"
 	"testing"
 	"time"
 
 	"github.com/drainscope/drainscope/internal/eventgen"
+	"github.com/drainscope/drainscope/internal/pgtest"
 )
 
 // openBehindProxy opens a Postgres store whose connections go through a
 // proxy the test can stop, as if the server went away.
-func openBehindProxy(t *testing.T) (*Postgres, *proxy) {
-	dsn := freshSchema(t)
-	u, _ := url.Parse(dsn)
-	px := startProxy(t, u.Host)
-	u.Host = px.addr
-	s, err := OpenPostgres(context.Background(), u.String())
+func openBehindProxy(t *testing.T) (*Postgres, *pgtest.Proxy) {
+	dsn := pgtest.Schema(t)
+	px := pgtest.NewProxy(t, dsn)
+	s, err := OpenPostgres(context.Background(), px.DSN(dsn))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +41,7 @@ func TestWriterSurvivesOutage(t *testing.T) {
 	w.Add(evs[:10_000]...)
 	waitFor(t, "the first events to be written", func() bool { return w.Stats().Written == 10_000 })
 
-	px.stop()
+	px.Stop()
 	for i := 10_000; i < 20_000; i += 500 { // producers go on during the outage
 		w.Add(evs[i : i+500]...)
 	}
@@ -52,7 +50,7 @@ func TestWriterSurvivesOutage(t *testing.T) {
 		t.Fatalf("during the outage: %+v; want all 10,000 new events held", st)
 	}
 
-	px.restart()
+	px.Start()
 	w.Add(evs[20_000:]...)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -70,7 +68,7 @@ func TestWriterSurvivesOutage(t *testing.T) {
 
 func TestWriterCountsDropsPastLimit(t *testing.T) {
 	s, px := openBehindProxy(t)
-	px.stop()
+	px.Stop()
 	w := NewWriter(s, WriterOptions{Batch: 1000, Interval: 20 * time.Millisecond, Limit: 5000, RetryMax: 100 * time.Millisecond})
 	evs := eventgen.Rollout(8000, day0, 41, "checkout")
 	dropped := 0
@@ -80,7 +78,7 @@ func TestWriterCountsDropsPastLimit(t *testing.T) {
 	if st := w.Stats(); dropped != 3000 || st.Dropped != 3000 || st.Pending != 5000 {
 		t.Fatalf("dropped %d, stats %+v; want exactly 3,000 dropped and 5,000 held", dropped, st)
 	}
-	px.restart()
+	px.Start()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := w.Close(ctx); err != nil {
@@ -93,7 +91,7 @@ func TestWriterCountsDropsPastLimit(t *testing.T) {
 
 func TestWriterCloseReportsWhatItCouldNotWrite(t *testing.T) {
 	s, px := openBehindProxy(t)
-	px.stop()
+	px.Stop()
 	w := NewWriter(s, WriterOptions{Batch: 100, RetryMax: 50 * time.Millisecond})
 	w.Add(eventgen.Rollout(250, day0, 42, "checkout")...)
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)

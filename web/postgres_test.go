@@ -2,17 +2,11 @@ package web
 
 import (
 	"context"
-	"fmt"
-	"math/rand/v2"
 	"net/http"
-	"net/url"
 	"reflect"
 	"testing"
-	"time"
 
-	"github.com/jackc/pgx/v5"
-
-	"github.com/drainscope/drainscope/internal/testenv"
+	"github.com/drainscope/drainscope/internal/pgtest"
 	"github.com/drainscope/drainscope/store"
 )
 
@@ -20,31 +14,8 @@ import (
 // Postgres that scripts/test.sh starts (DRAINSCOPE_TEST_POSTGRES).
 func postgresStore(t *testing.T) store.Store {
 	t.Helper()
-	base := testenv.Env(t, "DRAINSCOPE_TEST_POSTGRES", "DSN of a throwaway Postgres database")
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, base)
-	if err != nil {
-		t.Fatalf("connecting to the test Postgres: %v", err)
-	}
-	defer conn.Close(ctx)
-	schema := fmt.Sprintf("web_%d_%d", time.Now().UnixNano(), rand.IntN(1<<30))
-	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if c, err := pgx.Connect(ctx, base); err == nil {
-			c.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE")
-			c.Close(ctx)
-		}
-	})
-	u, err := url.Parse(base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	st, err := store.Open(ctx, u.String())
+	st, err := store.Open(ctx, pgtest.Schema(t))
 	if err != nil {
 		t.Fatal(err)
 	}
