@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"slices"
+	"sort"
 	"strings"
 	"syscall"
 	"testing"
@@ -258,6 +259,9 @@ func TestPodLifecycle(t *testing.T) {
 			t.Fatalf("events so far: %+v", got)
 		}
 	}
+	// The kill and the exit are reported from different goroutines, so
+	// they may reach the sink in either order; their times must not.
+	sort.SliceStable(got, func(i, j int) bool { return got[i].Time < got[j].Time })
 	term, kill, exit := got[0], got[1], got[2]
 	if term.Kind != event.Signal || term.Signal != int32(syscall.SIGTERM) || kill.Kind != event.Signal || kill.Signal != int32(syscall.SIGKILL) ||
 		exit.Kind != event.ProcessExit || exit.Signal != int32(syscall.SIGKILL) {
