@@ -5,6 +5,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/drainscope/drainscope/event"
 )
@@ -138,6 +139,8 @@ func fmtDur(ns int64) string {
 	a := math.Abs(float64(ns))
 	var s string
 	switch {
+	case a >= 60e9:
+		s = (time.Duration(a) / time.Second * time.Second).String()
 	case a >= 1e9:
 		s = strconv.FormatFloat(a/1e9, 'f', 3, 64)
 		s = strings.TrimRight(s, "0")
@@ -157,6 +160,13 @@ func fmtDur(ns int64) string {
 	}
 	return s
 }
+
+// FormatDuration renders nanoseconds for people, as every report and page
+// shows them: "3.0 s", "412 ms", "0.35 ms", "2m30s".
+func FormatDuration(ns int64) string { return fmtDur(ns) }
+
+// FormatOffset renders a signed offset: "+3.0 s", "-412 ms".
+func FormatOffset(ns int64) string { return fmtOffset(ns) }
 
 // fmtOffset renders a signed offset: "+3.0 s", "-412 ms".
 func fmtOffset(ns int64) string {

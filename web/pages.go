@@ -10,7 +10,6 @@ import (
 	"net/url"
 	"sort"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/drainscope/drainscope/analysis"
@@ -23,12 +22,12 @@ type pageTemplates struct {
 var templateFuncs = template.FuncMap{
 	"clock":    clock,
 	"date":     date,
-	"dur":      fmtDur,
-	"offset":   fmtOffset,
+	"dur":      analysis.FormatDuration,
+	"offset":   analysis.FormatOffset,
 	"color":    func(c analysis.Cause) string { return causeColor(c) },
 	"causeStr": func(c analysis.Cause) string { return string(c) },
 	"deref":    func(p *int64) int64 { return *p },
-	"span":     func(from, to int64) string { return fmtDur(to - from) },
+	"span":     func(from, to int64) string { return analysis.FormatDuration(to - from) },
 	"causes":   orderedCauses,
 	"add":      func(a, b int) int { return a + b },
 	"sortedRoles": func(m map[string]int) []roleCount {
@@ -333,7 +332,7 @@ func buildHist(ref string, total analysis.Histogram, causes []analysis.CauseSumm
 	lo = floorTo(lo, bin)
 	hi = floorTo(hi+bin-1, bin)
 	n := int((hi - lo) / bin)
-	h.BinLabel = fmtDur(bin)
+	h.BinLabel = analysis.FormatDuration(bin)
 	type stack struct{ counts []int }
 	stacks := make([]map[string]int, n)
 	var order []string
@@ -390,18 +389,18 @@ func buildHist(ref string, total analysis.Histogram, causes []analysis.CauseSumm
 			start := lo + int64(i)*bin
 			h.Bars = append(h.Bars, histBar{
 				X: round1(x(start)), Y: round1(y), W: round1(math.Max(bw-0.5, 0.8)), H: round1(bh), Color: colors[name],
-				Title: fmt.Sprintf("%s: %d failure%s at %s to %s from %s", name, c, plural(c), fmtOffset(start), fmtOffset(start+bin), ref),
+				Title: fmt.Sprintf("%s: %d failure%s at %s to %s from %s", name, c, plural(c), analysis.FormatOffset(start), analysis.FormatOffset(start+bin), ref),
 			})
 		}
 	}
 	h.ZeroX, h.HasZero = round1(x(0)), true
-	h.P50X, h.P50 = round1(x(total.P50NS)), fmtOffset(total.P50NS)
+	h.P50X, h.P50 = round1(x(total.P50NS)), analysis.FormatOffset(total.P50NS)
 	step := niceStep(hi-lo, 8)
 	for t := floorTo(lo, step); t <= hi; t += step {
 		if t < lo {
 			continue
 		}
-		h.Ticks = append(h.Ticks, histTick{X: round1(x(t)), Y: float64(h.PlotBot + 16), Label: fmtOffset(t)})
+		h.Ticks = append(h.Ticks, histTick{X: round1(x(t)), Y: float64(h.PlotBot + 16), Label: analysis.FormatOffset(t)})
 	}
 	ys := niceCount(peak)
 	for v := 0; v <= peak; v += ys {
@@ -458,37 +457,3 @@ func clockOpt(ns int64) string {
 }
 
 func date(ns int64) string { return time.Unix(0, ns).UTC().Format("2006-01-02 15:04:05 UTC") }
-
-// fmtDur renders nanoseconds for people: "3.0 s", "412 ms", "0.35 ms".
-func fmtDur(ns int64) string {
-	neg := ns < 0
-	a := math.Abs(float64(ns))
-	var s string
-	switch {
-	case a >= 60e9:
-		s = (time.Duration(a) / time.Second * time.Second).String()
-	case a >= 1e9:
-		s = strings.TrimRight(strings.TrimRight(strconv.FormatFloat(a/1e9, 'f', 3, 64), "0"), ".")
-		if !strings.Contains(s, ".") {
-			s += ".0"
-		}
-		s += " s"
-	case a >= 1e6:
-		s = strconv.FormatFloat(a/1e6, 'f', 0, 64) + " ms"
-	case a == 0:
-		s = "0 ms"
-	default:
-		s = strconv.FormatFloat(a/1e6, 'f', 2, 64) + " ms"
-	}
-	if neg {
-		return "-" + s
-	}
-	return s
-}
-
-func fmtOffset(ns int64) string {
-	if ns < 0 {
-		return fmtDur(ns)
-	}
-	return "+" + fmtDur(ns)
-}
