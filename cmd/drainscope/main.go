@@ -91,14 +91,6 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, "\nRun 'drainscope COMMAND -h' for a command's flags.")
 }
 
-// notBuilt is the stand-in for a command a later change builds: it says so
-// and fails, so nobody mistakes it for working.
-func notBuilt(name string, issue int) func(context.Context, *flag.FlagSet, []string) error {
-	return func(_ context.Context, fs *flag.FlagSet, args []string) error {
-		return fmt.Errorf("not built yet (tracked as issue %d); nothing was done", issue)
-	}
-}
-
 // parseFlags parses args and rejects stray positional arguments unless
 // positional is true.
 func parseFlags(fs *flag.FlagSet, args []string, positional bool) error {
