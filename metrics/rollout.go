@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"cmp"
 	"context"
 	"slices"
 	"sync"
@@ -103,7 +104,7 @@ func (r *Rollouts) Flush() {
 	batch := r.held
 	r.held = nil
 	if n := len(batch); n > 0 {
-		slices.SortStableFunc(batch, func(a, b event.Event) int { return cmpInt(a.Time, b.Time) })
+		slices.SortStableFunc(batch, func(a, b event.Event) int { return cmp.Compare(a.Time, b.Time) })
 		r.mark = max(r.mark, batch[n-1].Time)
 	}
 	r.mu.Unlock()
@@ -125,7 +126,7 @@ func (r *Rollouts) advance(until int64) {
 		r.mu.Unlock()
 		return
 	}
-	slices.SortStableFunc(r.held, func(a, b event.Event) int { return cmpInt(a.Time, b.Time) })
+	slices.SortStableFunc(r.held, func(a, b event.Event) int { return cmp.Compare(a.Time, b.Time) })
 	n := 0
 	for n < len(r.held) && r.held[n].Time <= until {
 		n++
@@ -147,16 +148,6 @@ func (r *Rollouts) add(e *event.Event) {
 	if err := r.al.Add(e); err != nil {
 		r.m.lateEvents.Inc()
 	}
-}
-
-func cmpInt(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 func (r *Rollouts) onFailure(d *analysis.Decision) {

@@ -1,6 +1,7 @@
 package web
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -76,18 +77,8 @@ func denseRollout(n, pods int, start time.Time, seed uint64) []event.Event {
 			rec.endpoint(p, exit+int64(80+20*j)*ms, event.EndpointRemoved, node)
 		}
 	}
-	slices.SortStableFunc(rec.events, func(a, b event.Event) int { return cmpInt(a.Time, b.Time) })
+	slices.SortStableFunc(rec.events, func(a, b event.Event) int { return cmp.Compare(a.Time, b.Time) })
 	return rec.events
-}
-
-func cmpInt(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // timelineOf serves one timeline request and reports the answer and its

@@ -1,6 +1,7 @@
 package scenario
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -407,18 +408,8 @@ func runPods(ctx context.Context, c *Cluster, r Run) ([]PodRecord, error) {
 		ip, _ := netip.ParseAddr(p.Status.PodIP)
 		out = append(out, PodRecord{Name: p.Name, UID: string(p.UID), IP: ip})
 	}
-	slices.SortFunc(out, func(a, b PodRecord) int { return cmpString(a.Name, b.Name) })
+	slices.SortFunc(out, func(a, b PodRecord) int { return cmp.Compare(a.Name, b.Name) })
 	return out, nil
-}
-
-func cmpString(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // teardownRun removes the run's Service, Deployment and pods, quickly, with
