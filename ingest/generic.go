@@ -1,8 +1,6 @@
 package ingest
 
 import (
-	"bufio"
-	"encoding/csv"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -149,16 +147,13 @@ func ParseJSONLines(r io.Reader, opts Options, emit Emit) error {
 // ParseCSV reads generic CSV whose first line names the columns (any of
 // GenericColumns, in any order; others are ignored).
 func ParseCSV(r io.Reader, opts Options, emit Emit) error {
-	br := bufio.NewReaderSize(r, 64<<10)
 	var rec Record
-	if off := sniffBinary(br); off >= 0 {
+	cr, off := openCSV(r)
+	if off >= 0 {
 		rec.reset(1)
 		rec.Err = binaryError(off)
 		return emit(&rec)
 	}
-	cr := csv.NewReader(br)
-	cr.FieldsPerRecord = -1
-	cr.TrimLeadingSpace = true
 	header, err := cr.Read()
 	if err == io.EOF {
 		return nil

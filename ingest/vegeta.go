@@ -65,17 +65,14 @@ var vegetaCSVColumns = [...]string{"timestamp", "code", "latency", "bytes_out", 
 // ParseVegetaCSV reads `vegeta encode --to csv` output. Older vegeta
 // versions wrote fewer columns; the first six are required.
 func ParseVegetaCSV(r io.Reader, opts Options, emit Emit) error {
-	br := bufio.NewReaderSize(r, 64<<10)
 	var rec Record
-	if off := sniffBinary(br); off >= 0 {
+	cr, off := openCSV(r)
+	if off >= 0 {
 		rec.reset(1)
 		rec.Err = binaryError(off)
 		return emit(&rec)
 	}
-	cr := csv.NewReader(br)
-	cr.FieldsPerRecord = -1
 	cr.ReuseRecord = true
-	cr.TrimLeadingSpace = true
 	return scanCSV(cr, emit, &rec, func(fields []string, rec *Record) *LineError {
 		if len(fields) < 6 {
 			return lineErr(0, vegetaCSVColumns[len(fields)], "missing (the line has %d of vegeta's 12 columns)", len(fields))
@@ -159,6 +156,20 @@ func urlRemote(raw string) netip.AddrPort {
 }
 
 // scanCSV drives a CSV parser, numbering records by the line they start on.
+// openCSV wraps r in a lenient CSV reader (records may differ in length,
+// leading spaces trimmed), or returns the offset of binary content in r
+// (-1 when r is text), which no CSV parser should try to read.
+func openCSV(r io.Reader) (*csv.Reader, int) {
+	br := bufio.NewReaderSize(r, 64<<10)
+	if off := sniffBinary(br); off >= 0 {
+		return nil, off
+	}
+	cr := csv.NewReader(br)
+	cr.FieldsPerRecord = -1
+	cr.TrimLeadingSpace = true
+	return cr, -1
+}
+
 func scanCSV(cr *csv.Reader, emit Emit, rec *Record, parse func(fields []string, rec *Record) *LineError) error {
 	for n := 0; ; n++ {
 		fields, err := cr.Read()
