@@ -129,7 +129,7 @@ func (s *Postgres) Append(ctx context.Context, batch []event.Event) error {
 		return fmt.Errorf("store %s: appending %d events: %s", s.name, len(batch), oneLine(err))
 	}
 	if s.readOnly {
-		return fail(&pgconn.PgError{Code: "25006"})
+		return fmt.Errorf("store %s: database is read-only; %d events not written", s.name, len(batch))
 	}
 	if err := checkBatch(batch); err != nil {
 		return fmt.Errorf("store %s: %w", s.name, err)
@@ -234,14 +234,13 @@ func (s *Postgres) Scan(ctx context.Context, q Query, fn func(*event.Event) erro
 		return fmt.Errorf("store %s: querying events: %s", s.name, oneLine(err))
 	}
 	defer rows.Close()
-	var laddr, raddr netip.Addr
-	t := newScanTarget(&laddr, &raddr)
+	t := newScanTarget()
 	for rows.Next() {
-		laddr, raddr = netip.Addr{}, netip.Addr{}
+		t.laddr, t.raddr = netip.Addr{}, netip.Addr{} // NULL leaves them as they were
 		if err := rows.Scan(t.dest...); err != nil {
 			return fmt.Errorf("store %s: reading events: %w", s.name, err)
 		}
-		e, err := t.finish(laddr, raddr)
+		e, err := t.finish()
 		if err != nil {
 			return err
 		}

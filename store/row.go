@@ -44,17 +44,18 @@ func checkBatch(batch []event.Event) error {
 	return nil
 }
 
-// scanTarget holds the destinations for one row; reused across rows.
+// scanTarget holds the destinations for one Postgres row; reused across rows.
 type scanTarget struct {
 	id, netns            int64
 	kind, source, wk, wn string
 	lport, rport, flags  int32
-	laddr, raddr, attrs  []byte
+	laddr, raddr         netip.Addr
+	attrs                []byte
 	e                    event.Event
 	dest                 []any
 }
 
-func newScanTarget(laddr, raddr any) *scanTarget {
+func newScanTarget() *scanTarget {
 	t := &scanTarget{}
 	e := &t.e
 	t.dest = []any{
@@ -62,14 +63,14 @@ func newScanTarget(laddr, raddr any) *scanTarget {
 		&e.Pod.Namespace, &e.Pod.Name, &e.Pod.UID, &e.Pod.Container, &t.wk, &t.wn,
 		&e.PID, &e.Comm, &e.PeerPID, &e.PeerComm,
 		&e.Signal, &e.Code, &e.Duration,
-		laddr, &t.lport, raddr, &t.rport, &t.netns,
+		&t.laddr, &t.lport, &t.raddr, &t.rport, &t.netns,
 		&e.Service, &e.Slice, &e.Reason, &t.flags, &t.attrs,
 	}
 	return t
 }
 
 // finish completes the event after a row was scanned into dest.
-func (t *scanTarget) finish(local, remote netip.Addr) (*event.Event, error) {
+func (t *scanTarget) finish() (*event.Event, error) {
 	e := &t.e
 	e.ID = event.ID(t.id)
 	e.Kind = event.Kind(t.kind)
@@ -78,11 +79,11 @@ func (t *scanTarget) finish(local, remote netip.Addr) (*event.Event, error) {
 	e.NetNS = uint64(t.netns)
 	e.Flags = event.Flags(t.flags)
 	e.Local, e.Remote = netip.AddrPort{}, netip.AddrPort{}
-	if local.IsValid() {
-		e.Local = netip.AddrPortFrom(local, uint16(t.lport))
+	if t.laddr.IsValid() {
+		e.Local = netip.AddrPortFrom(t.laddr, uint16(t.lport))
 	}
-	if remote.IsValid() {
-		e.Remote = netip.AddrPortFrom(remote, uint16(t.rport))
+	if t.raddr.IsValid() {
+		e.Remote = netip.AddrPortFrom(t.raddr, uint16(t.rport))
 	}
 	e.Attrs = nil
 	if len(t.attrs) > 0 {

@@ -106,7 +106,7 @@ func (s *SQLite) probeReadOnly(ctx context.Context) (bool, error) {
 		}
 		return false, err
 	}
-	_, err = tx.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)")
+	_, err = tx.ExecContext(ctx, sqliteVersionTable)
 	if err != nil {
 		tx.Rollback()
 		if isReadOnly(err) {
@@ -308,12 +308,14 @@ func (s *SQLite) Prune(ctx context.Context, before int64) (int64, error) {
 
 type sqliteMigrator struct{ db *sql.DB }
 
+const sqliteVersionTable = "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)"
+
 // lock is a no-op: every migration runs in a BEGIN IMMEDIATE transaction,
 // which already excludes other writers.
 func (sqliteMigrator) lock(context.Context) (func(), error) { return func() {}, nil }
 
 func (m sqliteMigrator) version(ctx context.Context) (int, error) {
-	if _, err := m.db.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)"); err != nil {
+	if _, err := m.db.ExecContext(ctx, sqliteVersionTable); err != nil {
 		return 0, err
 	}
 	var v int
