@@ -64,7 +64,8 @@ type podWorker struct {
 
 func newPodWorker(n *Node, p *corev1.Pod) *podWorker {
 	return &podWorker{
-		n: n, uid: p.UID,
+		// latest is set before run can start: run reads it at once.
+		n: n, uid: p.UID, latest: p,
 		updated: make(chan struct{}, 1),
 		goneCh:  make(chan struct{}),
 		abortCh: make(chan struct{}),
