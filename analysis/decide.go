@@ -57,6 +57,10 @@ type Offsets struct {
 // Cause is the decided cause.
 func (d *Decision) Cause() Cause { return d.Rule.Cause }
 
+// unexplained is the decision when no rule holds; its Missing list says
+// what each rule lacked.
+var unexplained = Rule{Cause: CauseUnexplained, Title: "unexplained"}
+
 func (a *Aligner) decide(pf *pending) {
 	f := &pf.ev
 	t := f.Time
@@ -101,7 +105,7 @@ func (a *Aligner) decide(pf *pending) {
 	ks := a.kscratch[:0]
 	if fx.Client.IsValid() {
 		kpods := a.kpods[:0]
-		a.kernelFor(fx.Client, t-kw, t+la, func(k *event.Event, kp *podState) bool {
+		a.kernelFor(keyOf(fx.Client), t-kw, t+la, func(k *event.Event, kp *podState) bool {
 			if p == nil || kp == p {
 				ks = append(ks, k)
 				kpods = append(kpods, kp)
@@ -130,7 +134,7 @@ func (a *Aligner) decide(pf *pending) {
 		}
 		if !pf.inferred {
 			a.stats.WithClientAddr++
-			for _, it := range a.inferredAt[fx.Client] {
+			for _, it := range a.inferredAt[keyOf(fx.Client)] {
 				if it >= t-kw && it <= t+la {
 					a.stats.ProvenByKernel++
 					proven = true
@@ -170,7 +174,7 @@ func (a *Aligner) decide(pf *pending) {
 	}
 	a.scratch, a.missing = ev, d.Missing
 	if d.Rule == nil {
-		d.Rule = &Rule{Cause: CauseUnexplained, Title: "unexplained"}
+		d.Rule = &unexplained
 	}
 	if d.Rule.Cause != CauseUnexplained {
 		d.Missing = nil

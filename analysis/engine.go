@@ -41,9 +41,9 @@ type Aligner struct {
 	// previous one on the same client address; kidx holds the latest per
 	// client address.
 	kbuf         ring[kentry]
-	kidx         map[netip.AddrPort]int64
+	kidx         map[addrKey]int64
 	inferredSeen map[connKey]int64
-	inferredAt   map[netip.AddrPort][]int64
+	inferredAt   map[addrKey][]int64
 
 	global  ring[event.Event] // recent landmarks of all pods, for failures no pod claims
 	pending ring[pending]
@@ -106,9 +106,9 @@ func NewAligner(opts Options, onFailure func(*Decision), onPod func(*PodTimeline
 		ips:          map[netip.Addr][]*ipLease{},
 		svcs:         map[string]*svcState{},
 		svcIdx:       map[string][]string{},
-		kidx:         map[netip.AddrPort]int64{},
+		kidx:         map[addrKey]int64{},
 		inferredSeen: map[connKey]int64{},
-		inferredAt:   map[netip.AddrPort][]int64{},
+		inferredAt:   map[addrKey][]int64{},
 	}
 }
 
@@ -132,7 +132,7 @@ func (a *Aligner) Add(e *event.Event) error {
 	if e.Kind == event.ClientFailure {
 		inferred := e.Flags.Has(event.FlagInferred)
 		if inferred {
-			k := connKey{unmapAP(e.Local), unmapAP(e.Remote)}
+			k := connKey{keyOf(e.Local), keyOf(e.Remote)}
 			if t, ok := a.inferredSeen[k]; ok && e.Time-t <= int64(a.opts.KernelWindow) {
 				return nil // the aligner inferred this one itself
 			}
@@ -157,7 +157,8 @@ func (a *Aligner) Add(e *event.Event) error {
 	}
 	switch e.Kind {
 	case event.ConnClosed, event.RSTSent, event.RSTReceived, event.ConnRefused:
-		if c := unmapAP(e.Remote); c.IsValid() {
+		if e.Remote.IsValid() {
+			c := keyOf(e.Remote)
 			prev, ok := a.kidx[c]
 			if !ok {
 				prev = -1
@@ -305,7 +306,7 @@ func (a *Aligner) podByIP(ip netip.Addr, t int64) *podState {
 	return best
 }
 
-func (a *Aligner) markInferred(client netip.AddrPort, t int64) {
+func (a *Aligner) markInferred(client addrKey, t int64) {
 	a.inferredAt[client] = append(a.inferredAt[client], t)
 }
 
@@ -315,12 +316,12 @@ func (a *Aligner) sweep() {
 	la, kw := int64(a.opts.Lookahead), int64(a.opts.KernelWindow)
 	horizon := a.now - la - kw
 	for k := a.kbuf.front(); k != nil && k.ev.Time < horizon; k = a.kbuf.front() {
-		a.kbuf.drop()
-	}
-	for c, seq := range a.kidx {
-		if seq < a.kbuf.head {
+		// The index points at an address's latest entry: when that is
+		// the one going, nothing of the address is left.
+		if c := keyOf(k.ev.Remote); a.kidx[c] == a.kbuf.head {
 			delete(a.kidx, c)
 		}
+		a.kbuf.drop()
 	}
 	if n := a.kbuf.len(); n > a.stats.MaxKernelWindow {
 		a.stats.MaxKernelWindow = n
@@ -426,12 +427,12 @@ func (a *Aligner) infer(e *event.Event) {
 		return
 	}
 	client := unmapAP(e.Remote)
-	k := connKey{client, unmapAP(e.Local)}
+	k := connKey{keyOf(client), keyOf(e.Local)}
 	if t, ok := a.inferredSeen[k]; ok && e.Time-t <= int64(a.opts.KernelWindow) {
 		return // one failure per connection
 	}
 	a.inferredSeen[k] = e.Time
-	a.markInferred(client, e.Time)
+	a.markInferred(k.local, e.Time)
 	a.push(pending{
 		ev: event.Event{
 			Time: e.Time, Kind: event.ClientFailure, Node: e.Node, Source: event.SourceKernel,
@@ -445,7 +446,7 @@ func (a *Aligner) infer(e *event.Event) {
 // closedBefore reports whether this side closed e's connection earlier.
 func (a *Aligner) closedBefore(e *event.Event) bool {
 	found := false
-	a.kernelFor(unmapAP(e.Remote), e.Time-int64(a.opts.KernelWindow), e.Time, func(c *event.Event, _ *podState) bool {
+	a.kernelFor(keyOf(e.Remote), e.Time-int64(a.opts.KernelWindow), e.Time, func(c *event.Event, _ *podState) bool {
 		if c.Kind == event.ConnClosed && c.Reason != "peer" && c.Local == e.Local {
 			found = true
 			return false
@@ -473,7 +474,7 @@ func unmapAP(ap netip.AddrPort) netip.AddrPort {
 
 // kernelFor calls fn for the held connection events on client address c
 // with times in [from, to], newest first, until fn returns false.
-func (a *Aligner) kernelFor(c netip.AddrPort, from, to int64, fn func(*event.Event, *podState) bool) {
+func (a *Aligner) kernelFor(c addrKey, from, to int64, fn func(*event.Event, *podState) bool) {
 	seq, ok := a.kidx[c]
 	if !ok {
 		return

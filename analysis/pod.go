@@ -33,9 +33,9 @@ type podState struct {
 	services []string
 	spreads  [3]spreadAcc // endpoint not ready, terminating, removed
 
-	// Connections that ended after SIGTERM (after deletion when no SIGTERM
-	// is seen): how each one ended first.
-	conns map[connKey]connEnd
+	// Connection endings seen after SIGTERM (after deletion when no SIGTERM
+	// is seen), in time order; connSummary folds them per connection.
+	conns []connEnd
 
 	landmarks []event.Event
 	ips       []netip.Addr
@@ -73,14 +73,49 @@ func (s *spreadAcc) add(t int64, node string) {
 	s.nodes = append(s.nodes, node)
 }
 
-type connKey struct{ local, remote netip.AddrPort }
+// addrKey is an address and port as a map key without pointers (the
+// garbage collector skips such maps), IPv4 and IPv4-mapped IPv6 alike.
+type addrKey struct {
+	ip   [16]byte
+	port uint16
+}
 
+func keyOf(ap netip.AddrPort) addrKey {
+	return addrKey{ap.Addr().As16(), ap.Port()}
+}
+
+type connKey struct{ local, remote addrKey }
+
+// connEnd is one ending of a connection, kept small: a busy pod ends
+// thousands of connections after SIGTERM.
 type connEnd struct {
-	t          int64
-	kind       event.Kind
-	reason     string
-	flags      event.Flags
-	resetAfter bool // a RST followed the close: the peer sent data on a closed connection
+	key connKey
+	t   int64
+	how connHow
+}
+
+type connHow uint8
+
+const (
+	endClosed     connHow = iota // this side closed it
+	endClosedExit                // closed by the process's exit (the kernel saw it at exit)
+	endByPeer                    // the peer closed it
+	endRSTSent                   // this side reset it
+	endRSTRecv                   // the peer reset it
+)
+
+func connHowOf(e *event.Event) connHow {
+	switch {
+	case e.Kind == event.RSTSent:
+		return endRSTSent
+	case e.Kind == event.RSTReceived:
+		return endRSTRecv
+	case e.Reason == "peer":
+		return endByPeer
+	case e.Flags.Has(event.FlagAtExit):
+		return endClosedExit
+	}
+	return endClosed
 }
 
 const (
@@ -136,6 +171,9 @@ func (p *podState) ingest(e *event.Event, opts *Options) {
 		p.node = e.Node
 	}
 	if isLandmark(e.Kind) {
+		if p.landmarks == nil {
+			p.landmarks = make([]event.Event, 0, 16) // a replaced pod has 10 to 20
+		}
 		if len(p.landmarks) >= maxLandmarks {
 			p.landmarks = append(p.landmarks[:0], p.landmarks[maxLandmarks/2:]...)
 		}
@@ -259,18 +297,10 @@ func (p *podState) connEnded(e *event.Event) {
 	if ref == 0 || e.Time < ref {
 		return
 	}
-	k := connKey{e.Local, e.Remote}
 	if p.conns == nil {
-		p.conns = make(map[connKey]connEnd, 64)
+		p.conns = make([]connEnd, 0, 16)
 	}
-	if c, ok := p.conns[k]; ok {
-		if e.Kind == event.RSTSent && c.kind == event.ConnClosed && !c.resetAfter {
-			c.resetAfter = true
-			p.conns[k] = c
-		}
-		return
-	}
-	p.conns[k] = connEnd{t: e.Time, kind: e.Kind, reason: e.Reason, flags: e.Flags}
+	p.conns = append(p.conns, connEnd{key: connKey{keyOf(e.Local), keyOf(e.Remote)}, t: e.Time, how: connHowOf(e)})
 }
 
 func (p *podState) endpoint(e *event.Event) {

@@ -161,7 +161,7 @@ func ConnectionCut(f *Facts, dst []Piece) []Piece {
 	default:
 		return dst
 	}
-	role := "client saw " + f.Class
+	var role string
 	switch {
 	case f.Inferred:
 		role = "pod side proved a reset"
@@ -169,6 +169,8 @@ func ConnectionCut(f *Facts, dst []Piece) []Piece {
 		role = "client saw eof"
 	case f.Class == event.FailReset:
 		role = "client saw reset"
+	default:
+		role = "client saw status"
 	}
 	return append(dst, piece(role, f.Failure))
 }

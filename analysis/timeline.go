@@ -215,24 +215,7 @@ func (p *podState) timeline(opts *Options) PodTimeline {
 		}
 	}
 	if len(p.conns) > 0 {
-		c := &ConnSummary{}
-		for _, e := range p.conns {
-			c.AtSigterm++
-			switch {
-			case e.kind == event.RSTSent || e.kind == event.RSTReceived:
-				c.Reset++
-			case e.reason == "peer":
-				c.ByPeer++
-			case e.flags.Has(event.FlagAtExit) || (exit != nil && e.t <= exit.Time+int64(opts.ExitSlack) && exit.Time-e.t <= int64(opts.ExitSlack)):
-				c.ByExit++
-			default:
-				c.ByApp++
-			}
-			if e.resetAfter {
-				c.RacedAfterClose++
-			}
-		}
-		t.Connections = c
+		t.Connections = p.connSummary(exit, opts)
 	}
 	// Gaps.
 	if p.sigterm.Time != 0 {
@@ -282,4 +265,45 @@ func sigView(e *event.Event) SignalView {
 		Time: e.Time, Signal: signalName(e.Signal),
 		Sender: e.PeerComm, SenderPID: e.PeerPID, Target: e.Comm, TargetPID: e.PID,
 	}
+}
+
+// connSummary counts the connections that ended after SIGTERM by how each
+// first ended, and those where a RST followed this side's close: the peer
+// sent data on a connection the pod had already closed.
+func (p *podState) connSummary(exit *event.Event, opts *Options) *ConnSummary {
+	c := &ConnSummary{}
+	type conn struct {
+		first int  // index of its first ending
+		raced bool // a RST followed this side's close
+	}
+	conns := make(map[connKey]conn, len(p.conns))
+	for i, e := range p.conns {
+		k, seen := conns[e.key]
+		if !seen {
+			conns[e.key] = conn{first: i}
+			continue
+		}
+		if e.how == endRSTSent && p.conns[k.first].how <= endByPeer {
+			k.raced = true
+			conns[e.key] = k
+		}
+	}
+	for _, k := range conns {
+		e := &p.conns[k.first]
+		c.AtSigterm++
+		switch {
+		case e.how == endRSTSent || e.how == endRSTRecv:
+			c.Reset++
+		case e.how == endByPeer:
+			c.ByPeer++
+		case e.how == endClosedExit || (exit != nil && e.t <= exit.Time+int64(opts.ExitSlack) && exit.Time-e.t <= int64(opts.ExitSlack)):
+			c.ByExit++
+		default:
+			c.ByApp++
+		}
+		if k.raced {
+			c.RacedAfterClose++
+		}
+	}
+	return c
 }
