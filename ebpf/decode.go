@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"time"
 	"unsafe"
 
 	"github.com/drainscope/drainscope/event"
@@ -98,6 +99,7 @@ func decodeRaw(b []byte, r *probesEvent) error {
 	copy(unsafe.Slice((*byte)(unsafe.Pointer(&r.PeerComm[0])), len(r.PeerComm)), b[104:120])
 	r.OldState = b[120]
 	r.NewState = b[121]
+	r.IdleUs = nativeEndian.Uint32(b[124:])
 	return nil
 }
 
@@ -159,6 +161,12 @@ func (d *decoder) fill(e *event.Event, r *probesEvent, wall int64, attrs map[str
 		e.Reason = ReasonLocal
 		if r.Flags&flagPeer != 0 {
 			e.Reason = ReasonPeer
+		}
+		if r.IdleUs > 0 {
+			e.Duration = int64(r.IdleUs-1) * int64(time.Microsecond)
+			if e.Duration == 0 {
+				e.Duration = 1 // idle for less than a microsecond: known, not zero
+			}
 		}
 	case kindRSTSent, kindRefused:
 		switch {

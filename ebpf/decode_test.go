@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"reflect"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/cilium/ebpf/btf"
@@ -42,7 +43,7 @@ func TestDecodeRawRoundTrip(t *testing.T) {
 		Pid: 0x31323334, Tid: 0x41424344, PeerPid: 0x51525354, Signal: -7, Code: -9,
 		Flags: 0x61626364, Reason: 0x7172, Kind: 0x73, Family: 0x74, Lport: 0x8182, Rport: 0x9192,
 		Laddr: addr16("2001:db8::1"), Raddr: addr16("2001:db8::2"),
-		Comm: comm("server"), PeerComm: comm("containerd-shim"), OldState: 0xa1, NewState: 0xa2,
+		Comm: comm("server"), PeerComm: comm("containerd-shim"), OldState: 0xa1, NewState: 0xa2, IdleUs: 0xb1b2b3b4,
 	}
 	var out probesEvent
 	if err := decodeRaw(rawBytes(&in), &out); err != nil {
@@ -112,6 +113,14 @@ func TestFill(t *testing.T) {
 				Family: afInet6, Laddr: addr16("::ffff:10.0.0.2"), Lport: 8080, Raddr: addr16("::ffff:10.0.0.9"), Rport: 40000},
 			want: event.Event{Kind: event.ConnClosed, PID: 100, Comm: "app", Reason: ReasonLocal,
 				Local: netip.MustParseAddrPort("10.0.0.2:8080"), Remote: netip.MustParseAddrPort("10.0.0.9:40000")},
+		},
+		{
+			name: "closed at exit 25 ms after its last packet",
+			raw: probesEvent{Kind: kindConnClose, Pid: 100, Flags: flagOwner | flagAtExit, Comm: comm("app"), IdleUs: 25_001,
+				Family: afInet, Laddr: addr16("10.0.0.2"), Lport: 8080, Raddr: addr16("10.0.0.9"), Rport: 40000},
+			want: event.Event{Kind: event.ConnClosed, PID: 100, Comm: "app", Reason: ReasonLocal, Flags: event.FlagAtExit,
+				Duration: int64(25 * time.Millisecond),
+				Local:    netip.MustParseAddrPort("10.0.0.2:8080"), Remote: netip.MustParseAddrPort("10.0.0.9:40000")},
 		},
 		{
 			name: "refused",
@@ -206,7 +215,7 @@ func TestLayout(t *testing.T) {
 	want := map[string]uintptr{
 		"TsNs": 0, "CgroupId": 8, "Netns": 16, "Pid": 24, "Tid": 28, "PeerPid": 32, "Signal": 36,
 		"Code": 40, "Flags": 44, "Reason": 48, "Kind": 50, "Family": 51, "Lport": 52, "Rport": 54,
-		"Laddr": 56, "Raddr": 72, "Comm": 88, "PeerComm": 104, "OldState": 120, "NewState": 121,
+		"Laddr": 56, "Raddr": 72, "Comm": 88, "PeerComm": 104, "OldState": 120, "NewState": 121, "IdleUs": 124,
 	}
 	for name, off := range want {
 		f, ok := gt.FieldByName(name)

@@ -279,11 +279,15 @@ func TestKeepAliveClosedByExit(t *testing.T) {
 	h, addr := serve(t, p, "exit", 0)
 
 	conn, br := dial(t, addr)
+	sent := time.Now()
 	request(t, conn, br) // the connection is established and idle
+	const idle = 300 * time.Millisecond
+	time.Sleep(idle)
 	before := wallNow()
 	syscall.Kill(h.Pid(), syscall.SIGTERM)
 	h.Wait(t)
 	after := wallNow()
+	sinceSent := time.Since(sent)
 
 	client := localAddr(conn)
 	cc := r.waitFor(t, "conn_closed", func(e *event.Event) bool {
@@ -298,6 +302,13 @@ func TestKeepAliveClosedByExit(t *testing.T) {
 	assertPod(t, cc, p, true)
 	assertOrder(t, sig, exit, cc)
 	assertWithin(t, cc, before, after, c)
+	// How long the connection had been idle: at least the sleep (less the
+	// client's delayed ACK of the response), at most the time since the
+	// request went out.
+	if got := time.Duration(cc.Duration); got < idle-100*time.Millisecond || got > sinceSent {
+		t.Errorf("conn_closed idle for %v, want between %v and %v", got, idle-100*time.Millisecond, sinceSent)
+	}
+	t.Logf("connection idle %v at the exit (slept %v)", time.Duration(cc.Duration), idle)
 
 	// The client sees the FIN: its read returns EOF.
 	conn.SetReadDeadline(time.Now().Add(5 * time.Second))

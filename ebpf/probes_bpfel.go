@@ -36,7 +36,7 @@ type probesEvent struct {
 	OldState uint8
 	NewState uint8
 	Pad0     uint16
-	Pad1     uint32
+	IdleUs   uint32
 }
 
 type probesFlag uint32

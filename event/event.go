@@ -34,7 +34,7 @@ type Event struct {
 
 	Signal   int32 // signal number: Signal, ProcessExit by signal
 	Code     int32 // exit code (ProcessExit, ContainerTerminated); HTTP status (ClientFailure)
-	Duration int64 // nanoseconds: grace period (PodDeletion), request duration (ClientFailure)
+	Duration int64 // nanoseconds: grace period (PodDeletion), request duration (ClientFailure), idle time (ConnClosed)
 
 	Local  netip.AddrPort // socket's local side; endpoint address (Endpoint*); client address (ClientFailure)
 	Remote netip.AddrPort // socket's peer; target dialled (ClientFailure)

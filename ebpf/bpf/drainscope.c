@@ -76,7 +76,7 @@ struct event {
 	__u8 old_state;
 	__u8 new_state;
 	__u16 _pad0;
-	__u32 _pad1;
+	__u32 idle_us;   // connection close: 1 + µs since the socket's last packet; 0 unknown
 };
 
 // Emit the types for bpf2go, which generates their Go counterparts.
@@ -422,6 +422,15 @@ int BPF_PROG(inet_sock_set_state, const struct sock *sk, const int oldstate, con
 	e->flags = flags;
 	e->old_state = oldstate;
 	e->new_state = newstate;
+	if (kind == KIND_CONN_CLOSE) {
+		// tcp_mstamp is the time of the socket's most recent packet, in
+		// CLOCK_MONOTONIC microseconds: how long the connection had been
+		// idle tells a connection in use from an idle pooled one.
+		__u64 last = BPF_CORE_READ((const struct tcp_sock *)sk, tcp_mstamp);
+		__u64 now = e->ts_ns / 1000;
+		if (last && now >= last)
+			e->idle_us = now - last >= 0xffffffffULL ? 0xffffffffU : (__u32)(now - last) + 1;
+	}
 	read_sock_addrs(e, sk, 1);
 	sock_owner(e, e->cgroup_id, netns);
 	submit(e);
