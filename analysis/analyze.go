@@ -87,14 +87,23 @@ type PodCount struct {
 // Inference compares what kernel evidence alone proves with what clients
 // reported.
 type Inference struct {
-	Inferred int            `json:"inferred"`
-	ByProof  map[string]int `json:"by_proof"`
+	Inferred int `json:"inferred"`
+	// Likely of Inferred rest on an in-use connection the exit cut
+	// (ProofInUseAtExit), not on a packet that proves the failure.
+	Likely  int            `json:"likely"`
+	ByProof map[string]int `json:"by_proof"`
 	// ClientFailures with a client address can be matched to kernel
-	// evidence; Proven of them were.
+	// evidence; Proven of them were, ProvenLikely of those only by a
+	// likely inferred failure.
 	ClientFailures    int      `json:"client_failures"`
 	WithClientAddress int      `json:"with_client_address"`
 	Proven            int      `json:"proven"`
+	ProvenLikely      int      `json:"proven_likely"`
 	Ratio             *float64 `json:"ratio,omitempty"` // Proven / ClientFailures
+	// RefusedOutOfRotation counts refused SYNs that came after the pod's
+	// endpoint had left rotation everywhere: probes or clients bypassing
+	// the Service, not counted as failures.
+	RefusedOutOfRotation int `json:"refused_out_of_rotation"`
 }
 
 // Rollout is the terminations of one workload that belong together, with
@@ -274,6 +283,9 @@ func (c *collector) failure(d *Decision) {
 		accs = c.inferred
 		c.inf.Inferred++
 		c.inf.ByProof[d.Proof]++
+		if d.Proof == ProofInUseAtExit {
+			c.inf.Likely++
+		}
 		c.inferInWindow++
 	} else {
 		c.clientInWindow++
@@ -297,6 +309,9 @@ func (c *collector) failure(d *Decision) {
 		}
 		if d.Proven {
 			c.inf.Proven++
+		}
+		if d.Likely {
+			c.inf.ProvenLikely++
 		}
 		if d.Pod.IsZero() {
 			c.unattr[t/1e9]++
@@ -375,6 +390,7 @@ func (c *collector) pod(t *PodTimeline) {
 	}
 	cp := *t
 	cp.events = nil
+	c.inf.RefusedOutOfRotation += t.RefusedOutOfRotation
 	c.tls[podKey(t.Pod.UID, t.Pod.Namespace, t.Pod.Name)] = &cp
 	c.order = append(c.order, &cp)
 }

@@ -145,6 +145,14 @@ func (r *rec) connClosed(p *tpod, d int64, client netip.AddrPort, reason string,
 	r.add(e)
 }
 
+// connClosedIdle is a connection the exit closed idle for the given time
+// since its last packet, as the kernel capture measures it.
+func (r *rec) connClosedIdle(p *tpod, d int64, client netip.AddrPort, idle int64) {
+	e := r.kernel(p, d, event.ConnClosed)
+	e.Local, e.Remote, e.Reason, e.Flags, e.Duration = p.addr(), client, "local", event.FlagAtExit, idle
+	r.add(e)
+}
+
 func (r *rec) rst(p *tpod, d int64, client netip.AddrPort, reason string, f event.Flags) {
 	e := r.kernel(p, d, event.RSTSent)
 	e.Local, e.Remote, e.Reason, e.Flags = p.addr(), client, reason, f

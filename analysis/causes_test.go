@@ -109,7 +109,7 @@ func TestCauses(t *testing.T) {
 				r.failure(201*ms, client(7), event.FailRefused)
 				r.leave(p, 300*ms, 400*ms) // node-b takes it out at 700 ms
 			},
-			want: []want{{cause: CauseEndpointRace, pod: "default/web-1", via: "kernel", says: "node node-b still routed to it until 499 ms later"}},
+			want: []want{{cause: CauseEndpointRace, pod: "default/web-1", via: "kernel", says: "node node-b still routed to it until 501 ms later"}}, // the connection began 2 ms before the refusal reached the client,
 		},
 		{
 			name: "refused 300 ms after the last node's removal: within proxy lag",
@@ -122,7 +122,7 @@ func TestCauses(t *testing.T) {
 				r.listenerClosed(p, 31*ms)
 				r.failure(400*ms, client(7), event.FailRefused, backend(p))
 			},
-			want: []want{{cause: CauseEndpointRace, pod: "default/web-1", via: "backend", says: "only 300 ms before"}},
+			want: []want{{cause: CauseEndpointRace, pod: "default/web-1", via: "backend", says: "only 298 ms before"}}, // judged when the connection began, 2 ms before,
 		},
 		{
 			name: "refused 2 s after removal everywhere: not a race the data shows",
@@ -281,6 +281,46 @@ func TestCauses(t *testing.T) {
 			want: []want{{cause: CauseEndpointRace, pod: "default/web-1", via: "backend"}},
 		},
 		{
+			name: "timeout on a connection made after the exit, before the proxy caught up: endpoint race",
+			build: func(r *rec) {
+				p := r.pod("web-1", "10.244.0.11")
+				r.ready(p, -60*s)
+				r.deletion(p, 0, 30*time.Second)
+				r.signal(p, 1*ms, 15)
+				r.exit(p, 2*ms, 0, 0)
+				r.removed(p, 30*ms, 0)
+				// dialled 68 ms after the removal; gave up 5 s later
+				r.failure(98*ms+5*s, client(7), event.FailTimeout, backend(p), took(5*time.Second))
+			},
+			want: []want{{cause: CauseEndpointRace, pod: "default/web-1", via: "backend", says: "its process had exited 96 ms before, while node lab had taken it out only 68 ms before"}},
+		},
+		{
+			name: "timeout on a connection made before the exit: not an endpoint race",
+			build: func(r *rec) {
+				p := r.pod("web-1", "10.244.0.11")
+				r.ready(p, -60*s)
+				r.deletion(p, 0, 30*time.Second)
+				r.signal(p, 1*ms, 15)
+				r.exit(p, 2*ms, 0, 0)
+				r.removed(p, 30*ms, 0)
+				r.failure(1*ms+5*s, client(7), event.FailTimeout, backend(p), took(5*time.Second))
+			},
+			want: []want{{cause: CauseUnexplained, pod: "default/web-1", via: "backend", before: event.EndpointRemoved}},
+		},
+		{
+			name: "timeout long after the proxy caught up: unexplained",
+			build: func(r *rec) {
+				p := r.pod("web-1", "10.244.0.11")
+				r.ready(p, -60*s)
+				r.deletion(p, 0, 30*time.Second)
+				r.signal(p, 1*ms, 15)
+				r.exit(p, 2*ms, 0, 0)
+				r.removed(p, 30*ms, 0)
+				r.failure(3*s+5*s, client(7), event.FailTimeout, backend(p), took(5*time.Second))
+			},
+			want: []want{{cause: CauseUnexplained, pod: "default/web-1", via: "backend", before: event.EndpointRemoved}},
+		},
+		{
 			name: "tie: an IP reused by the next pod goes to the pod that had it then",
 			build: func(r *rec) {
 				p := r.pod("web-1", "10.244.0.11")
@@ -353,4 +393,114 @@ func TestCauses(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestInference checks what the pod side proves with no client log: which
+// kernel evidence becomes an inferred failure, which is likely rather than
+// proven, and which is set aside.
+func TestInference(t *testing.T) {
+	cases := []struct {
+		name    string
+		build   func(r *rec, p *tpod)
+		byProof map[string]int
+		likely  int
+		aside   int // refused SYNs set aside
+	}{
+		{
+			name: "refused while in rotation: proven",
+			build: func(r *rec, p *tpod) {
+				r.signal(p, 1*ms, 15)
+				r.exit(p, 2*ms, 0, 0)
+				r.refused(p, 100*ms, client(1))
+				r.leave(p, 300*ms, 0)
+			},
+			byProof: map[string]int{ProofRefusedSYN: 1},
+		},
+		{
+			name: "refused within the proxy lag after the last node took it out: proven",
+			build: func(r *rec, p *tpod) {
+				r.leave(p, 50*ms, 0)
+				r.signal(p, 5*s, 15)
+				r.listenerClosed(p, 5*s+1*ms)
+				r.refused(p, 5*s+2*ms-4*s, client(1)) // 0.95 s after leaving: still routed by a lagging proxy
+			},
+			byProof: map[string]int{ProofRefusedSYN: 1},
+		},
+		{
+			name: "refused long after leaving rotation (readiness probes during preStop): set aside",
+			build: func(r *rec, p *tpod) {
+				r.leave(p, 50*ms, 0)
+				r.signal(p, 5*s, 15)
+				r.listenerClosed(p, 5*s+1*ms)
+				for i := 0; i < 3; i++ {
+					r.refused(p, 6*s+int64(i)*s, client(10+i))
+				}
+				r.exit(p, 8*s, 0, 0)
+			},
+			aside: 3,
+		},
+		{
+			name: "keep-alive connection in use cut at exit: likely",
+			build: func(r *rec, p *tpod) {
+				r.signal(p, 1*ms, 15)
+				r.exit(p, 2*ms, 0, 0)
+				r.connClosedIdle(p, 2*ms+50_000, client(1), 20*ms)
+			},
+			byProof: map[string]int{ProofInUseAtExit: 1},
+			likely:  1,
+		},
+		{
+			name: "in use, then the client's request met a reset: proven once",
+			build: func(r *rec, p *tpod) {
+				r.signal(p, 1*ms, 15)
+				r.exit(p, 2*ms, 0, 0)
+				r.connClosedIdle(p, 2*ms+50_000, client(1), 20*ms)
+				r.rst(p, 15*ms, client(1), "TCP_ABORT_ON_DATA", 0)
+			},
+			byProof: map[string]int{ProofRSTAfterClose: 1},
+		},
+		{
+			name: "idle pooled connection cut at exit, or one of unknown idleness: nothing",
+			build: func(r *rec, p *tpod) {
+				r.signal(p, 1*ms, 15)
+				r.exit(p, 2*ms, 0, 0)
+				r.connClosedIdle(p, 2*ms+50_000, client(1), 30*time.Second.Nanoseconds())
+				r.connClosed(p, 2*ms+60_000, client(2), "local", event.FlagAtExit)
+			},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRec()
+			p := r.pod("web-1", "10.244.0.11")
+			r.ready(p, -60*s)
+			r.deletion(p, 0, 30*time.Second)
+			tc.build(r, p)
+			res := analyzeAll(t, r)
+			inf := res.Inference
+			t.Logf("%+v", inf)
+			if inf.Inferred != total(tc.byProof) || len(inf.ByProof) != len(tc.byProof) {
+				t.Errorf("inferred %d %v, want %v", inf.Inferred, inf.ByProof, tc.byProof)
+			}
+			for k, n := range tc.byProof {
+				if inf.ByProof[k] != n {
+					t.Errorf("%s: %d, want %d", k, inf.ByProof[k], n)
+				}
+			}
+			if inf.Likely != tc.likely {
+				t.Errorf("likely %d, want %d", inf.Likely, tc.likely)
+			}
+			if inf.RefusedOutOfRotation != tc.aside {
+				t.Errorf("refused SYNs set aside: %d, want %d", inf.RefusedOutOfRotation, tc.aside)
+			}
+		})
+	}
+}
+
+func total(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
 }

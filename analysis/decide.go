@@ -15,10 +15,12 @@ import (
 type Decision struct {
 	Failure  *event.Event
 	Inferred bool
-	Proof    string // inferred: refused_syn, rst_after_close, rst_unread_data, stored
+	Proof    string // inferred: one of the Proof constants
 	// Proven: a client-reported failure that kernel evidence alone also
-	// shows (an inferred failure on the same client address and port).
+	// shows (an inferred failure on the same client address and port);
+	// Likely: only an in-use connection cut at exit showed it.
 	Proven   bool
+	Likely   bool
 	Pod      event.PodRef
 	Workload event.Workload
 	Via      string // how the pod was found: pod, backend, target, kernel; "" when none was
@@ -67,7 +69,7 @@ func (a *Aligner) decide(pf *pending) {
 	la, kw := int64(a.opts.Lookahead), int64(a.opts.KernelWindow)
 	fx := &a.facts
 	*fx = Facts{
-		Failure: f, Inferred: pf.inferred, Proof: pf.proof, Class: f.Reason, Client: unmapAP(f.Local),
+		Failure: f, Start: t - max(f.Duration, 0), Inferred: pf.inferred, Proof: pf.proof, Class: f.Reason, Client: unmapAP(f.Local),
 		opts: &a.opts, a: a, horizon: t + la,
 	}
 	if pf.inferred {
@@ -101,7 +103,7 @@ func (a *Aligner) decide(pf *pending) {
 			via = "target"
 		}
 	}
-	proven := false
+	proven, likely := false, false
 	ks := a.kscratch[:0]
 	if fx.Client.IsValid() {
 		kpods := a.kpods[:0]
@@ -134,12 +136,19 @@ func (a *Aligner) decide(pf *pending) {
 		}
 		if !pf.inferred {
 			a.stats.WithClientAddr++
-			for _, it := range a.inferredAt[keyOf(fx.Client)] {
-				if it >= t-kw && it <= t+la {
-					a.stats.ProvenByKernel++
+			likely = true
+			for _, m := range a.inferredAt[keyOf(fx.Client)] {
+				if m.t >= t-kw && m.t <= t+la {
 					proven = true
-					break
+					likely = likely && m.likely
 				}
+			}
+			likely = likely && proven
+			if proven {
+				a.stats.ProvenByKernel++
+			}
+			if likely {
+				a.stats.ProvenLikely++
 			}
 		}
 	}
@@ -151,7 +160,7 @@ func (a *Aligner) decide(pf *pending) {
 	}
 
 	d := &a.dec
-	*d = Decision{Failure: f, Inferred: pf.inferred, Proof: pf.proof, Proven: proven, Via: via, facts: fx, Missing: a.missing[:0]}
+	*d = Decision{Failure: f, Inferred: pf.inferred, Proof: pf.proof, Proven: proven, Likely: likely, Via: via, facts: fx, Missing: a.missing[:0]}
 	ev := a.scratch[:0]
 	for i := range a.opts.Rules {
 		r := &a.opts.Rules[i]

@@ -42,8 +42,8 @@ type Aligner struct {
 	// client address.
 	kbuf         ring[kentry]
 	kidx         map[addrKey]int64
-	inferredSeen map[connKey]int64
-	inferredAt   map[addrKey][]int64
+	inferredSeen map[connKey]seenInference
+	inferredAt   map[addrKey][]inferMark
 
 	global  ring[event.Event] // recent landmarks of all pods, for failures no pod claims
 	pending ring[pending]
@@ -78,17 +78,49 @@ type pending struct {
 	proof    string // for inferred failures: which kernel evidence proved it
 }
 
+// Proofs of inferred failures: the pod-side kernel evidence behind each.
+const (
+	ProofRefusedSYN    = "refused_syn"     // a SYN answered by a no-socket RST
+	ProofRSTAfterClose = "rst_after_close" // a RST answering data on a connection this side closed
+	ProofRSTUnread     = "rst_unread_data" // a RST at close with a request unread
+	ProofStored        = "stored"          // an inferred failure read back from the store
+	// ProofInUseAtExit is the one likely rather than proven: a keep-alive
+	// connection in use (a packet within Options.InUseWithin) that the
+	// exit closed. Its client fails on its next request unless it notices
+	// the close first; the request may never reach the pod, whose network
+	// goes with it.
+	ProofInUseAtExit = "in_use_at_exit"
+)
+
+// seenInference is the inferred failure of one connection: when, and its
+// place in the pending queue while it waits there.
+type seenInference struct {
+	t, seq int64
+}
+
+// inferMark is an inferred failure on a client address, for matching
+// client-reported failures.
+type inferMark struct {
+	t      int64
+	likely bool
+}
+
 // Stats counts what went through an Aligner.
 type Stats struct {
-	Events          int `json:"events"`
-	ClientFailures  int `json:"client_failures"`
-	Inferred        int `json:"inferred_failures"`
-	WithClientAddr  int `json:"client_failures_with_address"`
-	ProvenByKernel  int `json:"client_failures_proven_by_kernel"`
-	Unresolved      int `json:"failures_without_pod"`
-	PodsEvicted     int `json:"pods_evicted"`
-	MaxPending      int `json:"max_pending"`
-	MaxKernelWindow int `json:"max_kernel_window"`
+	Events         int `json:"events"`
+	ClientFailures int `json:"client_failures"`
+	Inferred       int `json:"inferred_failures"`
+	WithClientAddr int `json:"client_failures_with_address"`
+	ProvenByKernel int `json:"client_failures_proven_by_kernel"`
+	ProvenLikely   int `json:"client_failures_matched_only_likely"` // of ProvenByKernel: matched only by an in-use connection cut at exit
+	// Refused SYNs after the pod's endpoint had left rotation everywhere
+	// (beyond the proxy lag): the kubelet's readiness probes, or clients
+	// that bypass the Service. Not counted as failures.
+	RefusedOutOfRotation int `json:"refused_out_of_rotation"`
+	Unresolved           int `json:"failures_without_pod"`
+	PodsEvicted          int `json:"pods_evicted"`
+	MaxPending           int `json:"max_pending"`
+	MaxKernelWindow      int `json:"max_kernel_window"`
 }
 
 // NewAligner returns an aligner that calls onFailure for every failure,
@@ -107,8 +139,8 @@ func NewAligner(opts Options, onFailure func(*Decision), onPod func(*PodTimeline
 		svcs:         map[string]*svcState{},
 		svcIdx:       map[string][]string{},
 		kidx:         map[addrKey]int64{},
-		inferredSeen: map[connKey]int64{},
-		inferredAt:   map[addrKey][]int64{},
+		inferredSeen: map[connKey]seenInference{},
+		inferredAt:   map[addrKey][]inferMark{},
 	}
 }
 
@@ -133,15 +165,15 @@ func (a *Aligner) Add(e *event.Event) error {
 		inferred := e.Flags.Has(event.FlagInferred)
 		if inferred {
 			k := connKey{keyOf(e.Local), keyOf(e.Remote)}
-			if t, ok := a.inferredSeen[k]; ok && e.Time-t <= int64(a.opts.KernelWindow) {
+			if seen, ok := a.inferredSeen[k]; ok && e.Time-seen.t <= int64(a.opts.KernelWindow) {
 				return nil // the aligner inferred this one itself
 			}
-			a.inferredSeen[k] = e.Time
-			a.markInferred(k.local, e.Time)
+			a.inferredSeen[k] = seenInference{t: e.Time, seq: -1}
+			a.markInferred(k.local, e.Time, false)
 		}
 		// The failure waits a lookahead; its Attrs map is shared, not
 		// copied (see Add).
-		a.push(pending{ev: *e, inferred: inferred, proof: "stored"})
+		a.push(pending{ev: *e, inferred: inferred, proof: ProofStored})
 		return nil
 	}
 	p := a.pod(&e.Pod, true)
@@ -167,7 +199,7 @@ func (a *Aligner) Add(e *event.Event) error {
 			ev.Attrs = nil // connection events need no extras
 			a.kidx[c] = a.kbuf.push(kentry{ev: ev, pod: p, prev: prev})
 		}
-		a.infer(e)
+		a.infer(e, p)
 	}
 	return nil
 }
@@ -199,11 +231,12 @@ func (a *Aligner) Flush() {
 	}
 }
 
-func (a *Aligner) push(p pending) {
-	a.pending.push(p)
+func (a *Aligner) push(p pending) int64 {
+	seq := a.pending.push(p)
 	if n := a.pending.len(); n > a.stats.MaxPending {
 		a.stats.MaxPending = n
 	}
+	return seq
 }
 
 // flush decides the failures whose lookahead ends before now.
@@ -306,8 +339,8 @@ func (a *Aligner) podByIP(ip netip.Addr, t int64) *podState {
 	return best
 }
 
-func (a *Aligner) markInferred(client addrKey, t int64) {
-	a.inferredAt[client] = append(a.inferredAt[client], t)
+func (a *Aligner) markInferred(client addrKey, t int64, likely bool) {
+	a.inferredAt[client] = append(a.inferredAt[client], inferMark{t, likely})
 }
 
 // sweep drops what no pending or future failure can need.
@@ -326,14 +359,14 @@ func (a *Aligner) sweep() {
 	if n := a.kbuf.len(); n > a.stats.MaxKernelWindow {
 		a.stats.MaxKernelWindow = n
 	}
-	for k, t := range a.inferredSeen {
-		if t < horizon {
+	for k, seen := range a.inferredSeen {
+		if seen.t < horizon {
 			delete(a.inferredSeen, k)
 		}
 	}
 	for k, ts := range a.inferredAt {
 		i := 0
-		for i < len(ts) && ts[i] < horizon {
+		for i < len(ts) && ts[i].t < horizon {
 			i++
 		}
 		if i == len(ts) {
@@ -407,20 +440,31 @@ func hasLifecycle(p *podState) bool {
 }
 
 // infer turns pod-side kernel evidence of a failed request into an inferred
-// client failure: a refused SYN, a RST answering data on a connection this
-// side had closed, a RST at close with unread data.
-func (a *Aligner) infer(e *event.Event) {
+// client failure: a refused SYN while the endpoint could still be routed
+// to, a RST answering data on a connection this side had closed, a RST at
+// close with unread data; and, as likely rather than proven, a keep-alive
+// connection in use that the exit closed. p is the pod e belongs to.
+func (a *Aligner) infer(e *event.Event, p *podState) {
 	var proof, class string
 	switch e.Kind {
 	case event.ConnRefused:
-		proof, class = "refused_syn", event.FailRefused
+		if p != nil && p.outOfRotation(e.Time, &a.opts) {
+			a.stats.RefusedOutOfRotation++
+			p.refusedOutOfRotation++
+			return
+		}
+		proof, class = ProofRefusedSYN, event.FailRefused
 	case event.RSTSent:
 		r := normReason(e.Reason)
 		switch {
 		case e.Flags.Has(event.FlagUnreadData) || r == "TCP_ABORT_ON_CLOSE":
-			proof, class = "rst_unread_data", event.FailReset
+			proof, class = ProofRSTUnread, event.FailReset
 		case r == "TCP_ABORT_ON_DATA" || r == "NO_SOCKET" || a.closedBefore(e):
-			proof, class = "rst_after_close", event.FailReset
+			proof, class = ProofRSTAfterClose, event.FailReset
+		}
+	case event.ConnClosed:
+		if e.Flags.Has(event.FlagAtExit) && e.Reason != "peer" && e.Duration > 0 && e.Duration <= int64(a.opts.InUseWithin) {
+			proof, class = ProofInUseAtExit, event.FailEOF
 		}
 	}
 	if proof == "" {
@@ -428,12 +472,24 @@ func (a *Aligner) infer(e *event.Event) {
 	}
 	client := unmapAP(e.Remote)
 	k := connKey{keyOf(client), keyOf(e.Local)}
-	if t, ok := a.inferredSeen[k]; ok && e.Time-t <= int64(a.opts.KernelWindow) {
-		return // one failure per connection
+	if seen, ok := a.inferredSeen[k]; ok && e.Time-seen.t <= int64(a.opts.KernelWindow) {
+		// One failure per connection. A reset that follows the close of a
+		// connection in use proves what the close made likely.
+		if proof != ProofInUseAtExit {
+			if q := a.pending.at(seen.seq); q != nil && q.proof == ProofInUseAtExit {
+				q.proof, q.ev.Reason = proof, class
+				for i, m := range a.inferredAt[k.local] {
+					if m.t == seen.t {
+						a.inferredAt[k.local][i].likely = false
+					}
+				}
+			}
+		}
+		return
 	}
-	a.inferredSeen[k] = e.Time
-	a.markInferred(k.local, e.Time)
-	a.push(pending{
+	likely := proof == ProofInUseAtExit
+	a.markInferred(k.local, e.Time, likely)
+	seq := a.push(pending{
 		ev: event.Event{
 			Time: e.Time, Kind: event.ClientFailure, Node: e.Node, Source: event.SourceKernel,
 			Pod: e.Pod, Workload: e.Workload, Local: client, Remote: unmapAP(e.Local),
@@ -441,6 +497,7 @@ func (a *Aligner) infer(e *event.Event) {
 		},
 		inferred: true, proof: proof,
 	})
+	a.inferredSeen[k] = seenInference{t: e.Time, seq: seq}
 }
 
 // closedBefore reports whether this side closed e's connection earlier.

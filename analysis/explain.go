@@ -48,12 +48,7 @@ var (
 	tmplMu    sync.Mutex
 	tmplCache = map[string]*template.Template{}
 	tmplFuncs = template.FuncMap{
-		"plural": func(n int, one, many string) string {
-			if n == 1 {
-				return one
-			}
-			return many
-		},
+		"plural": plural,
 	}
 )
 
@@ -206,7 +201,7 @@ func (d *Decision) explainData() ExplainData {
 		if p.deletion.Duration > 0 {
 			x.Grace = fmtDur(p.deletion.Duration)
 		}
-		t := f.Time
+		t := fx.Start // a connection is routed when it is made
 		switch {
 		case p.listener.Time != 0 && p.listener.Time <= t:
 			x.Terminating = "its listener had closed " + fmtDur(t-p.listener.Time) + " before"
@@ -329,4 +324,12 @@ func median(v []int64) (int64, bool) {
 	}
 	sort.Slice(v, func(i, j int) bool { return v[i] < v[j] })
 	return v[len(v)/2], true
+}
+
+// plural picks one or many by n.
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }

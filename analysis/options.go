@@ -30,6 +30,11 @@ type Options struct {
 	// the endpoint leave rotation is still an endpoint race (proxies
 	// program their rules after the API change is observed).
 	ProxyLag time.Duration
+	// InUseWithin: a keep-alive connection the exit closed within this
+	// long of its last packet was in use, and its client most likely
+	// failed on its next request (an inferred failure the report calls
+	// likely, not proven). Needs the idle time the kernel capture records.
+	InUseWithin time.Duration
 	// Retain is how long a pod that ended stays in memory after its last
 	// event, so late failures can still be attributed to it.
 	Retain time.Duration
@@ -55,6 +60,7 @@ func DefaultOptions() Options {
 		ExitSlack:    100 * time.Millisecond,
 		InFlightMin:  50 * time.Millisecond,
 		ProxyLag:     time.Second,
+		InUseWithin:  time.Second,
 		Retain:       2 * time.Minute,
 		Lead:         15 * time.Minute,
 		MaxFailures:  10000,
@@ -76,6 +82,7 @@ func (o Options) withDefaults() Options {
 	set(&o.ExitSlack, d.ExitSlack)
 	set(&o.InFlightMin, d.InFlightMin)
 	set(&o.ProxyLag, d.ProxyLag)
+	set(&o.InUseWithin, d.InUseWithin)
 	set(&o.Retain, d.Retain)
 	set(&o.Lead, d.Lead)
 	if o.MaxFailures == 0 {

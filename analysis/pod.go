@@ -43,7 +43,9 @@ type podState struct {
 
 	failures map[Cause]int
 	inferred map[Cause]int
-	ended    bool // exit, kill or removal seen: may be evicted once quiet
+
+	refusedOutOfRotation int
+	ended                bool // exit, kill or removal seen: may be evicted once quiet
 }
 
 type epKey struct{ svc, node string }
@@ -132,6 +134,16 @@ func isLandmark(k event.Kind) bool {
 		return false
 	}
 	return true
+}
+
+// outOfRotation reports whether, at t, every node had taken the pod's
+// endpoint out of rotation more than the proxy lag before: no Service
+// traffic can reach it then, so a connection to it comes from the
+// kubelet's probes or a client that bypasses the Service. False when no
+// endpoint of the pod was seen.
+func (p *podState) outOfRotation(t int64, opts *Options) bool {
+	r := p.rotationAt(t, nil)
+	return r.seen && !r.in && r.lastLeave != nil && t-r.lastLeave.Time > int64(opts.ProxyLag)
 }
 
 // terminating reports whether anything showed the pod ending at or before t.

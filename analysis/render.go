@@ -207,16 +207,20 @@ func histPhrase(name string, h Histogram) string {
 	return fmt.Sprintf("from %s: min %s, median %s, max %s", name, fmtOffset(h.MinNS), fmtOffset(h.P50NS), fmtOffset(h.MaxNS))
 }
 
+// proofPhrase lists the proven inferred failures by proof; the likely
+// ones go in InferencePhrase's second clause.
 func proofPhrase(m map[string]int) string {
 	names := map[string]string{
-		"refused_syn":     "refused SYNs",
-		"rst_after_close": "resets answering data on closed connections",
-		"rst_unread_data": "resets with unread data",
-		"stored":          "stored inferred failures",
+		ProofRefusedSYN:    "refused SYNs",
+		ProofRSTAfterClose: "resets answering data on closed connections",
+		ProofRSTUnread:     "resets with unread data",
+		ProofStored:        "stored inferred failures",
 	}
 	keys := make([]string, 0, len(m))
 	for k := range m {
-		keys = append(keys, k)
+		if k != ProofInUseAtExit {
+			keys = append(keys, k)
+		}
 	}
 	sort.Strings(keys)
 	var parts []string
@@ -358,15 +362,8 @@ func WriteText(w io.Writer, r *Result) error {
 	}
 	p("")
 	p("KERNEL EVIDENCE ALONE")
-	inf := r.Inference
-	if inf.Inferred == 0 {
-		p("  proves no failure")
-	} else {
-		p("  proves %d failures: %s", inf.Inferred, proofPhrase(inf.ByProof))
-	}
-	if inf.ClientFailures > 0 && inf.Ratio != nil {
-		p("  recovers %d of %d client-reported failures (ratio %.2f; %d carried a client address to match)",
-			inf.Proven, inf.ClientFailures, *inf.Ratio, inf.WithClientAddress)
+	for _, line := range InferenceLines(r.Inference) {
+		p("  %s", line)
 	}
 	if len(r.Causes) > 0 && len(r.InferredCauses) > 0 {
 		var parts []string
@@ -475,12 +472,10 @@ func WriteMarkdown(w io.Writer, r *Result) error {
 		}
 		p("")
 	}
-	inf := r.Inference
-	p("Kernel evidence alone proves %d failures", inf.Inferred)
-	if inf.Ratio != nil {
-		p("and recovers %d of %d client-reported ones (ratio %.2f).", inf.Proven, inf.ClientFailures, *inf.Ratio)
-	} else {
-		p("(no client-reported failures to compare).")
+	p("Kernel evidence alone:")
+	p("")
+	for _, line := range InferenceLines(r.Inference) {
+		p("- %s", mdEscape(line))
 	}
 	p("")
 	p("## Rollouts")
@@ -552,4 +547,32 @@ func count(n int, what string) string {
 		return "1 " + what
 	}
 	return fmt.Sprintf("%d %ss", n, what)
+}
+
+// InferenceLines says what the pod-side kernel evidence shows on its own:
+// the failures it proves, those it makes likely, how many client-reported
+// failures it recovers, and the refused SYNs it set aside.
+func InferenceLines(inf Inference) []string {
+	var out []string
+	proven := inf.Inferred - inf.Likely
+	line := "proves no failure"
+	if proven > 0 {
+		line = fmt.Sprintf("proves %d %s: %s", proven, plural(proven, "failure", "failures"), proofPhrase(inf.ByProof))
+	}
+	if inf.Likely > 0 {
+		line += fmt.Sprintf("; makes %d more likely: keep-alive connections in use that the exit cut", inf.Likely)
+	}
+	out = append(out, line)
+	if inf.Ratio != nil {
+		line = fmt.Sprintf("recovers %d of %d client-reported failures (%.0f%%", inf.Proven, inf.ClientFailures, *inf.Ratio*100)
+		if inf.ProvenLikely > 0 {
+			line += fmt.Sprintf("; %d proven, %d likely", inf.Proven-inf.ProvenLikely, inf.ProvenLikely)
+		}
+		line += fmt.Sprintf("; %d carried a client address to match)", inf.WithClientAddress)
+		out = append(out, line)
+	}
+	if n := inf.RefusedOutOfRotation; n > 0 {
+		out = append(out, fmt.Sprintf("set aside %d refused %s that came after the endpoint had left rotation everywhere: the kubelet's probes, or clients that bypass the Service", n, plural(n, "SYN", "SYNs")))
+	}
+	return out
 }

@@ -94,12 +94,12 @@ var Rules = []Rule{
 		Cause: CauseEndpointRace,
 		Title: "endpoint removal race",
 		Requires: []Requirement{
-			{"the connection was refused", Refused},
+			{"the connection was refused, or made after the pod's process had exited and never answered", AnyOf(Refused, Unanswered)},
 			{"the pod was terminating: deleted, signalled, listener closed or exited", PodTerminating},
 			{"the pod's endpoint was still in rotation on some node", InRotation},
 		},
-		Explain: `{{.Class}} by {{.Pod}}: {{.Terminating}}, while {{.Rotation}}`,
-		Summary: `these {{.Count}} {{plural .Count "failure" "failures"}} were new connections refused by {{.PodsPhrase}} after {{plural .PodCount "it" "they"}} stopped accepting{{if .RotationLag}} while the endpoint was still in rotation for up to {{.RotationLag}}{{end}}{{if .SigtermAfterRotation}}; SIGTERM came {{.SigtermAfterRotation}} the endpoint left rotation on the last node{{end}}`,
+		Explain: `{{.Class}} on a new connection to {{.Pod}}: {{.Terminating}}, while {{.Rotation}}`,
+		Summary: `these {{.Count}} {{plural .Count "failure" "failures"}} were new connections sent to {{.PodsPhrase}} after {{plural .PodCount "it" "they"}} stopped accepting (refused, or never answered once the process had exited){{if .RotationLag}} while the endpoint was still in rotation for up to {{.RotationLag}}{{end}}{{if .SigtermAfterRotation}}; SIGTERM came {{.SigtermAfterRotation}} the endpoint left rotation on the last node{{end}}`,
 		Fix:     `make the preStop delay longer than the observed propagation{{if .Propagation}} ({{.Propagation}} from deletion to the last node){{end}}, and keep the listener open until the endpoint is removed everywhere`,
 	},
 	{
@@ -125,7 +125,11 @@ var Rules = []Rule{
 // events on the client's connection (same client address and port) in the
 // kernel window, oldest first.
 type Facts struct {
-	Failure  *event.Event
+	Failure *event.Event
+	// Start is when the failed request began: the failure's time less its
+	// duration. A connection is routed when it is made, so rotation and
+	// termination are judged at Start.
+	Start    int64
 	Inferred bool
 	Proof    string // inferred failures: the kernel evidence that proved it
 	Class    string
@@ -190,14 +194,28 @@ func Refused(f *Facts, dst []Piece) []Piece {
 	return out
 }
 
+// Unanswered holds when the client timed out on a connection it began
+// after the pod's main process had exited: kube-proxy still sent it to a
+// pod whose network was going or gone, and no one answered the SYN.
+func Unanswered(f *Facts, dst []Piece) []Piece {
+	if f.pod == nil || f.Inferred || f.Class != event.FailTimeout {
+		return dst
+	}
+	x := f.pod.mainExit(f.Start)
+	if x == nil || x.Time > f.Start {
+		return dst
+	}
+	return append(dst, piece("client's connection never answered", f.Failure), piece("process had exited", x))
+}
+
 // PodTerminating holds when the pod was being deleted or its process was
-// stopping at the failure.
+// stopping when the request began.
 func PodTerminating(f *Facts, dst []Piece) []Piece {
 	p := f.pod
 	if p == nil {
 		return dst
 	}
-	t := f.Failure.Time
+	t := f.Start
 	e := p.terminatingAt(t)
 	if e == nil {
 		return dst
@@ -212,14 +230,14 @@ func PodTerminating(f *Facts, dst []Piece) []Piece {
 	return out
 }
 
-// InRotation holds when some node still routed to the pod's endpoint at
-// the failure, or the last node took it out less than Options.ProxyLag
-// before.
+// InRotation holds when some node still routed to the pod's endpoint when
+// the request began, or the last node took it out less than
+// Options.ProxyLag before.
 func InRotation(f *Facts, dst []Piece) []Piece {
 	if f.pod == nil {
 		return dst
 	}
-	t := f.Failure.Time
+	t := f.Start
 	r := f.pod.rotationAt(t, f.svcs)
 	switch {
 	case !r.seen:

@@ -48,6 +48,10 @@ type PodTimeline struct {
 
 	Failures         map[Cause]int `json:"failures,omitempty"`
 	InferredFailures map[Cause]int `json:"inferred_failures,omitempty"`
+	// RefusedOutOfRotation counts the SYNs the pod refused after its
+	// endpoint had left rotation everywhere: probes, or clients that
+	// bypass the Service.
+	RefusedOutOfRotation int `json:"refused_out_of_rotation,omitempty"`
 	// Events are the pod's lifecycle events (no per-connection events).
 	Events []EventView `json:"events"`
 
@@ -253,6 +257,7 @@ func (p *podState) timeline(opts *Options) PodTimeline {
 	if len(p.inferred) > 0 {
 		t.InferredFailures = p.inferred
 	}
+	t.RefusedOutOfRotation = p.refusedOutOfRotation
 	t.Events = make([]EventView, 0, len(p.landmarks))
 	for i := range p.landmarks {
 		t.Events = append(t.Events, View(&p.landmarks[i]))

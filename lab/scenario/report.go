@@ -89,12 +89,9 @@ func Diagnose(ctx context.Context, w io.Writer, st store.Store, runs []RunResult
 				fmt.Fprintf(w, "        fix: %s\n", oneLine(c.Fix))
 			}
 		}
-		if inf := res.Inference; inf.Inferred > 0 || inf.Ratio != nil {
-			fmt.Fprintf(w, "        kernel evidence alone proves %d failures", inf.Inferred)
-			if inf.Ratio != nil {
-				fmt.Fprintf(w, "; %d of %d client failures matched (%.0f%%)", inf.Proven, inf.ClientFailures, *inf.Ratio*100)
-			}
-			fmt.Fprintln(w)
+		fmt.Fprintln(w, "        kernel evidence alone:")
+		for _, line := range analysis.InferenceLines(res.Inference) {
+			fmt.Fprintf(w, "          %s\n", line)
 		}
 	}
 	return nil
