@@ -59,7 +59,7 @@ type Config struct {
 	// kernel capture does not run. Events are sealed.
 	Record func(event.Event)
 	// Sandbox, when set, is told when a pod's network and cgroup come
-	// into being (up true) and go away, so a kernel capture can start and
+	// into being (up true) and once they are gone, so a kernel capture can start and
 	// stop watching them.
 	Sandbox func(p PodInfo, up bool)
 	// Version is reported as the kubelet version in the Node's status.

@@ -395,9 +395,6 @@ func (w *podWorker) teardown() {
 		}
 	}
 	log := w.logger()
-	if np != nil && w.n.cfg.Sandbox != nil {
-		w.n.cfg.Sandbox(w.info(), false)
-	}
 	if podDir != "" {
 		if err := cgroup.Remove(podDir, 5*time.Second); err != nil {
 			log.Warn("removing pod cgroup", "err", err)
@@ -406,6 +403,11 @@ func (w *podWorker) teardown() {
 	if np != nil {
 		if err := netns.RemovePod(context.Background(), np); err != nil {
 			log.Warn("removing pod network", "err", err)
+		}
+		// Only now: a node agent watches a namespace until it is gone,
+		// and the resets its sockets send until then are evidence.
+		if w.n.cfg.Sandbox != nil {
+			w.n.cfg.Sandbox(w.info(), false)
 		}
 	}
 	if ip.IsValid() {

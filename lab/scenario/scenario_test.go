@@ -49,8 +49,8 @@ func TestSelectRuns(t *testing.T) {
 }
 
 // TestLabEndToEnd runs the lab's experiment on a real single-node cluster:
-// a control run, the exit behaviour and the drain behaviour, and checks what
-// the issue asks the lab to show.
+// a control run, the exit, graceful+preStop and drain behaviours, and checks
+// what the lab must show and what drainscope's analysis must find in it.
 func TestLabEndToEnd(t *testing.T) {
 	testenv.RequireRoot(t)
 	if _, err := controlplane.CheckBinaries(""); err != nil {
@@ -94,7 +94,7 @@ func TestLabEndToEnd(t *testing.T) {
 		t.Errorf("the kernel capture must run in CI: %v", c.KernelErr)
 	}
 
-	runs, err := scenario.SelectRuns("control,exit,drain")
+	runs, err := scenario.SelectRuns("control,exit,prestop,drain")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +117,7 @@ func TestLabEndToEnd(t *testing.T) {
 	for _, r := range results {
 		byName[r.Run.Name] = r
 	}
-	control, exit, drain := byName["control"], byName["exit"], byName["drain"]
+	control, exit, prestop, drain := byName["control"], byName["exit"], byName["prestop"], byName["drain"]
 	for _, r := range results {
 		for i, f := range r.Load.Failures {
 			if i == 12 {
@@ -137,7 +137,7 @@ func TestLabEndToEnd(t *testing.T) {
 	if drain.Load.FailedTotal() != 0 {
 		t.Errorf("drain run: %s; want no failure: %+v", drain.Summary(), drain.Load.Failures)
 	}
-	for _, r := range []scenario.RunResult{exit, drain} {
+	for _, r := range []scenario.RunResult{exit, prestop, drain} {
 		if len(r.Replaced) != 4 || len(r.New) != 4 {
 			t.Errorf("run %s: %d pods replaced by %d, want 4 by 4", r.Run.Name, len(r.Replaced), len(r.New))
 		}
@@ -201,9 +201,11 @@ func TestLabEndToEnd(t *testing.T) {
 		}
 	}
 
+	checkAnalysis(ctx, t, st, exit, prestop, drain, c.Kernel())
+
 	// For every replaced pod: its deletion, the SIGTERM and the exit the
 	// kernel saw, and its endpoint's transitions, in a plausible order.
-	for _, r := range []scenario.RunResult{exit, drain} {
+	for _, r := range []scenario.RunResult{exit, prestop, drain} {
 		for _, p := range r.Replaced {
 			checkTermination(t, r.Run.Name, p, events, c.Kernel())
 		}
@@ -220,6 +222,82 @@ func TestLabEndToEnd(t *testing.T) {
 		t.Errorf("left behind after Down: %s", left)
 	}
 	t.Logf("whole test %v", time.Since(start).Round(time.Second))
+}
+
+// checkAnalysis checks what drainscope's analysis must show on the lab's
+// runs: every failure of the exit run on a terminating pod with a cause;
+// the preStop run's failures mostly keep-alive connections cut at exit,
+// clustered at the exit; with kernel capture, the pod side alone recovering
+// most client failures, and inferring none where no client failed.
+func checkAnalysis(ctx context.Context, t *testing.T, st store.Store, exit, prestop, drain scenario.RunResult, kernel bool) {
+	t.Helper()
+	analyse := func(r scenario.RunResult) *analysis.Result {
+		res, err := analysis.Analyze(ctx, st, store.Query{
+			Window: r.Window(), Namespace: scenario.Namespace,
+			Workload: event.Workload{Kind: "Deployment", Name: r.Deployment},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tot := res.Totals
+		t.Logf("%s: %d client failures: %d on a terminating pod, %d with a cause, %d both",
+			r.Run.Name, tot.ClientFailures, tot.OnTerminatingPod, tot.Explained, tot.ExplainedOnTerminatingPod)
+		for _, c := range res.Causes {
+			t.Logf("%s:   %s %d; from exit p10 %s p50 %s p90 %s", r.Run.Name, c.Title, c.Count,
+				offset(c.FromExit.P10NS), offset(c.FromExit.P50NS), offset(c.FromExit.P90NS))
+		}
+		for _, line := range analysis.InferenceLines(res.Inference) {
+			t.Logf("%s:   kernel evidence alone %s", r.Run.Name, line)
+		}
+		if tot.ClientFailures != r.Load.FailedTotal() {
+			t.Errorf("%s: the analysis counted %d client failures, the load %d", r.Run.Name, tot.ClientFailures, r.Load.FailedTotal())
+		}
+		return res
+	}
+
+	ex := analyse(exit)
+	if n := ex.Totals.ClientFailures; n == 0 || ex.Totals.ExplainedOnTerminatingPod != n {
+		t.Errorf("exit run: %d of %d failures tied to a terminating pod and a cause", ex.Totals.ExplainedOnTerminatingPod, n)
+	}
+
+	ps := analyse(prestop)
+	var keepAlive *analysis.CauseSummary
+	for i, c := range ps.Causes {
+		if c.Cause == analysis.CauseKeepAliveAtExit {
+			keepAlive = &ps.Causes[i]
+		}
+	}
+	switch {
+	case ps.Totals.ClientFailures == 0:
+		t.Errorf("preStop run: no client failure, want keep-alive connections cut at exit")
+	case keepAlive == nil || 2*keepAlive.Count <= ps.Totals.ClientFailures:
+		t.Errorf("preStop run: keep-alive cut at exit is not most of the failures: %+v", ps.Causes)
+	case keepAlive.FromExit.P10NS < -int64(10*time.Millisecond) || keepAlive.FromExit.P90NS > int64(250*time.Millisecond):
+		t.Errorf("preStop run: keep-alive failures not clustered just after the exit: p10 %s, p90 %s",
+			offset(keepAlive.FromExit.P10NS), offset(keepAlive.FromExit.P90NS))
+	}
+
+	dr := analyse(drain)
+	if !kernel {
+		return
+	}
+	proven, failures := ex.Inference.Proven+ps.Inference.Proven, ex.Inference.ClientFailures+ps.Inference.ClientFailures
+	t.Logf("kernel evidence alone recovers %d of %d client failures of the exit and preStop runs (%.0f%%)",
+		proven, failures, 100*float64(proven)/float64(max(failures, 1)))
+	if 2*proven <= failures {
+		t.Errorf("kernel evidence alone recovers %d of %d client failures, want most", proven, failures)
+	}
+	if dr.Inference.Inferred != 0 {
+		t.Errorf("drain run: no client failed, yet kernel evidence inferred %d failures: %v", dr.Inference.Inferred, dr.Inference.ByProof)
+	}
+}
+
+func offset(ns int64) string {
+	d := time.Duration(ns).Round(time.Millisecond)
+	if d >= 0 {
+		return "+" + d.String()
+	}
+	return d.String()
 }
 
 func checkTermination(t *testing.T, run string, p scenario.PodRecord, events []event.Event, kernel bool) {
