@@ -158,7 +158,11 @@ func (r *Rollouts) onFailure(d *analysis.Decision) {
 	if ns == "" {
 		ns = d.Failure.Pod.Namespace
 	}
-	r.m.inferred.WithLabelValues(ns, wl, string(d.Cause())).Inc()
+	evidence := "proven"
+	if d.Proof == analysis.ProofInUseAtExit {
+		evidence = "likely"
+	}
+	r.m.inferred.WithLabelValues(ns, wl, string(d.Cause()), evidence).Inc()
 }
 
 func (r *Rollouts) onPod(t *analysis.PodTimeline) {

@@ -147,7 +147,7 @@ func TestRolloutSignalsFromShuffledEvents(t *testing.T) {
 	if got := counter(t, m, "kill", wl...); got != 1 {
 		t.Errorf("SIGKILLs after grace = %v, want 1", got)
 	}
-	if got := counter(t, m, "inferred", "shop", "Deployment/web", "keepalive_at_exit"); got != 1 {
+	if got := counter(t, m, "inferred", "shop", "Deployment/web", "keepalive_at_exit", "proven"); got != 1 {
 		t.Errorf("inferred keep-alive failures = %v, want 1\n%s", got, scrape(t, m))
 	}
 	// Gaps: web-1 SIGTERM 300 ms before rotation ended; web-2 50 ms after.
@@ -184,7 +184,7 @@ func TestRolloutSignalsReportedWhenQuiet(t *testing.T) {
 	if got := counter(t, m, "term", "shop", "Deployment/web"); got != 0 {
 		t.Fatalf("reported after 2.6 s of quiet: %v", got)
 	}
-	if got := counter(t, m, "inferred", "shop", "Deployment/web", "keepalive_at_exit"); got != 1 {
+	if got := counter(t, m, "inferred", "shop", "Deployment/web", "keepalive_at_exit", "proven"); got != 1 {
 		t.Fatalf("the inferred failure was not decided one lookahead later: %v", got)
 	}
 	for range 20 {
