@@ -29,7 +29,7 @@ type podState struct {
 	listener event.Event // first listener_closed
 	pids     []int32     // signal targets and listener owners: the pod's main processes
 
-	ep       map[epKey][]epTrans
+	ep       []epView // per Service and observing node: its view of the endpoint
 	services []string
 	spreads  [3]spreadAcc // endpoint not ready, terminating, removed
 
@@ -49,6 +49,14 @@ type podState struct {
 }
 
 type epKey struct{ svc, node string }
+
+// epView is one node's view of the pod's endpoint in one Service: the
+// transitions between in and out of rotation, oldest first. A slice, not a
+// map: a pod has a few, and the aligner reads them for every failure.
+type epView struct {
+	epKey
+	trans []epTrans
+}
 
 type epTrans struct {
 	ev    event.Event
@@ -342,18 +350,22 @@ func (p *podState) endpoint(e *event.Event) {
 	if !known {
 		return
 	}
-	if p.ep == nil {
-		p.ep = make(map[epKey][]epTrans)
-	}
 	k := epKey{svc, e.Node}
-	s := p.ep[k]
-	if n := len(s); n > 0 && s[n-1].ready == ready {
+	i := 0
+	for i < len(p.ep) && p.ep[i].epKey != k {
+		i++
+	}
+	if i == len(p.ep) {
+		p.ep = append(p.ep, epView{epKey: k})
+	}
+	v := &p.ep[i]
+	if n := len(v.trans); n > 0 && v.trans[n-1].ready == ready {
 		return // no change in this node's view
 	}
-	if len(s) >= 32 {
-		s = append(s[:0], s[16:]...)
+	if len(v.trans) >= 32 {
+		v.trans = append(v.trans[:0], v.trans[16:]...)
 	}
-	p.ep[k] = append(s, epTrans{ev: cloneEvent(e), ready: ready})
+	v.trans = append(v.trans, epTrans{ev: cloneEvent(e), ready: ready})
 }
 
 // endpointReady tells whether an endpoint event leaves the endpoint routed
@@ -414,10 +426,11 @@ type rotation struct {
 // at t counts as still routed: the proxy's rules change after the API does.
 func (p *podState) rotationAt(t int64, svcs []string) rotation {
 	var r rotation
-	for k, s := range p.ep {
-		if len(svcs) > 0 && !containsService(svcs, k.svc) {
+	for _, v := range p.ep {
+		if len(svcs) > 0 && !containsService(svcs, v.svc) {
 			continue
 		}
+		s := v.trans
 		r.seen = true
 		r.leaves++
 		i := 0

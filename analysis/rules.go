@@ -258,10 +258,11 @@ func InRotation(f *Facts, dst []Piece) []Piece {
 // lastReady is the latest transition to ready at or before t.
 func (p *podState) lastReady(t int64, svcs []string) *event.Event {
 	var best *event.Event
-	for k, s := range p.ep {
-		if len(svcs) > 0 && !containsService(svcs, k.svc) {
+	for _, v := range p.ep {
+		if len(svcs) > 0 && !containsService(svcs, v.svc) {
 			continue
 		}
+		s := v.trans
 		for i := range s {
 			if s[i].ready && s[i].ev.Time <= t && (best == nil || s[i].ev.Time > best.Time) {
 				best = &s[i].ev

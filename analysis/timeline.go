@@ -174,9 +174,9 @@ func (p *podState) timeline(opts *Options) PodTimeline {
 	t.EndpointTerminating = spread(&p.spreads[spreadTerminating])
 	t.EndpointRemoved = spread(&p.spreads[spreadRemoved])
 	var out spreadAcc
-	for k, s := range p.ep {
+	for _, v := range p.ep {
 		wasReady := false
-		for _, tr := range s {
+		for _, tr := range v.trans {
 			if tr.ready {
 				wasReady = true
 				continue
@@ -186,7 +186,7 @@ func (p *podState) timeline(opts *Options) PodTimeline {
 			// without a ready one recorded before it (the watch may have
 			// started late).
 			if wasReady || tr.ev.Kind != event.EndpointAdded {
-				out.add(tr.ev.Time, k.node)
+				out.add(tr.ev.Time, v.node)
 				break
 			}
 		}
