@@ -88,8 +88,8 @@ type PodCount struct {
 // reported.
 type Inference struct {
 	Inferred int `json:"inferred"`
-	// Likely of Inferred rest on an in-use connection the exit cut
-	// (ProofInUseAtExit), not on a packet that proves the failure.
+	// Likely of Inferred rest on evidence that makes a failure likely
+	// (LikelyProof), not on a packet that proves it.
 	Likely  int            `json:"likely"`
 	ByProof map[string]int `json:"by_proof"`
 	// ClientFailures with a client address can be matched to kernel
@@ -283,7 +283,7 @@ func (c *collector) failure(d *Decision) {
 		accs = c.inferred
 		c.inf.Inferred++
 		c.inf.ByProof[d.Proof]++
-		if d.Proof == ProofInUseAtExit {
+		if LikelyProof(d.Proof) {
 			c.inf.Likely++
 		}
 		c.inferInWindow++

@@ -80,17 +80,30 @@ type pending struct {
 
 // Proofs of inferred failures: the pod-side kernel evidence behind each.
 const (
-	ProofRefusedSYN    = "refused_syn"     // a SYN answered by a no-socket RST
+	ProofRefusedSYN    = "refused_syn"     // a SYN answered by a no-socket RST while the endpoint was in rotation
 	ProofRSTAfterClose = "rst_after_close" // a RST answering data on a connection this side closed
 	ProofRSTUnread     = "rst_unread_data" // a RST at close with a request unread
 	ProofStored        = "stored"          // an inferred failure read back from the store
-	// ProofInUseAtExit is the one likely rather than proven: a keep-alive
-	// connection in use (a packet within Options.InUseWithin) that the
-	// exit closed. Its client fails on its next request unless it notices
-	// the close first; the request may never reach the pod, whose network
-	// goes with it.
+
+	// The likely ones, not proven:
+	//
+	// ProofInUseAtExit: a keep-alive connection in use (a packet within
+	// Options.InUseWithin) that the exit closed. Its client fails on its
+	// next request unless it notices the close first; the request may
+	// never reach the pod, whose network goes with it.
 	ProofInUseAtExit = "in_use_at_exit"
+	// ProofRefusedLagging: a refused SYN after the endpoint left rotation
+	// everywhere but within Options.ProxyLag: a proxy that had not caught
+	// up yet, or the kubelet's readiness probe, which the pod side cannot
+	// tell apart.
+	ProofRefusedLagging = "refused_syn_proxy_lag"
 )
+
+// LikelyProof reports whether an inferred failure's proof makes it likely
+// rather than proven.
+func LikelyProof(proof string) bool {
+	return proof == ProofInUseAtExit || proof == ProofRefusedLagging
+}
 
 // seenInference is the inferred failure of one connection: when, and its
 // place in the pending queue while it waits there.
@@ -448,12 +461,17 @@ func (a *Aligner) infer(e *event.Event, p *podState) {
 	var proof, class string
 	switch e.Kind {
 	case event.ConnRefused:
-		if p != nil && p.outOfRotation(e.Time, &a.opts) {
-			a.stats.RefusedOutOfRotation++
-			p.refusedOutOfRotation++
-			return
-		}
 		proof, class = ProofRefusedSYN, event.FailRefused
+		if p != nil {
+			switch p.routing(e.Time, &a.opts) {
+			case lagging:
+				proof = ProofRefusedLagging
+			case unrouted:
+				a.stats.RefusedOutOfRotation++
+				p.refusedOutOfRotation++
+				return
+			}
+		}
 	case event.RSTSent:
 		r := normReason(e.Reason)
 		switch {
@@ -475,8 +493,8 @@ func (a *Aligner) infer(e *event.Event, p *podState) {
 	if seen, ok := a.inferredSeen[k]; ok && e.Time-seen.t <= int64(a.opts.KernelWindow) {
 		// One failure per connection. A reset that follows the close of a
 		// connection in use proves what the close made likely.
-		if proof != ProofInUseAtExit {
-			if q := a.pending.at(seen.seq); q != nil && q.proof == ProofInUseAtExit {
+		if !LikelyProof(proof) {
+			if q := a.pending.at(seen.seq); q != nil && LikelyProof(q.proof) {
 				q.proof, q.ev.Reason = proof, class
 				for i, m := range a.inferredAt[k.local] {
 					if m.t == seen.t {
@@ -487,7 +505,7 @@ func (a *Aligner) infer(e *event.Event, p *podState) {
 		}
 		return
 	}
-	likely := proof == ProofInUseAtExit
+	likely := LikelyProof(proof)
 	a.markInferred(k.local, e.Time, likely)
 	seq := a.push(pending{
 		ev: event.Event{

@@ -144,15 +144,28 @@ func isLandmark(k event.Kind) bool {
 	return true
 }
 
-// outOfRotation reports whether, at t, every node had taken the pod's
-// endpoint out of rotation more than the proxy lag before: no Service
-// traffic can reach it then, so a connection to it comes from the
-// kubelet's probes or a client that bypasses the Service. False when no
-// endpoint of the pod was seen.
-func (p *podState) outOfRotation(t int64, opts *Options) bool {
+// routing says whether Service traffic could reach the pod at t: its
+// endpoint in rotation on some node (or none seen), out everywhere but
+// less than the proxy lag ago, or out for longer, when a connection to it
+// comes from the kubelet's probes or a client that bypasses the Service.
+func (p *podState) routing(t int64, opts *Options) routingState {
 	r := p.rotationAt(t, nil)
-	return r.seen && !r.in && r.lastLeave != nil && t-r.lastLeave.Time > int64(opts.ProxyLag)
+	switch {
+	case !r.seen || r.in || r.lastLeave == nil:
+		return routed
+	case t-r.lastLeave.Time <= int64(opts.ProxyLag):
+		return lagging
+	}
+	return unrouted
 }
+
+type routingState uint8
+
+const (
+	routed routingState = iota
+	lagging
+	unrouted
+)
 
 // terminating reports whether anything showed the pod ending at or before t.
 func (p *podState) terminatingAt(t int64) *event.Event {

@@ -218,7 +218,7 @@ func proofPhrase(m map[string]int) string {
 	}
 	keys := make([]string, 0, len(m))
 	for k := range m {
-		if k != ProofInUseAtExit {
+		if !LikelyProof(k) {
 			keys = append(keys, k)
 		}
 	}
@@ -549,6 +549,18 @@ func count(n int, what string) string {
 	return fmt.Sprintf("%d %ss", n, what)
 }
 
+// likelyPhrase lists the likely inferred failures by proof.
+func likelyPhrase(m map[string]int) string {
+	var parts []string
+	if n := m[ProofInUseAtExit]; n > 0 {
+		parts = append(parts, fmt.Sprintf("%d keep-alive %s in use that the exit cut", n, plural(n, "connection", "connections")))
+	}
+	if n := m[ProofRefusedLagging]; n > 0 {
+		parts = append(parts, fmt.Sprintf("%d refused %s within the proxy lag after the endpoint left rotation (a lagging proxy, or a readiness probe)", n, plural(n, "SYN", "SYNs")))
+	}
+	return strings.Join(parts, ", ")
+}
+
 // InferenceLines says what the pod-side kernel evidence shows on its own:
 // the failures it proves, those it makes likely, how many client-reported
 // failures it recovers, and the refused SYNs it set aside.
@@ -560,7 +572,7 @@ func InferenceLines(inf Inference) []string {
 		line = fmt.Sprintf("proves %d %s: %s", proven, plural(proven, "failure", "failures"), proofPhrase(inf.ByProof))
 	}
 	if inf.Likely > 0 {
-		line += fmt.Sprintf("; makes %d more likely: keep-alive connections in use that the exit cut", inf.Likely)
+		line += fmt.Sprintf("; makes %d more likely: %s", inf.Likely, likelyPhrase(inf.ByProof))
 	}
 	out = append(out, line)
 	if inf.Ratio != nil {

@@ -102,7 +102,7 @@ func New(component, version string) *Metrics {
 		"Pods killed by SIGKILL after their deletion: the grace period ran out before the process exited.",
 		"namespace", "workload")
 	m.inferred = f.counterVec("rollout_inferred_failures_total",
-		"Client failures inferred from the pods' kernel events alone, by the cause the analysis named; evidence is proven (refused SYNs while routed to, resets on closed connections, resets with unread data) or likely (keep-alive connections in use that the exit closed).",
+		"Client failures inferred from the pods' kernel events alone, by the cause the analysis named; evidence is proven (refused SYNs while in rotation, resets on closed connections, resets with unread data) or likely (keep-alive connections in use that the exit closed, refused SYNs within the proxy lag).",
 		"namespace", "workload", "cause", "evidence")
 	m.terminations = f.counterVec("rollout_pod_terminations_total",
 		"Pod terminations seen to the end (deleted, signalled or exited), per workload: the denominator of the signals above.",

@@ -159,7 +159,7 @@ func (r *Rollouts) onFailure(d *analysis.Decision) {
 		ns = d.Failure.Pod.Namespace
 	}
 	evidence := "proven"
-	if d.Proof == analysis.ProofInUseAtExit {
+	if analysis.LikelyProof(d.Proof) {
 		evidence = "likely"
 	}
 	r.m.inferred.WithLabelValues(ns, wl, string(d.Cause()), evidence).Inc()

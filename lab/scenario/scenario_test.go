@@ -49,7 +49,7 @@ func TestSelectRuns(t *testing.T) {
 }
 
 // TestLabEndToEnd runs the lab's experiment on a real single-node cluster:
-// a control run, the exit, graceful+preStop and drain behaviours, and checks
+// a control run, the exit, graceful, graceful+preStop and drain behaviours, and checks
 // what the lab must show and what drainscope's analysis must find in it.
 func TestLabEndToEnd(t *testing.T) {
 	testenv.RequireRoot(t)
@@ -94,7 +94,7 @@ func TestLabEndToEnd(t *testing.T) {
 		t.Errorf("the kernel capture must run in CI: %v", c.KernelErr)
 	}
 
-	runs, err := scenario.SelectRuns("control,exit,prestop,drain")
+	runs, err := scenario.SelectRuns("control,exit,graceful,prestop,drain")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +117,7 @@ func TestLabEndToEnd(t *testing.T) {
 	for _, r := range results {
 		byName[r.Run.Name] = r
 	}
-	control, exit, prestop, drain := byName["control"], byName["exit"], byName["prestop"], byName["drain"]
+	control, exit, graceful, prestop, drain := byName["control"], byName["exit"], byName["graceful"], byName["prestop"], byName["drain"]
 	for _, r := range results {
 		for i, f := range r.Load.Failures {
 			if i == 12 {
@@ -137,7 +137,7 @@ func TestLabEndToEnd(t *testing.T) {
 	if drain.Load.FailedTotal() != 0 {
 		t.Errorf("drain run: %s; want no failure: %+v", drain.Summary(), drain.Load.Failures)
 	}
-	for _, r := range []scenario.RunResult{exit, prestop, drain} {
+	for _, r := range []scenario.RunResult{exit, graceful, prestop, drain} {
 		if len(r.Replaced) != 4 || len(r.New) != 4 {
 			t.Errorf("run %s: %d pods replaced by %d, want 4 by 4", r.Run.Name, len(r.Replaced), len(r.New))
 		}
@@ -201,11 +201,11 @@ func TestLabEndToEnd(t *testing.T) {
 		}
 	}
 
-	checkAnalysis(ctx, t, st, exit, prestop, drain, c.Kernel())
+	checkAnalysis(ctx, t, st, exit, []scenario.RunResult{graceful, prestop}, drain, c.Kernel())
 
 	// For every replaced pod: its deletion, the SIGTERM and the exit the
 	// kernel saw, and its endpoint's transitions, in a plausible order.
-	for _, r := range []scenario.RunResult{exit, prestop, drain} {
+	for _, r := range []scenario.RunResult{exit, graceful, prestop, drain} {
 		for _, p := range r.Replaced {
 			checkTermination(t, r.Run.Name, p, events, c.Kernel())
 		}
@@ -226,10 +226,11 @@ func TestLabEndToEnd(t *testing.T) {
 
 // checkAnalysis checks what drainscope's analysis must show on the lab's
 // runs: every failure of the exit run on a terminating pod with a cause;
-// the preStop run's failures mostly keep-alive connections cut at exit,
-// clustered at the exit; with kernel capture, the pod side alone recovering
-// most client failures, and inferring none where no client failed.
-func checkAnalysis(ctx context.Context, t *testing.T, st store.Store, exit, prestop, drain scenario.RunResult, kernel bool) {
+// the graceful runs' failures (with and without preStop) mostly keep-alive
+// connections cut at exit, clustered at the exit; with kernel capture, the
+// pod side alone recovering most client failures, and inferring none where
+// no client failed.
+func checkAnalysis(ctx context.Context, t *testing.T, st store.Store, exit scenario.RunResult, graceful []scenario.RunResult, drain scenario.RunResult, kernel bool) {
 	t.Helper()
 	analyse := func(r scenario.RunResult) *analysis.Result {
 		res, err := analysis.Analyze(ctx, st, store.Query{
@@ -260,29 +261,32 @@ func checkAnalysis(ctx context.Context, t *testing.T, st store.Store, exit, pres
 		t.Errorf("exit run: %d of %d failures tied to a terminating pod and a cause", ex.Totals.ExplainedOnTerminatingPod, n)
 	}
 
-	ps := analyse(prestop)
-	var keepAlive *analysis.CauseSummary
-	for i, c := range ps.Causes {
-		if c.Cause == analysis.CauseKeepAliveAtExit {
-			keepAlive = &ps.Causes[i]
+	proven, failures := ex.Inference.Proven, ex.Inference.ClientFailures
+	for _, r := range graceful {
+		res := analyse(r)
+		proven, failures = proven+res.Inference.Proven, failures+res.Inference.ClientFailures
+		var keepAlive *analysis.CauseSummary
+		for i, c := range res.Causes {
+			if c.Cause == analysis.CauseKeepAliveAtExit {
+				keepAlive = &res.Causes[i]
+			}
 		}
-	}
-	switch {
-	case ps.Totals.ClientFailures == 0:
-		t.Errorf("preStop run: no client failure, want keep-alive connections cut at exit")
-	case keepAlive == nil || 2*keepAlive.Count <= ps.Totals.ClientFailures:
-		t.Errorf("preStop run: keep-alive cut at exit is not most of the failures: %+v", ps.Causes)
-	case keepAlive.FromExit.P10NS < -int64(10*time.Millisecond) || keepAlive.FromExit.P90NS > int64(250*time.Millisecond):
-		t.Errorf("preStop run: keep-alive failures not clustered just after the exit: p10 %s, p90 %s",
-			offset(keepAlive.FromExit.P10NS), offset(keepAlive.FromExit.P90NS))
+		switch {
+		case res.Totals.ClientFailures == 0:
+			t.Errorf("%s run: no client failure, want keep-alive connections cut at exit", r.Run.Name)
+		case keepAlive == nil || 2*keepAlive.Count <= res.Totals.ClientFailures:
+			t.Errorf("%s run: keep-alive cut at exit is not most of the failures: %+v", r.Run.Name, res.Causes)
+		case keepAlive.FromExit.P10NS < -int64(10*time.Millisecond) || keepAlive.FromExit.P90NS > int64(250*time.Millisecond):
+			t.Errorf("%s run: keep-alive failures not clustered just after the exit: p10 %s, p90 %s",
+				r.Run.Name, offset(keepAlive.FromExit.P10NS), offset(keepAlive.FromExit.P90NS))
+		}
 	}
 
 	dr := analyse(drain)
 	if !kernel {
 		return
 	}
-	proven, failures := ex.Inference.Proven+ps.Inference.Proven, ex.Inference.ClientFailures+ps.Inference.ClientFailures
-	t.Logf("kernel evidence alone recovers %d of %d client failures of the exit and preStop runs (%.0f%%)",
+	t.Logf("kernel evidence alone recovers %d of %d client failures of the exit and graceful runs (%.0f%%)",
 		proven, failures, 100*float64(proven)/float64(max(failures, 1)))
 	if 2*proven <= failures {
 		t.Errorf("kernel evidence alone recovers %d of %d client failures, want most", proven, failures)
