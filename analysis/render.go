@@ -210,11 +210,11 @@ func histPhrase(name string, h Histogram) string {
 // proofPhrase lists the proven inferred failures by proof; the likely
 // ones go in InferencePhrase's second clause.
 func proofPhrase(m map[string]int) string {
-	names := map[string]string{
-		ProofRefusedSYN:    "refused SYNs",
-		ProofRSTAfterClose: "resets answering data on closed connections",
-		ProofRSTUnread:     "resets with unread data",
-		ProofStored:        "stored inferred failures",
+	names := map[string][2]string{
+		ProofRefusedSYN:    {"refused SYN", "refused SYNs"},
+		ProofRSTAfterClose: {"reset answering data on a closed connection", "resets answering data on closed connections"},
+		ProofRSTUnread:     {"reset with unread data", "resets with unread data"},
+		ProofStored:        {"stored inferred failure", "stored inferred failures"},
 	}
 	keys := make([]string, 0, len(m))
 	for k := range m {
@@ -225,11 +225,11 @@ func proofPhrase(m map[string]int) string {
 	sort.Strings(keys)
 	var parts []string
 	for _, k := range keys {
-		n := names[k]
-		if n == "" {
-			n = k
+		n, ok := names[k]
+		if !ok {
+			n = [2]string{k, k}
 		}
-		parts = append(parts, fmt.Sprintf("%d %s", m[k], n))
+		parts = append(parts, fmt.Sprintf("%d %s", m[k], plural(m[k], n[0], n[1])))
 	}
 	return strings.Join(parts, ", ")
 }
