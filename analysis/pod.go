@@ -203,7 +203,7 @@ func (p *podState) ingest(e *event.Event, opts *Options) {
 	if p.node == "" && e.Node != "" && (e.Kind.IsKernel() || strings.HasPrefix(string(e.Kind), "pod_") || e.Kind == event.ContainerTerminated) {
 		p.node = e.Node
 	}
-	if isLandmark(e.Kind) {
+	if isLandmark(e.Kind) && !p.repeatedSignal(e, opts) {
 		if p.landmarks == nil {
 			p.landmarks = make([]event.Event, 0, 16) // a replaced pod has 10 to 20
 		}
@@ -262,6 +262,21 @@ func (p *podState) ingest(e *event.Event, opts *Options) {
 	if e.Kind.IsEndpoint() {
 		p.endpoint(e)
 	}
+}
+
+// repeatedSignal reports whether e repeats a signal the same process got
+// within ExitSlack: a runtime that dies by a signal raises it again to
+// itself (Go does, twice), which adds nothing to the pod's timeline.
+func (p *podState) repeatedSignal(e *event.Event, opts *Options) bool {
+	if e.Kind != event.Signal {
+		return false
+	}
+	for i := len(p.landmarks) - 1; i >= 0 && e.Time-p.landmarks[i].Time <= int64(opts.ExitSlack); i-- {
+		if l := &p.landmarks[i]; l.Kind == event.Signal && l.Signal == e.Signal && l.PID == e.PID {
+			return true
+		}
+	}
+	return false
 }
 
 func (p *podState) addPID(pid int32) {
