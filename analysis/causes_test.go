@@ -2,6 +2,7 @@ package analysis
 
 import (
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -404,7 +405,9 @@ func TestInference(t *testing.T) {
 		build   func(r *rec, p *tpod)
 		byProof map[string]int
 		likely  int
-		aside   int // refused SYNs set aside
+		aside   int    // refused SYNs set aside
+		cause   Cause  // of every inferred failure, when set
+		role    string // a piece of evidence every inferred failure holds, when set
 	}{
 		{
 			name: "refused while in rotation: proven",
@@ -449,6 +452,8 @@ func TestInference(t *testing.T) {
 			},
 			byProof: map[string]int{ProofInUseAtExit: 1},
 			likely:  1,
+			cause:   CauseKeepAliveAtExit,
+			role:    "pod side: a connection in use closed by the exit",
 		},
 		{
 			name: "in use, then the client's request met a reset: proven once",
@@ -459,6 +464,8 @@ func TestInference(t *testing.T) {
 				r.rst(p, 15*ms, client(1), "TCP_ABORT_ON_DATA", 0)
 			},
 			byProof: map[string]int{ProofRSTAfterClose: 1},
+			cause:   CauseKeepAliveAtExit,
+			role:    "pod side proved a reset",
 		},
 		{
 			name: "idle pooled connection cut at exit, or one of unknown idleness: nothing",
@@ -493,6 +500,17 @@ func TestInference(t *testing.T) {
 			}
 			if inf.RefusedOutOfRotation != tc.aside {
 				t.Errorf("refused SYNs set aside: %d, want %d", inf.RefusedOutOfRotation, tc.aside)
+			}
+			for _, f := range res.Failures {
+				if !f.Inferred {
+					continue
+				}
+				if tc.cause != "" && f.Cause != tc.cause {
+					t.Errorf("inferred failure: cause %s, want %s (%s)", f.Cause, tc.cause, f.Explanation)
+				}
+				if tc.role != "" && !slices.ContainsFunc(f.Evidence, func(e EvidenceView) bool { return e.Role == tc.role }) {
+					t.Errorf("inferred failure: no %q among its evidence %+v", tc.role, f.Evidence)
+				}
 			}
 		})
 	}

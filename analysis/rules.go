@@ -167,6 +167,8 @@ func ConnectionCut(f *Facts, dst []Piece) []Piece {
 	}
 	var role string
 	switch {
+	case f.Inferred && f.Proof == ProofInUseAtExit:
+		role = "pod side: a connection in use closed by the exit"
 	case f.Inferred:
 		role = "pod side proved a reset"
 	case f.Class == event.FailEOF:
