@@ -23,7 +23,7 @@ import "fmt"
 //	process_exit           PID/Comm, Code (exit code) or Signal (terminating signal)
 //	listener_closed        PID/Comm, Local, NetNS, Flags(AtExit)
 //	conn_closed            PID/Comm, Local, Remote, NetNS, Reason (initiator: local, peer), Flags(AtExit),
-//	                       Duration (idle: time since the connection's last packet; 0 when unknown)
+//	                       Duration (idle: time since the peer last acknowledged data from this side; 0 when unknown)
 //	rst_sent               PID/Comm, Local, Remote, NetNS, Reason (kernel reset reason), Flags(AtExit, UnreadData)
 //	rst_received           PID/Comm, Local, Remote, NetNS
 //	conn_refused           Local (closed port), Remote (client), NetNS: a SYN answered by a no-socket RST

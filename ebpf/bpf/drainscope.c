@@ -76,7 +76,7 @@ struct event {
 	__u8 old_state;
 	__u8 new_state;
 	__u16 _pad0;
-	__u32 idle_us;   // connection close: 1 + µs since the socket's last packet; 0 unknown
+	__u32 idle_us;   // connection close: 1 + µs since the peer last acked our data; 0 unknown
 };
 
 // Emit the types for bpf2go, which generates their Go counterparts.
@@ -423,10 +423,12 @@ int BPF_PROG(inet_sock_set_state, const struct sock *sk, const int oldstate, con
 	e->old_state = oldstate;
 	e->new_state = newstate;
 	if (kind == KIND_CONN_CLOSE) {
-		// tcp_mstamp is the time of the socket's most recent packet, in
-		// CLOCK_MONOTONIC microseconds: how long the connection had been
-		// idle tells a connection in use from an idle pooled one.
-		__u64 last = BPF_CORE_READ((const struct tcp_sock *)sk, tcp_mstamp);
+		// delivered_mstamp is when the peer last acknowledged new data
+		// from this side (a response), in CLOCK_MONOTONIC microseconds.
+		// Unlike tcp_mstamp it does not move for keepalive probes, so
+		// the time since tells a connection in use from an idle pooled
+		// one.
+		__u64 last = BPF_CORE_READ((const struct tcp_sock *)sk, delivered_mstamp);
 		__u64 now = e->ts_ns / 1000;
 		if (last && now >= last)
 			e->idle_us = now - last >= 0xffffffffULL ? 0xffffffffU : (__u32)(now - last) + 1;
