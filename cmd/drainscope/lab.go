@@ -41,8 +41,8 @@ failures into the store, then prints per run the requests, failures by class
 and the causes it found, tears the cluster down and serves the web UI over
 the recorded runs until interrupted (--serve '' to exit instead). Needs root. Everything the lab creates (bridge
 dslab0, namespaces dslab-*, cgroup drainscope-lab, kube-proxy's nftables
-tables, processes, /run/drainscope-lab) is removed on exit, on Ctrl-C and by
-'drainscope lab cleanup'. Traffic goes only to loopback, the pod network
+tables, processes, working files in /run/drainscope-lab) is removed on exit,
+on Ctrl-C and by 'drainscope lab cleanup'; only an empty lock file stays. Traffic goes only to loopback, the pod network
 10.244.0.0/24 and the Service network 10.96.0.0/24.
 
 Flags:
