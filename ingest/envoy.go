@@ -237,7 +237,11 @@ func envoyRecord(rec *Record, opts *Options, f *envoyFields) *LineError {
 	if err != nil {
 		return lineErr(0, "duration", "%q is not a count of milliseconds", f.duration)
 	}
-	rec.Time = start + int64(dur)
+	end, lerr := endTime(start, int64(dur), "duration")
+	if lerr != nil {
+		return lerr
+	}
+	rec.Time = end
 	rec.Status = code
 	rec.Duration = dur
 	flags := f.flags

@@ -212,3 +212,15 @@ func parseMillis(s string) (time.Duration, error) {
 	}
 	return time.Duration(v), nil
 }
+
+// endTime is start plus a request's duration, or an error naming field
+// when the sum would overflow: a duration no request has.
+func endTime(start, d int64, field string) (int64, *LineError) {
+	if d < 0 {
+		return 0, lineErr(0, field, "%d ns is negative", d)
+	}
+	if start > math.MaxInt64-d {
+		return 0, lineErr(0, field, "%d ns after the start is past the year 2262", d)
+	}
+	return start + d, nil
+}

@@ -106,10 +106,11 @@ func vegetaRecord(rec *Record, opts *Options, start int64, code int, latency int
 	if code < 0 || code > 999 {
 		return lineErr(0, "code", "%d is not an HTTP status", code)
 	}
-	if latency < 0 {
-		return lineErr(0, "latency", "%d is negative", latency)
+	end, lerr := endTime(start, latency, "latency")
+	if lerr != nil {
+		return lerr
 	}
-	rec.Time = start + latency
+	rec.Time = end
 	rec.Status = code
 	rec.Duration = time.Duration(latency)
 	rec.Failed = code == 0 || opts.failStatus(code)
