@@ -171,8 +171,8 @@ func (r *Rollouts) onPod(t *analysis.PodTimeline) {
 	}
 	ns, wl := t.Pod.Namespace, t.Workload
 	r.m.terminations.WithLabelValues(ns, wl).Inc()
-	if left, ok := leftRotation(t); ok && t.Sigterm != nil {
-		r.m.gap.WithLabelValues(ns, wl).Observe(time.Duration(t.Sigterm.Time - left).Seconds())
+	if g := t.Gaps.SigtermAfterRotation; g != nil {
+		r.m.gap.WithLabelValues(ns, wl).Observe(time.Duration(*g).Seconds())
 	}
 	if c := t.Connections; c != nil && c.ByExit > 0 {
 		r.m.cutAtExit.WithLabelValues(ns, wl).Add(float64(c.ByExit))
@@ -180,21 +180,6 @@ func (r *Rollouts) onPod(t *analysis.PodTimeline) {
 	if t.Deletion != 0 && killed(t) {
 		r.m.sigkills.WithLabelValues(ns, wl).Inc()
 	}
-}
-
-// leftRotation is when the pod's endpoint left rotation on the last node
-// that observed it: per kind of transition (not ready, terminating,
-// removed) the last node's observation, and of those the earliest, since a
-// node stops routing at whichever comes first. Only transitions count: an
-// endpoint that was added not ready (every new pod's is) has not left.
-func leftRotation(t *analysis.PodTimeline) (int64, bool) {
-	left := int64(0)
-	for _, s := range []*analysis.Spread{t.EndpointNotReady, t.EndpointTerminating, t.EndpointRemoved} {
-		if s != nil && (left == 0 || s.Last < left) {
-			left = s.Last
-		}
-	}
-	return left, left != 0
 }
 
 // killed reports whether the pod was SIGKILLed when its grace period ran

@@ -162,8 +162,38 @@ func TestRolloutSignalsFromShuffledEvents(t *testing.T) {
 			t.Errorf("metrics lack %s", want)
 		}
 	}
-	if strings.Contains(body, "drainscope_rollout_late_events_total 1") {
-		t.Errorf("events counted late:\n%s", body)
+	if n := testutil.ToFloat64(m.lateEvents); n != 0 {
+		t.Errorf("%v events counted late:\n%s", n, body)
+	}
+}
+
+// The gap metric is the analysis's: SIGTERM minus the time the last node
+// took the endpoint out, each node counting its first leave. Here node-a
+// takes it out at once, node-b only when it is removed 8 s later; SIGTERM
+// at 5 s came 3 s before the endpoint left rotation everywhere.
+func TestGapIsTheLastNodesLeave(t *testing.T) {
+	m := New("test", "dev")
+	r := m.NewRollouts(RolloutOptions{})
+	s := newSeq("web-4", "uid-4", "10.244.0.14", t0)
+	s.add(-10_000*ms, event.EndpointReady, event.SourceWatcher, s.ep(8080))
+	s.add(-10_000*ms, event.EndpointReady, event.SourceWatcher, func(e *event.Event) { s.ep(8080)(e); e.Node = "node-b" })
+	s.add(0, event.PodDeletion, event.SourceWatcher, func(e *event.Event) { e.Duration = int64(30 * time.Second) })
+	s.add(100*ms, event.EndpointNotReady, event.SourceWatcher, s.ep(8080))
+	s.add(5000*ms, event.Signal, event.SourceKernel, func(e *event.Event) { e.Signal, e.PID = 15, 44 })
+	s.add(5001*ms, event.ProcessExit, event.SourceKernel, func(e *event.Event) { e.PID = 44 })
+	s.add(8000*ms, event.EndpointRemoved, event.SourceWatcher, func(e *event.Event) { s.ep(8080)(e); e.Node = "node-b" })
+	for i := range s.evs {
+		r.Add(&s.evs[i])
+	}
+	r.Flush()
+	body := scrape(t, m)
+	for _, want := range []string{
+		`drainscope_rollout_sigterm_minus_endpoint_removal_seconds_count{namespace="shop",workload="Deployment/web"} 1`,
+		`drainscope_rollout_sigterm_minus_endpoint_removal_seconds_sum{namespace="shop",workload="Deployment/web"} -3`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("metrics lack %s:\n%s", want, body)
+		}
 	}
 }
 
@@ -203,7 +233,8 @@ func TestRolloutSignalsReportedWhenQuiet(t *testing.T) {
 
 func TestRunFlushesAtTheEnd(t *testing.T) {
 	m := New("test", "dev")
-	r := m.NewRollouts(RolloutOptions{Tick: time.Millisecond})
+	// The clock stands at the events' time, so no tick can make them late.
+	r := m.NewRollouts(RolloutOptions{Tick: time.Millisecond, Now: func() time.Time { return time.Unix(0, t0) }})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { r.Run(ctx); close(done) }()
