@@ -155,7 +155,7 @@ func Analyze(ctx context.Context, st store.Store, q store.Query) (*Result, error
 
 // AnalyzeWith is Analyze with options.
 func AnalyzeWith(ctx context.Context, st store.Store, q store.Query, opts Options) (*Result, error) {
-	o := opts.withDefaults()
+	o := opts.WithDefaults()
 	c := newCollector(o, q)
 	al := NewAligner(o, c.failure, c.pod)
 	scan := store.Query{Window: event.Window{From: q.Window.From - int64(o.Lead)}}
@@ -185,7 +185,7 @@ func AnalyzeWith(ctx context.Context, st store.Store, q store.Query, opts Option
 // AnalyzeEvents analyses events held in memory (in any order; the slice is
 // not modified), limited to q's window, namespace and workload.
 func AnalyzeEvents(events []event.Event, q store.Query, opts Options) (*Result, error) {
-	o := opts.withDefaults()
+	o := opts.WithDefaults()
 	idx := make([]int32, len(events))
 	for i := range idx {
 		idx[i] = int32(i)

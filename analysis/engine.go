@@ -142,7 +142,7 @@ type Stats struct {
 // aligner forgets it or the stream ends. Either may be nil.
 func NewAligner(opts Options, onFailure func(*Decision), onPod func(*PodTimeline)) *Aligner {
 	return &Aligner{
-		opts:         opts.withDefaults(),
+		opts:         opts.WithDefaults(),
 		onFailure:    onFailure,
 		onPod:        onPod,
 		byUID:        map[string]*podState{},
@@ -191,11 +191,10 @@ func (a *Aligner) Add(e *event.Event) error {
 	}
 	p := a.pod(&e.Pod, true)
 	if p != nil {
-		p.ingest(e, &a.opts)
-		a.learnIPs(p, e)
-		if isLandmark(e.Kind) {
+		if p.ingest(e, &a.opts) {
 			a.global.push(cloneEvent(e))
 		}
+		a.learnIPs(p, e)
 	}
 	if e.Kind.IsEndpoint() {
 		a.endpoint(e)

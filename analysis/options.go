@@ -68,7 +68,8 @@ func DefaultOptions() Options {
 	}
 }
 
-func (o Options) withDefaults() Options {
+// WithDefaults returns o with every zero field set to its default.
+func (o Options) WithDefaults() Options {
 	d := DefaultOptions()
 	set := func(v *time.Duration, def time.Duration) {
 		if *v == 0 {

@@ -3,6 +3,7 @@ package analysis
 import (
 	"net/netip"
 	"strings"
+	"time"
 
 	"github.com/drainscope/drainscope/event"
 )
@@ -182,7 +183,9 @@ func (p *podState) terminatingAt(t int64) *event.Event {
 	return nil
 }
 
-func (p *podState) ingest(e *event.Event, opts *Options) {
+// ingest records e in the pod's state and reports whether it became one of
+// the pod's landmarks.
+func (p *podState) ingest(e *event.Event, opts *Options) bool {
 	if p.first == 0 {
 		p.first = e.Time
 	}
@@ -203,7 +206,8 @@ func (p *podState) ingest(e *event.Event, opts *Options) {
 	if p.node == "" && e.Node != "" && (e.Kind.IsKernel() || strings.HasPrefix(string(e.Kind), "pod_") || e.Kind == event.ContainerTerminated) {
 		p.node = e.Node
 	}
-	if isLandmark(e.Kind) && !p.repeatedSignal(e, opts) {
+	landmark := isLandmark(e.Kind) && !p.repeatedSignal(e, opts)
+	if landmark {
 		if p.landmarks == nil {
 			p.landmarks = make([]event.Event, 0, 16) // a replaced pod has 10 to 20
 		}
@@ -262,17 +266,26 @@ func (p *podState) ingest(e *event.Event, opts *Options) {
 	if e.Kind.IsEndpoint() {
 		p.endpoint(e)
 	}
+	return landmark
 }
 
-// repeatedSignal reports whether e repeats a signal the same process got
-// within ExitSlack: a runtime that dies by a signal raises it again to
-// itself (Go does, twice), which adds nothing to the pod's timeline.
+// RepeatsSignal reports whether e delivers again, within slack, the
+// signal prev delivered to the same process: a runtime that dies by a
+// signal raises it again to itself (Go does, twice), which adds nothing to
+// a timeline.
+func RepeatsSignal(prev, e *event.Event, slack time.Duration) bool {
+	return e.Kind == event.Signal && prev.Kind == event.Signal && prev.Signal == e.Signal &&
+		prev.PID == e.PID && e.Time-prev.Time >= 0 && e.Time-prev.Time <= int64(slack)
+}
+
+// repeatedSignal reports whether e repeats a signal among the pod's
+// landmarks (see RepeatsSignal).
 func (p *podState) repeatedSignal(e *event.Event, opts *Options) bool {
 	if e.Kind != event.Signal {
 		return false
 	}
 	for i := len(p.landmarks) - 1; i >= 0 && e.Time-p.landmarks[i].Time <= int64(opts.ExitSlack); i-- {
-		if l := &p.landmarks[i]; l.Kind == event.Signal && l.Signal == e.Signal && l.PID == e.PID {
+		if RepeatsSignal(&p.landmarks[i], e, opts.ExitSlack) {
 			return true
 		}
 	}

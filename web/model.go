@@ -44,9 +44,10 @@ type lane struct {
 	start       int64 // termination start (old pods) or creation/readiness (new): the sort key
 	tl          *analysis.PodTimeline
 
-	marks   []landmark // lifecycle events, in time order
-	dropped int        // lifecycle events not kept (beyond maxLaneLandmarks)
-	socks   []sockMark // connection closes, resets, refusals, in time order
+	marks   []landmark  // lifecycle events, in time order
+	lastSig event.Event // the latest signal, to leave out its repeats
+	dropped int         // lifecycle events not kept (beyond maxLaneLandmarks)
+	socks   []sockMark  // connection closes, resets, refusals, in time order
 	// Failures the analysis attributed to the pod, in time order: reported
 	// by clients, inferred from kernel evidence alone, and both merged.
 	fails    []failMark
@@ -168,10 +169,11 @@ type capture struct {
 	byName map[string]*lane // ns/name → lane, for events without a UID
 	order  []*lane
 	events int
+	slack  time.Duration // a signal repeated within it is one landmark (analysis.RepeatsSignal)
 }
 
-func newCapture(r event.Rollout, win event.Window) *capture {
-	c := &capture{ns: r.Namespace, wl: r.Workload, win: win, old: map[string]bool{},
+func newCapture(r event.Rollout, win event.Window, slack time.Duration) *capture {
+	c := &capture{ns: r.Namespace, wl: r.Workload, win: win, slack: slack, old: map[string]bool{},
 		byKey: map[string]*lane{}, byName: map[string]*lane{}}
 	for _, t := range r.Terminations {
 		k := laneKey(t.Pod.UID, t.Pod.Namespace, t.Pod.Name)
@@ -247,6 +249,12 @@ func (c *capture) add(e *event.Event) {
 	if l.node == "" && !e.Kind.IsEndpoint() {
 		l.node = e.Node
 	}
+	if e.Kind == event.Signal {
+		if analysis.RepeatsSignal(&l.lastSig, e, c.slack) {
+			return
+		}
+		l.lastSig = *e
+	}
 	if len(l.marks) >= maxLaneLandmarks {
 		l.dropped++
 		return
@@ -262,7 +270,7 @@ const tailPad = 30 * time.Second
 func buildModel(ctx context.Context, st store.Store, analyze AnalyzeFunc, opts analysis.Options, r event.Rollout, now time.Time) (*model, error) {
 	began := time.Now()
 	win := event.Window{From: r.From - int64(analysis.RolloutLead), To: r.To + int64(tailPad)}
-	c := newCapture(r, win)
+	c := newCapture(r, win, opts.WithDefaults().ExitSlack)
 	q := store.Query{Window: win, Namespace: r.Namespace, Workload: r.Workload}
 	res, err := analyze(ctx, tee{st, c.add}, q, opts)
 	if err != nil {

@@ -1,0 +1,40 @@
+package web
+
+import (
+	"testing"
+	"time"
+
+	"github.com/drainscope/drainscope/event"
+)
+
+// A Go process dying by SIGTERM raises it again to itself twice: its lane
+// shows one SIGTERM, as the analysis's timeline does, and a second kill
+// later still shows.
+func TestLaneKeepsOneSignalPerDelivery(t *testing.T) {
+	pod := event.PodRef{Namespace: "shop", Name: "web-1", UID: "uid-1"}
+	wl := event.Workload{Kind: "Deployment", Name: "web"}
+	t0 := time.Date(2026, 3, 14, 12, 0, 0, 0, time.UTC).UnixNano()
+	r := event.Rollout{Namespace: "shop", Workload: wl, From: t0, To: t0 + int64(time.Minute)}
+	c := newCapture(r, event.Window{From: t0 - int64(time.Minute), To: t0 + int64(time.Minute)}, 100*time.Millisecond)
+	sig := func(off time.Duration, peer int32) *event.Event {
+		return &event.Event{Time: t0 + int64(off), Kind: event.Signal, Pod: pod, Workload: wl, PID: 42, Signal: 15, PeerPID: peer}
+	}
+	c.add(&event.Event{Time: t0, Kind: event.PodDeletion, Pod: pod, Workload: wl})
+	c.add(sig(time.Millisecond, 1))
+	c.add(sig(time.Millisecond+300*time.Microsecond, 42))
+	c.add(sig(time.Millisecond+400*time.Microsecond, 42))
+	c.add(sig(2*time.Second, 1))
+	l := c.find(pod)
+	if l == nil {
+		t.Fatal("no lane for the pod")
+	}
+	n := 0
+	for _, m := range l.marks {
+		if m.kind == event.Signal {
+			n++
+		}
+	}
+	if n != 2 {
+		t.Errorf("%d SIGTERM marks, want 2 (the kubelet's two kills, not the process's own repeats)", n)
+	}
+}
