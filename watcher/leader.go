@@ -66,30 +66,35 @@ func (o LeaseOptions) renewDeadline() time.Duration {
 // recorded: the ones after its last renewal.
 type standbyBuffer struct {
 	window time.Duration
-	events []event.Event
+	events []event.Event // events[head:] are within the window
+	head   int
 }
 
+// add appends e and forgets the events older than the window. The dropped
+// prefix is reclaimed only once it is half the slice, so each event is
+// moved at most once on average, not once per add.
 func (b *standbyBuffer) add(e event.Event) {
 	b.events = append(b.events, e)
 	cut := e.Time - int64(b.window)
-	n := 0
-	for n < len(b.events) && b.events[n].Time < cut {
-		n++
+	for b.head < len(b.events) && b.events[b.head].Time < cut {
+		b.events[b.head] = event.Event{} // let the collector have its strings
+		b.head++
 	}
-	if n > 0 {
-		b.events = append(b.events[:0], b.events[n:]...)
+	if b.head > len(b.events)/2 {
+		b.events = append(b.events[:0], b.events[b.head:]...)
+		b.head = 0
 	}
 }
 
 // after removes and returns the buffered events later than t.
 func (b *standbyBuffer) after(t int64) []event.Event {
 	var out []event.Event
-	for _, e := range b.events {
+	for _, e := range b.events[b.head:] {
 		if e.Time > t {
 			out = append(out, e)
 		}
 	}
-	b.events = nil
+	b.events, b.head = nil, 0
 	return out
 }
 
