@@ -167,8 +167,8 @@ func (w *podWorker) startContainer(ctx context.Context, c *container) {
 	}
 	exited := make(chan struct{})
 	comm := readComm(cmd.Process.Pid, argv[0])
-	old := c.group
 	w.mu.Lock()
+	old, oldLog := c.group, c.logf
 	if c.state != nil {
 		c.lastTerm = c.terminated()
 	}
@@ -180,6 +180,9 @@ func (w *podWorker) startContainer(ctx context.Context, c *container) {
 	if old != nil {
 		old.Close()
 		_ = cgroup.Remove(old.Path, time.Second)
+	}
+	if oldLog != nil {
+		oldLog.Close() // the previous run's: a restart opens the log again
 	}
 	log.Info("container started", "pid", cmd.Process.Pid, "cgroup", g.Path)
 	w.markDirty()

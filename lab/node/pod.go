@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 
+	"github.com/drainscope/drainscope/ebpf"
 	"github.com/drainscope/drainscope/event"
 	"github.com/drainscope/drainscope/lab/cgroup"
 	"github.com/drainscope/drainscope/lab/netns"
@@ -69,9 +70,12 @@ func newPodWorker(n *Node, p *corev1.Pod) *podWorker {
 		updated: make(chan struct{}, 1),
 		goneCh:  make(chan struct{}),
 		abortCh: make(chan struct{}),
-		exits:   make(chan *container, 4),
-		dirty:   make(chan struct{}, 1),
-		phase:   corev1.PodPending,
+		// One slot per container: a container has one exit pending at
+		// most (it restarts only after run took the exit), so the
+		// sender's non-blocking send never drops one.
+		exits: make(chan *container, max(1, len(p.Spec.Containers))),
+		dirty: make(chan struct{}, 1),
+		phase: corev1.PodPending,
 	}
 }
 
@@ -135,7 +139,10 @@ func (w *podWorker) run(ctx context.Context) {
 		w.finish(ctx)
 		return
 	}
-	w.workload = w.n.workloadOf(ctx, p)
+	wl := w.n.workloadOf(ctx, p)
+	w.mu.Lock() // info reads it from other goroutines
+	w.workload = wl
+	w.mu.Unlock()
 	if err := w.setupSandbox(ctx, p); err != nil {
 		log.Warn("creating pod sandbox", "err", err)
 		w.mu.Lock()
@@ -252,10 +259,9 @@ func (w *podWorker) setupSandbox(ctx context.Context, p *corev1.Pod) error {
 	if err != nil {
 		return err
 	}
-	ino := uint64(0)
-	var st syscall.Stat_t
-	if err := syscall.Stat(np.Path(), &st); err == nil {
-		ino = st.Ino
+	ino, err := ebpf.NetNSInode(np.Path())
+	if err != nil {
+		return err
 	}
 	podDir := w.n.cfg.Cgroups.PodDir(string(p.UID), string(p.Status.QOSClass))
 	if err := os.MkdirAll(podDir, 0o755); err != nil {

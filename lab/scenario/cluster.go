@@ -256,16 +256,9 @@ func (c *Cluster) startKernel(ctx context.Context) error {
 	c.kernel = k
 	c.kernelCh = make(chan error, 1)
 	go func() {
-		c.kernelCh <- k.Run(context.WithoutCancel(ctx), func(e *event.Event) {
-			cp := *e
-			if e.Attrs != nil {
-				cp.Attrs = make(map[string]string, len(e.Attrs))
-				for k, v := range e.Attrs {
-					cp.Attrs[k] = v
-				}
-			}
-			c.rec.Add(cp)
-		})
+		// Attrs is the collector's shared, read-only map: the copy of
+		// the event may keep it.
+		c.kernelCh <- k.Run(context.WithoutCancel(ctx), func(e *event.Event) { c.rec.Add(*e) })
 	}()
 	return nil
 }
