@@ -217,10 +217,9 @@ type collector struct {
 	inf      Inference
 	totals   Totals
 	// unattributed client failures per second, for the rollouts
-	unattr                        map[int64]int
-	fromSigterm, fromExit         hist
-	infFromSigterm, infFromExit   hist
-	clientInWindow, inferInWindow int
+	unattr                      map[int64]int
+	fromSigterm, fromExit       hist
+	infFromSigterm, infFromExit hist
 }
 
 type causeAcc struct {
@@ -286,9 +285,7 @@ func (c *collector) failure(d *Decision) {
 		if LikelyProof(d.Proof) {
 			c.inf.Likely++
 		}
-		c.inferInWindow++
 	} else {
-		c.clientInWindow++
 		c.inf.ClientFailures++
 		c.totals.ClientFailures++
 		explained := d.Rule.Cause != CauseUnexplained
@@ -389,6 +386,12 @@ func (c *collector) pod(t *PodTimeline) {
 		return
 	}
 	cp := *t
+	// The views are built only for the pods reported: a pod out of scope
+	// or of the window (the lead history) costs none.
+	cp.Events = make([]EventView, 0, len(t.events))
+	for i := range t.events {
+		cp.Events = append(cp.Events, View(&t.events[i]))
+	}
 	cp.events = nil
 	c.inf.RefusedOutOfRotation += t.RefusedOutOfRotation
 	c.tls[podKey(t.Pod.UID, t.Pod.Namespace, t.Pod.Name)] = &cp
@@ -430,7 +433,7 @@ func (c *collector) result(st Stats) *Result {
 		v := float64(c.inf.Proven) / float64(c.inf.ClientFailures)
 		r.Inference.Ratio = &v
 	}
-	if c.clientInWindow > 0 {
+	if c.inf.ClientFailures > 0 {
 		r.FromSigterm, r.FromExit = c.fromSigterm.export(50e6), c.fromExit.export(50e6)
 	} else {
 		r.FromSigterm, r.FromExit = c.infFromSigterm.export(50e6), c.infFromExit.export(50e6)

@@ -70,7 +70,7 @@ func (a *Aligner) decide(pf *pending) {
 	fx := &a.facts
 	*fx = Facts{
 		Failure: f, Start: t - max(f.Duration, 0), Inferred: pf.inferred, Proof: pf.proof, Class: f.Reason, Client: unmapAP(f.Local),
-		opts: &a.opts, a: a, horizon: t + la,
+		opts: &a.opts, a: a,
 	}
 	if pf.inferred {
 		a.stats.Inferred++

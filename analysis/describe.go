@@ -28,17 +28,6 @@ func signalName(s int32) string {
 
 // Describe renders one event as a short phrase for timelines and reports.
 func Describe(e *event.Event) string {
-	proc := func(pid int32, comm string) string {
-		switch {
-		case comm != "" && pid != 0:
-			return fmt.Sprintf("%s (pid %d)", comm, pid)
-		case comm != "":
-			return comm
-		case pid != 0:
-			return fmt.Sprintf("pid %d", pid)
-		}
-		return "?"
-	}
 	switch e.Kind {
 	case event.PodCreated:
 		return "pod created"
@@ -68,12 +57,12 @@ func Describe(e *event.Event) string {
 		}
 		return s
 	case event.Signal:
-		return fmt.Sprintf("%s from %s to %s", signalName(e.Signal), proc(e.PeerPID, e.PeerComm), proc(e.PID, e.Comm))
+		return fmt.Sprintf("%s from %s to %s", signalName(e.Signal), procName(e.PeerComm, e.PeerPID), procName(e.Comm, e.PID))
 	case event.ProcessExit:
 		if e.Signal != 0 {
-			return fmt.Sprintf("%s exited by %s", proc(e.PID, e.Comm), signalName(e.Signal))
+			return fmt.Sprintf("%s exited by %s", procName(e.Comm, e.PID), signalName(e.Signal))
 		}
-		return fmt.Sprintf("%s exited with code %d", proc(e.PID, e.Comm), e.Code)
+		return fmt.Sprintf("%s exited with code %d", procName(e.Comm, e.PID), e.Code)
 	case event.ListenerClosed:
 		return "listener " + addr(e.Local) + " closed" + atExit(e.Flags)
 	case event.ConnClosed:

@@ -325,7 +325,6 @@ func (a *Aligner) learnIPs(p *podState, e *event.Event) {
 	l := &ipLease{ip: ip, pod: p, first: e.Time, last: e.Time}
 	a.ips[ip] = append(a.ips[ip], l)
 	p.leases = append(p.leases, l)
-	p.ips = append(p.ips, ip)
 }
 
 // podByIP picks the pod that had ip at t: the one whose observed tenure
@@ -427,7 +426,8 @@ func (a *Aligner) forget(p *podState) {
 	if nn := (nsName{p.ref.Namespace, p.ref.Name}); a.byName[nn] == p {
 		delete(a.byName, nn)
 	}
-	for _, ip := range p.ips {
+	for _, pl := range p.leases {
+		ip := pl.ip
 		ls := a.ips[ip]
 		out := ls[:0]
 		for _, l := range ls {

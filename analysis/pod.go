@@ -17,7 +17,6 @@ type podState struct {
 	node     string
 	first    int64
 	last     int64
-	events   int
 	created  int64
 	ready    int64 // first pod_ready
 	notReady int64 // first pod_not_ready
@@ -39,7 +38,6 @@ type podState struct {
 	conns []connEnd
 
 	landmarks []event.Event
-	ips       []netip.Addr
 	leases    []*ipLease // this pod's entries in the aligner's address index
 
 	failures map[Cause]int
@@ -190,7 +188,6 @@ func (p *podState) ingest(e *event.Event, opts *Options) bool {
 		p.first = e.Time
 	}
 	p.last = e.Time
-	p.events++
 	if p.ref.UID == "" && e.Pod.UID != "" {
 		p.ref.UID = e.Pod.UID
 	}
@@ -458,7 +455,6 @@ type rotation struct {
 	in        bool         // some node still had it ready at t
 	leftAfter *event.Event // in: the last node's leave observed after t, if seen
 	lastLeave *event.Event // !in: the latest leave at or before t
-	leaves    int          // nodes whose view was examined
 }
 
 // rotationAt answers from the per-node transitions. A node whose first
@@ -473,7 +469,6 @@ func (p *podState) rotationAt(t int64, svcs []string) rotation {
 		}
 		s := v.trans
 		r.seen = true
-		r.leaves++
 		i := 0
 		for i < len(s) && s[i].ev.Time < t {
 			i++

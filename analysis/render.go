@@ -192,14 +192,6 @@ func causeCounts(m map[Cause]int, rules []RuleView) string {
 	return strings.Join(parts, ", ")
 }
 
-func sum(m map[Cause]int) int {
-	n := 0
-	for _, v := range m {
-		n += v
-	}
-	return n
-}
-
 func histPhrase(name string, h Histogram) string {
 	if h.Count == 0 {
 		return ""

@@ -137,11 +137,10 @@ type Facts struct {
 	Via      string
 	Kernel   []*event.Event
 
-	opts    *Options
-	a       *Aligner
-	pod     *podState
-	svcs    []string
-	horizon int64
+	opts *Options
+	a    *Aligner
+	pod  *podState
+	svcs []string
 }
 
 func piece(role string, e *event.Event) Piece { return Piece{Role: role, Event: e} }

@@ -10,7 +10,6 @@ import (
 // short history so "no ready endpoint at t" can be answered a lookahead
 // later.
 type svcState struct {
-	key     string
 	members map[member]bool
 	nodes   map[string]*nodeCount
 }
@@ -38,7 +37,7 @@ func (a *Aligner) endpoint(e *event.Event) {
 	}
 	s := a.svcs[key]
 	if s == nil {
-		s = &svcState{key: key, members: map[member]bool{}, nodes: map[string]*nodeCount{}}
+		s = &svcState{members: map[member]bool{}, nodes: map[string]*nodeCount{}}
 		a.svcs[key] = s
 		name := key
 		if i := lastSlash(key); i >= 0 {

@@ -52,7 +52,9 @@ type PodTimeline struct {
 	// endpoint had left rotation everywhere: probes, or clients that
 	// bypass the Service.
 	RefusedOutOfRotation int `json:"refused_out_of_rotation,omitempty"`
-	// Events are the pod's lifecycle events (no per-connection events).
+	// Events are the pod's lifecycle events (no per-connection events),
+	// as Analyze reports them; the timelines an Aligner hands its onPod
+	// callback leave them empty.
 	Events []EventView `json:"events"`
 
 	events []event.Event
@@ -159,8 +161,8 @@ func (p *podState) timeline(opts *Options) PodTimeline {
 		ListenerClosed: p.listener.Time,
 		events:         p.landmarks,
 	}
-	for _, ip := range p.ips {
-		t.IPs = append(t.IPs, ip.String())
+	for _, l := range p.leases {
+		t.IPs = append(t.IPs, l.ip.String())
 	}
 	spread := func(s *spreadAcc) *Spread {
 		if s.first == 0 {
@@ -258,10 +260,6 @@ func (p *podState) timeline(opts *Options) PodTimeline {
 		t.InferredFailures = p.inferred
 	}
 	t.RefusedOutOfRotation = p.refusedOutOfRotation
-	t.Events = make([]EventView, 0, len(p.landmarks))
-	for i := range p.landmarks {
-		t.Events = append(t.Events, View(&p.landmarks[i]))
-	}
 	return t
 }
 
