@@ -54,14 +54,13 @@ func TestBadDSNIsOneClearLine(t *testing.T) {
 		{"postgres://u:secret@127.0.0.1:notaport/db", "bad DSN"},
 		{"mysql://u@h/db", `unknown scheme "mysql"`},
 		{"sqlite:", "needs a file path"},
-		{"sqlite:" + filepath.Join(t.TempDir(), "a-file", "x.db"), "creating its directory"},
 	}
-	if err := os.WriteFile(filepath.Join(t.TempDir(), "a-file"), nil, 0o644); err != nil {
+	// A file where the store's directory should be.
+	blocker := filepath.Join(t.TempDir(), "blocker")
+	if err := os.WriteFile(blocker, []byte("x"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	blocker := filepath.Join(t.TempDir(), "blocker")
-	os.WriteFile(blocker, []byte("x"), 0o644)
-	cases[4].dsn = "sqlite:" + filepath.Join(blocker, "x.db")
+	cases = append(cases, struct{ dsn, want string }{"sqlite:" + filepath.Join(blocker, "x.db"), "creating its directory"})
 	for _, tc := range cases {
 		_, err := Open(ctx, tc.dsn)
 		if err == nil {
@@ -172,13 +171,11 @@ func TestReadOnlyDatabase(t *testing.T) {
 		if out, err := exec.Command("mount", "-o", "remount,ro,bind", mnt).CombinedOutput(); err != nil {
 			t.Fatalf("remount read-only: %v %s", err, out)
 		}
+		// The store opens a database on a read-only file system immutable,
+		// so it can be read.
 		s2, err := OpenSQLite(ctx, filepath.Join(mnt, "events.db"))
 		if err != nil {
-			// Refusing at Open is also a clear answer, if it says why.
-			if !strings.Contains(err.Error(), "read-only") || strings.Contains(err.Error(), "\n") {
-				t.Fatalf("Open on a read-only mount = %q", err)
-			}
-			return
+			t.Fatalf("Open on a read-only mount: %v", err)
 		}
 		defer s2.Close()
 		check(t, s2)

@@ -273,7 +273,6 @@ func (s *Postgres) Terminations(ctx context.Context, q Query) ([]event.Terminati
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("store %s: reading terminations: %s", s.name, oneLine(err))
 	}
-	sortTerminations(out)
 	return out, nil
 }
 

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
-	"sort"
 
 	"github.com/drainscope/drainscope/event"
 )
@@ -112,8 +111,4 @@ func newTerminationTarget() *terminationTarget {
 func (tt *terminationTarget) finish() event.Termination {
 	tt.t.Events = int(tt.n)
 	return tt.t
-}
-
-func sortTerminations(ts []event.Termination) {
-	sort.SliceStable(ts, func(i, j int) bool { return ts[i].Start() < ts[j].Start() })
 }

@@ -293,7 +293,6 @@ func (s *SQLite) Terminations(ctx context.Context, q Query) ([]event.Termination
 		}
 		out = append(out, tt.finish())
 	}
-	sortTerminations(out)
 	return out, rows.Err()
 }
 
