@@ -297,21 +297,8 @@ func clip(b []byte, n int) []byte {
 
 // indexUnescaped finds lit in b, skipping a quote escaped by a backslash
 // (nginx's escape=json writes \" inside values).
+// bytes.Index already takes IndexByte's path for a one-byte lit.
 func indexUnescaped(b, lit []byte) int {
-	if len(lit) == 1 {
-		off := 0
-		for {
-			i := bytes.IndexByte(b[off:], lit[0])
-			if i < 0 {
-				return -1
-			}
-			i += off
-			if lit[0] != '"' || i == 0 || b[i-1] != '\\' || escapedBackslash(b, i-1) {
-				return i
-			}
-			off = i + 1
-		}
-	}
 	off := 0
 	for {
 		i := bytes.Index(b[off:], lit)

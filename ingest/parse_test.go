@@ -415,3 +415,24 @@ func TestCRLFAndNoFinalNewline(t *testing.T) {
 		t.Fatalf("records %+v, rejections %v", recs, bad)
 	}
 }
+
+// A request's end must lie in the years every time must lie in; a duration
+// that overflows or passes 2261 is an error naming the duration's field.
+func TestEndTime(t *testing.T) {
+	start := time.Date(2026, 3, 14, 12, 0, 0, 0, time.UTC).UnixNano()
+	if end, err := endTime(start, int64(time.Second), "latency"); err != nil || end != start+int64(time.Second) {
+		t.Errorf("one second: %d, %v", end, err)
+	}
+	late := time.Date(2261, 12, 31, 12, 0, 0, 0, time.UTC).UnixNano()
+	for _, tc := range []struct {
+		start, d int64
+	}{
+		{start, -1},
+		{start, 9_200_000_000_000_000_000},
+		{late, int64(24 * time.Hour)},
+	} {
+		if _, err := endTime(tc.start, tc.d, "latency"); err == nil || err.Field != "latency" {
+			t.Errorf("start %d + %d ns: %v, want an error on field latency", tc.start, tc.d, err)
+		}
+	}
+}

@@ -214,13 +214,18 @@ func parseMillis(s string) (time.Duration, error) {
 }
 
 // endTime is start plus a request's duration, or an error naming field
-// when the sum would overflow: a duration no request has.
+// when the end falls outside the years every other time must lie in
+// (checkRange), overflow included.
 func endTime(start, d int64, field string) (int64, *LineError) {
 	if d < 0 {
 		return 0, lineErr(0, field, "%d ns is negative", d)
 	}
 	if start > math.MaxInt64-d {
-		return 0, lineErr(0, field, "%d ns after the start is past the year 2262", d)
+		return 0, lineErr(0, field, "%d ns after the start is past the year 2261", d)
 	}
-	return start + d, nil
+	end := start + d
+	if _, err := checkRange(end, fmt.Sprintf("%d ns after the start", d), time.Unix(0, end).UTC().Year()); err != nil {
+		return 0, lineErr(0, field, "%v", err)
+	}
+	return end, nil
 }
