@@ -140,9 +140,9 @@ func (s *Server) apiRollout(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	events := q.Get("events")
-	if events != "" && events != "true" && events != "false" {
-		s.fail(w, r, bad(errors.New("events: want true or false")))
+	events, err := boolParam(q, "events")
+	if err != nil {
+		s.fail(w, r, err)
 		return
 	}
 	m, err := s.routeModel(r)
@@ -151,6 +151,15 @@ func (s *Server) apiRollout(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, m.detail(offset, limit, events == "true"))
+}
+
+// boolParam reads an optional true/false parameter: "", "true" or "false".
+func boolParam(q url.Values, name string) (string, error) {
+	v := q.Get(name)
+	if v != "" && v != "true" && v != "false" {
+		return "", bad(errors.New(name + ": want true or false"))
+	}
+	return v, nil
 }
 
 type intParam struct {
@@ -268,16 +277,19 @@ func (s *Server) apiFailures(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
+	// Every parameter is checked before the rollout is read: a cold read
+	// can take seconds.
+	inferred, err := boolParam(q, "inferred")
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	m, err := s.routeModel(r)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	cause, pod, inferred := q.Get("cause"), q.Get("pod"), q.Get("inferred")
-	if inferred != "" && inferred != "true" && inferred != "false" {
-		s.fail(w, r, bad(errors.New("inferred: want true or false")))
-		return
-	}
+	cause, pod := q.Get("cause"), q.Get("pod")
 	out := Failures{Offset: offset, Failures: []IndexedFailure{}, Truncated: m.result.Truncated}
 	for i := range m.result.Failures {
 		f := &m.result.Failures[i]

@@ -27,17 +27,15 @@ type model struct {
 	result  *analysis.Result
 	summary RolloutSummary
 	lanes   []*lane
-	byKey   map[string]*lane
 	events  int // events held in lanes
 
-	clientN, inferredN int // failures reported by clients, inferred from kernel evidence
+	clientN int // failures reported by clients
 }
 
 // lane is one pod's row on the timeline.
 type lane struct {
 	key         string
 	pod         analysis.PodView
-	workload    event.Workload
 	role        string // old, new, other
 	node        string
 	first, last int64
@@ -178,14 +176,14 @@ func newCapture(r event.Rollout, win event.Window, slack time.Duration) *capture
 	for _, t := range r.Terminations {
 		k := laneKey(t.Pod.UID, t.Pod.Namespace, t.Pod.Name)
 		c.old[k] = true
-		l := c.lane(t.Pod, t.Workload)
+		l := c.lane(t.Pod)
 		l.role = roleOld
 		l.start = t.Start()
 	}
 	return c
 }
 
-func (c *capture) lane(p event.PodRef, wl event.Workload) *lane {
+func (c *capture) lane(p event.PodRef) *lane {
 	k := laneKey(p.UID, p.Namespace, p.Name)
 	if l := c.byKey[k]; l != nil {
 		return l
@@ -195,7 +193,7 @@ func (c *capture) lane(p event.PodRef, wl event.Workload) *lane {
 			return l
 		}
 	}
-	l := &lane{key: k, pod: analysis.PodView{Namespace: p.Namespace, Name: p.Name, UID: p.UID, Container: p.Container}, workload: wl, role: roleOther}
+	l := &lane{key: k, pod: analysis.PodView{Namespace: p.Namespace, Name: p.Name, UID: p.UID, Container: p.Container}, role: roleOther}
 	c.byKey[k] = l
 	if p.Name != "" {
 		c.byName[p.Namespace+"/"+p.Name] = l
@@ -226,7 +224,7 @@ func (c *capture) add(e *event.Event) {
 		if c.wl.IsZero() || e.Pod.Namespace != c.ns || e.Workload != c.wl {
 			return
 		}
-		l = c.lane(e.Pod, e.Workload)
+		l = c.lane(e.Pod)
 	}
 	if l.pod.UID == "" && e.Pod.UID != "" {
 		l.pod.UID = e.Pod.UID
@@ -317,14 +315,12 @@ func (m *model) attach(c *capture) {
 		}
 		l := c.find(event.PodRef{Namespace: f.Pod.Namespace, Name: f.Pod.Name, UID: f.Pod.UID})
 		if l == nil {
-			wl := event.Workload{Kind: m.rollout.Workload.Kind, Name: m.rollout.Workload.Name}
-			l = c.lane(event.PodRef{Namespace: f.Pod.Namespace, Name: f.Pod.Name, UID: f.Pod.UID, Container: f.Pod.Container}, wl)
+			l = c.lane(event.PodRef{Namespace: f.Pod.Namespace, Name: f.Pod.Name, UID: f.Pod.UID, Container: f.Pod.Container})
 		}
 		t := f.Failure.Time
 		fm := failMark{t: t, i: int32(i), cause: ci[f.Cause], inferred: f.Inferred}
 		if f.Inferred {
 			l.inferred = append(l.inferred, fm)
-			m.inferredN++
 		} else {
 			l.fails = append(l.fails, fm)
 			m.clientN++
@@ -383,10 +379,6 @@ func (m *model) attach(c *capture) {
 		return a.pod.Name < b.pod.Name
 	})
 	m.lanes = lanes
-	m.byKey = make(map[string]*lane, len(lanes))
-	for _, l := range lanes {
-		m.byKey[l.key] = l
-	}
 	// Default view: the rollout, widened to the new pods that came up for
 	// it (with maxSurge they are ready just before the first deletion).
 	from, to := m.rollout.From, m.rollout.To
