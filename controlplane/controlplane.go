@@ -505,19 +505,11 @@ func (c *ControlPlane) EnsureNamespace(ctx context.Context, ns string) error {
 	if c.opts.NoControllerManager || !hasController(c.opts.Controllers, "serviceaccount") {
 		return nil
 	}
-	t := time.NewTicker(50 * time.Millisecond)
-	defer t.Stop()
-	for {
+	// waitFor also notices kube-controller-manager exiting, and shows its log.
+	return waitFor(ctx, c.kcm, "the default ServiceAccount in "+ns, func(ctx context.Context) error {
 		_, err := c.client.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for the default ServiceAccount in %s: %w (last error: %v)", ns, ctx.Err(), err)
-		case <-t.C:
-		}
-	}
+		return err
+	})
 }
 
 // NodeOptions describe a Node object to register.

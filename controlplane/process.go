@@ -108,16 +108,6 @@ func (p *process) tail(n int) string {
 	return string(b)
 }
 
-// freePort returns a loopback TCP port that was free a moment ago.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("finding a free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
 func freePorts(n int) ([]int, error) {
 	// Hold all listeners open until every port is chosen, so none repeats.
 	ls := make([]net.Listener, 0, n)

@@ -18,7 +18,6 @@ import (
 const (
 	AttrEndpointNode = "endpoint_node" // the endpoint's nodeName
 	AttrPorts        = "ports"         // the slice's ports, "name/PROTO/port" comma-separated
-	AttrResourceVer  = "resource_version"
 )
 
 // epKey identifies one endpoint of a Service: the same pod address in two
@@ -40,7 +39,6 @@ type epState struct {
 	ports   string
 	trigger string // the slice's last-change-trigger-time
 	slice   string
-	rv      string
 }
 
 func (s epState) conditions() string {
@@ -138,7 +136,6 @@ func endpoints(s *discoveryv1.EndpointSlice) ([]epKey, []epState) {
 		ports:   strings.Join(ports, ","),
 		trigger: s.Annotations[corev1.EndpointsLastChangeTriggerTime],
 		slice:   s.Name,
-		rv:      s.ResourceVersion,
 	}
 	var keys []epKey
 	var states []epState

@@ -18,10 +18,6 @@ import (
 type ClientFlags struct {
 	Kubeconfig string
 	Context    string
-	// QPS and Burst of the client; watches need little, the defaults of
-	// client-go (5 and 10) suffice for an agent.
-	QPS   float64
-	Burst int
 }
 
 // Register adds the flags to fs.
@@ -52,12 +48,6 @@ func (f *ClientFlags) RESTConfig() (*rest.Config, error) {
 			}
 			return nil, fmt.Errorf("loading kubeconfig: %w", err)
 		}
-	}
-	if f.QPS != 0 {
-		cfg.QPS = float32(f.QPS)
-	}
-	if f.Burst != 0 {
-		cfg.Burst = f.Burst
 	}
 	cfg.UserAgent = "drainscope-watcher"
 	return cfg, nil
@@ -104,7 +94,7 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&f.Namespace, "namespace", "", "watch only this namespace (default: all)")
 	fs.StringVar(&f.SliceSelector, "endpointslice-selector", "", "label selector for the EndpointSlices to record, e.g. kubernetes.io/service-name=web")
 	fs.BoolVar(&f.AllPods, "all-pods", false, "watch the pods of every node, not only this node's")
-	fs.StringVar(&f.Mode, "endpointslice-recording", string(EveryNode), "who records EndpointSlice transitions: every-node (each node, shows propagation spread) or leader (one node, elected with a Lease)")
+	fs.StringVar(&f.Mode, "endpoints-mode", string(EveryNode), "who records EndpointSlice transitions: all-nodes (each node; shows the propagation spread) or leader (one node, elected with a Lease)")
 	fs.StringVar(&f.Lease.Namespace, "lease-namespace", "", "namespace of the leader Lease (default $POD_NAMESPACE, else default)")
 	fs.StringVar(&f.Lease.Name, "lease-name", "drainscope-endpointslices", "name of the leader Lease")
 }

@@ -47,7 +47,7 @@ type Mode string
 const (
 	// EveryNode: each node's watcher records them, so the events show when
 	// each node learned of each change (the spread between nodes).
-	EveryNode Mode = "every-node"
+	EveryNode Mode = "all-nodes"
 	// Leader: one watcher, elected with a coordination.k8s.io Lease,
 	// records them; the others keep their state warm and take over.
 	Leader Mode = "leader"
@@ -61,7 +61,7 @@ func ParseMode(s string) (Mode, error) {
 	case "":
 		return EveryNode, nil
 	}
-	return "", fmt.Errorf("endpointslice recording mode %q: want %q or %q", s, EveryNode, Leader)
+	return "", fmt.Errorf("--endpoints-mode %q: want %s or %s", s, EveryNode, Leader)
 }
 
 // Options configure a Watcher.

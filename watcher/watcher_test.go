@@ -8,7 +8,6 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
@@ -290,7 +289,7 @@ func TestFlags(t *testing.T) {
 	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
 	f.Register(fs)
 	if err := fs.Parse([]string{"--kubeconfig=/nonexistent", "--context=lab", "--node=n1",
-		"--endpointslice-recording=leader", "--namespace=shop"}); err != nil {
+		"--endpoints-mode=leader", "--namespace=shop"}); err != nil {
 		t.Fatal(err)
 	}
 	o, err := f.Options()
@@ -310,5 +309,4 @@ func TestFlags(t *testing.T) {
 	if _, err := f.Options(); err == nil {
 		t.Error("bad mode accepted")
 	}
-	var _ = discoveryv1.AddressTypeIPv4
 }

@@ -44,7 +44,6 @@ Flags:
 func runAgent(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	var wf watcher.Flags
 	wf.Register(fs)
-	endpointsMode := fs.String("endpoints-mode", "", "who records EndpointSlice transitions: all-nodes (each node; shows the propagation spread) or leader (one node, elected with a Lease); overrides --endpointslice-recording")
 	dsn := fs.String("store", os.Getenv("DRAINSCOPE_STORE"), "store DSN: postgres://… (in a cluster) or a SQLite file path (default: "+store.DefaultPath()+"; env DRAINSCOPE_STORE)")
 	listen := fs.String("metrics-listen", ":9090", "address for /healthz, /readyz and /metrics; empty turns it off")
 	bufferEvents := fs.Int("buffer-events", 1_000_000, "events held in memory while the store is slow or down; past this they are dropped and counted")
@@ -64,15 +63,6 @@ func runAgent(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	}
 	if err := parseFlags(fs, args, false); err != nil {
 		return err
-	}
-	switch *endpointsMode {
-	case "":
-	case "all-nodes", string(watcher.EveryNode):
-		wf.Mode = string(watcher.EveryNode)
-	case string(watcher.Leader):
-		wf.Mode = string(watcher.Leader)
-	default:
-		return fmt.Errorf("%w: --endpoints-mode %q: want all-nodes or leader", errUsage, *endpointsMode)
 	}
 	wopts, err := wf.Options()
 	if err != nil {
