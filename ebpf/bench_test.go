@@ -29,8 +29,8 @@ import (
 //
 //	go test ./ebpf -run '^$' -bench . -benchtime 1x
 //
-// DRAINSCOPE_BENCH_DURATION (default 1s) and DRAINSCOPE_BENCH_REPS
-// (default 5) set the length and number of the HTTP measurement rounds.
+// DRAINSCOPE_BENCH_DURATION_MS (default 500) and DRAINSCOPE_BENCH_REPS
+// (default 15) set the length and number of the HTTP measurement rounds.
 
 func benchEnv(name string, def int) int {
 	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
@@ -266,10 +266,9 @@ func BenchmarkHTTPOverhead(b *testing.B) {
 			r0, ev0 := threadCPU(readerTID), delivered.Load()
 			s := measure(ka, 2*d)
 			bpf1, per1 := progTime()
-			r1, ev1 := threadCPU(readerTID), delivered.Load()
 			// Let the reader drain what the flush interval held back.
 			time.Sleep(2 * c.flush)
-			r1, ev1 = threadCPU(readerTID), delivered.Load()
+			r1, ev1 := threadCPU(readerTID), delivered.Load()
 			bpfPer := float64((bpf1 - bpf0).Nanoseconds()) / float64(s.n)
 			readerPer := float64((r1 - r0).Nanoseconds()) / float64(s.n)
 			est := baseCPU[ka] / (baseCPU[ka] + bpfPer + readerPer)

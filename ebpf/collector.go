@@ -588,7 +588,10 @@ func (c *Collector) handle(b []byte, raw *probesEvent, ev *event.Event) error {
 	if err := decodeRaw(b, raw); err != nil {
 		return err
 	}
-	if err := c.decoder.fill(ev, raw, c.clock.Wall(raw.TsNs), c.clock.attrs); err != nil {
+	// Wall may resample the clock and replace attrs: call it first (Go
+	// does not order a field read against a call in one argument list).
+	wall := c.clock.Wall(raw.TsNs)
+	if err := c.decoder.fill(ev, raw, wall, c.clock.attrs); err != nil {
 		return err
 	}
 	c.resolver.Resolve(ev, raw.CgroupId, raw.Netns)

@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/drainscope/drainscope/event"
+	"github.com/drainscope/drainscope/internal/testenv"
 )
 
 // rawBytes returns the in-memory bytes of r, as the kernel writes them.
@@ -231,7 +232,7 @@ func TestLayout(t *testing.T) {
 func TestRSTReasonNames(t *testing.T) {
 	kernel, err := btf.LoadKernelSpec()
 	if err != nil {
-		t.Skipf("no kernel BTF: %v", err)
+		testenv.Unavailable(t, "no kernel BTF: "+err.Error())
 	}
 	hasArg, names := rstReasons(kernel)
 	t.Logf("tcp_send_reset passes a reason: %v; %d names", hasArg, len(names))
