@@ -86,10 +86,6 @@ func (t Tree) PodDir(uid, qos string) string {
 	return filepath.Join(append(parts, "pod"+uid)...)
 }
 
-// SystemDir is a cgroup for a lab process that is not a pod's (kube-proxy,
-// say), so cleanup finds it too.
-func (t Tree) SystemDir(name string) string { return filepath.Join(t.Root(), "system", name) }
-
 // Group is one cgroup directory, opened for placing processes into it.
 type Group struct {
 	Path string
@@ -113,19 +109,6 @@ func (g *Group) Place(attr *syscall.SysProcAttr) {
 	attr.UseCgroupFD = true
 	attr.CgroupFD = int(g.dir.Fd())
 }
-
-// ID is the cgroup's id as the kernel reports it (bpf_get_current_cgroup_id):
-// the inode number of its directory.
-func (g *Group) ID() (uint64, error) {
-	var st syscall.Stat_t
-	if err := syscall.Fstat(int(g.dir.Fd()), &st); err != nil {
-		return 0, err
-	}
-	return st.Ino, nil
-}
-
-// Procs lists the processes in the cgroup (not its children).
-func (g *Group) Procs() ([]int, error) { return procs(g.Path) }
 
 // Kill sends SIGKILL to every process in the cgroup and its children, as a
 // runtime does when it stops a container for good.

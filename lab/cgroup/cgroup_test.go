@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/drainscope/drainscope/ebpf"
 	"github.com/drainscope/drainscope/internal/testenv"
 )
 
@@ -59,7 +60,7 @@ func TestPlaceKillRemove(t *testing.T) {
 	if !strings.Contains(string(b), "0::"+want+"\n") {
 		t.Errorf("/proc/pid/cgroup:\n%s\nwant the v2 line 0::%s", b, want)
 	}
-	id, err := g.ID()
+	id, err := ebpf.CgroupID(g.Path)
 	if err != nil || id == 0 {
 		t.Errorf("cgroup id %d: %v", id, err)
 	}

@@ -174,7 +174,9 @@ func (w *podWorker) startContainer(ctx context.Context, c *container) {
 	}
 	c.id, c.group, c.logf, c.cmd, c.pid, c.comm = id, g, logf, cmd, cmd.Process.Pid, comm
 	c.startedAt, c.exited, c.state, c.finishedAt = time.Now(), exited, nil, time.Time{}
-	c.ready, c.waiting, c.waitingMsg = false, "", ""
+	// Without a readiness probe a running container is ready (the exit
+	// clears it); with one, the probe decides.
+	c.ready, c.waiting, c.waitingMsg = c.spec.ReadinessProbe == nil, "", ""
 	w.phase = corev1.PodRunning
 	w.mu.Unlock()
 	if old != nil {

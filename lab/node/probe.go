@@ -13,11 +13,11 @@ import (
 // probeLoop runs the container's readiness probe for as long as ctx lasts,
 // and reports readiness changes. Like the kubelet, it keeps probing while
 // the pod terminates: an application that fails its probe after SIGTERM
-// becomes not ready. Without a probe a running container is ready.
+// becomes not ready. Without a probe there is nothing to run: the
+// container is ready while it runs (startContainer, the exit).
 func (w *podWorker) probeLoop(ctx context.Context, c *container) {
 	pr := c.spec.ReadinessProbe
 	if pr == nil {
-		w.readyWhileRunning(ctx, c)
 		return
 	}
 	period := seconds(pr.PeriodSeconds, 10)
@@ -74,16 +74,6 @@ func (w *podWorker) probeLoop(ctx context.Context, c *container) {
 		case <-t.C:
 		}
 		check()
-	}
-}
-
-func (w *podWorker) readyWhileRunning(ctx context.Context, c *container) {
-	for ctx.Err() == nil {
-		w.setReady(c, c.running())
-		select {
-		case <-ctx.Done():
-		case <-time.After(100 * time.Millisecond):
-		}
 	}
 }
 

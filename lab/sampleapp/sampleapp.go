@@ -92,6 +92,7 @@ const (
 type Server struct {
 	cfg      Config
 	srv      *http.Server
+	lnMu     sync.Mutex // Serve sets ln on its goroutine, terminate closes it on another
 	ln       net.Listener
 	draining atomic.Bool // SIGTERM seen: report not ready
 	closing  atomic.Bool // drain: answer with Connection: close
@@ -100,7 +101,6 @@ type Server struct {
 	lastConn atomic.Int64 // unix ns of the last client activity (see connState)
 	conns    sync.Map     // net.Conn → *connInfo
 	inFlight atomic.Int64 // requests being answered
-	served   atomic.Int64
 	once     sync.Once
 }
 
@@ -147,7 +147,9 @@ func New(cfg Config) (*Server, error) {
 // Serve accepts connections on ln until the listener is closed. It returns
 // nil when the close was part of a shutdown.
 func (s *Server) Serve(ln net.Listener) error {
+	s.lnMu.Lock()
 	s.ln = ln
+	s.lnMu.Unlock()
 	err := s.srv.Serve(ln)
 	if s.stopping.Load() || errors.Is(err, http.ErrServerClosed) {
 		return nil
@@ -220,17 +222,21 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	h.Set("Content-Type", "text/plain")
 	h.Set("Content-Length", strconv.Itoa(len(body)))
 	_, _ = io.WriteString(w, body)
-	s.served.Add(1)
 }
-
-// Served is how many requests were answered.
-func (s *Server) Served() int64 { return s.served.Load() }
 
 // Terminate does what the behaviour does between SIGTERM and exit, and
 // returns when the process should exit. For Exit it returns at once (the
 // real process never gets here: it has no SIGTERM handler).
 func (s *Server) Terminate(ctx context.Context) {
 	s.once.Do(func() { s.terminate(ctx) })
+}
+
+func (s *Server) closeListener() {
+	s.lnMu.Lock()
+	defer s.lnMu.Unlock()
+	if s.ln != nil {
+		_ = s.ln.Close()
+	}
 }
 
 func (s *Server) terminate(ctx context.Context) {
@@ -243,9 +249,7 @@ func (s *Server) terminate(ctx context.Context) {
 		log.Info("SIGTERM: closing the listener", "exit_in", s.cfg.ExitDelay)
 		s.stopping.Store(true)
 		s.draining.Store(true)
-		if s.ln != nil {
-			_ = s.ln.Close()
-		}
+		s.closeListener()
 		wait(ctx, s.cfg.ExitDelay)
 		for s.inFlight.Load() > 0 && ctx.Err() == nil {
 			wait(ctx, 10*time.Millisecond)
@@ -271,9 +275,7 @@ func (s *Server) terminate(ctx context.Context) {
 			wait(ctx, 10*time.Millisecond)
 		}
 		s.stopping.Store(true)
-		if s.ln != nil {
-			_ = s.ln.Close()
-		}
+		s.closeListener()
 		log.Info("exiting", "after", time.Since(start).Round(time.Millisecond), "open_connections", s.open.Load())
 	}
 }
