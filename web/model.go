@@ -112,6 +112,8 @@ func sockIndex(e *event.Event) (kind, series uint8, ok bool) {
 
 // causeOrder lists the causes in the order legends and tables show them:
 // the analysis's rule order, then any cause a custom rule table adds.
+// Every failure's cause is one of these: a rule's, or "unexplained", which
+// the default table has.
 func causeOrder(res *analysis.Result) []analysis.Cause {
 	var out []analysis.Cause
 	seen := map[analysis.Cause]bool{}
@@ -127,9 +129,6 @@ func causeOrder(res *analysis.Result) []analysis.Cause {
 	if res != nil {
 		for _, r := range res.Rules {
 			add(r.Cause)
-		}
-		for _, f := range res.Failures {
-			add(f.Cause)
 		}
 	}
 	return out

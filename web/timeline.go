@@ -328,6 +328,7 @@ func (m *model) timeline(p viewParams, lim Limits) *Timeline {
 			budget -= n
 		}
 	}
+	causes := causeOrder(m.result)
 	for {
 		cells := 0
 		for i := range page {
@@ -335,7 +336,7 @@ func (m *model) timeline(p viewParams, lim Limits) *Timeline {
 				cells += min(spans[i].sHi-spans[i].sLo, buckets*len(sockSeries))
 			}
 			if !indivF[i] {
-				cells += min(spans[i].fHi-spans[i].fLo, buckets*len(causeColors))
+				cells += min(spans[i].fHi-spans[i].fLo, buckets*len(causes))
 			}
 		}
 		if cells <= lim.Cells || buckets <= 10 {
@@ -350,7 +351,6 @@ func (m *model) timeline(p viewParams, lim Limits) *Timeline {
 	}
 	out.BucketNS, out.Buckets = bucketNS, buckets
 	bin := func(t int64) int64 { return (t - p.from) / bucketNS }
-	causes := causeOrder(m.result)
 
 	for i, l := range page {
 		lv := LaneView{
