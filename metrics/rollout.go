@@ -126,15 +126,23 @@ func (r *Rollouts) advance(until int64) {
 		r.mu.Unlock()
 		return
 	}
-	slices.SortStableFunc(r.held, func(a, b event.Event) int { return cmp.Compare(a.Time, b.Time) })
-	n := 0
-	for n < len(r.held) && r.held[n].Time <= until {
-		n++
-	}
-	batch := slices.Clone(r.held[:n])
-	r.held = append(r.held[:0], r.held[n:]...)
+	// Take the held events and sort them outside the lock Add takes for
+	// every event; what arrives meanwhile is newer than the new mark.
+	held := r.held
+	r.held = nil
 	r.mark = until
 	r.mu.Unlock()
+	slices.SortStableFunc(held, func(a, b event.Event) int { return cmp.Compare(a.Time, b.Time) })
+	n := 0
+	for n < len(held) && held[n].Time <= until {
+		n++
+	}
+	batch := held[:n]
+	if n < len(held) {
+		r.mu.Lock()
+		r.held = append(r.held, held[n:]...)
+		r.mu.Unlock()
+	}
 	for i := range batch {
 		r.add(&batch[i])
 	}
