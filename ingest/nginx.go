@@ -365,7 +365,7 @@ func (f *NginxFormat) Parse(r io.Reader, opts Options, emit Emit) error {
 		lerr := p.parse(line, rec)
 		if lerr != nil && fb != nil && fb.f.split(line, &fb.l) == nil {
 			rec.reset(rec.Line)
-			return fb.parse(line, rec)
+			return fb.parseSplit(line, rec)
 		}
 		return lerr
 	})
@@ -389,10 +389,15 @@ func nginxFormat(logFormat string) (*NginxFormat, error) {
 }
 
 func (p *nginxParser) parse(line []byte, rec *Record) *LineError {
-	f := p.f
-	if lerr := f.split(line, &p.l); lerr != nil {
+	if lerr := p.f.split(line, &p.l); lerr != nil {
 		return lerr
 	}
+	return p.parseSplit(line, rec)
+}
+
+// parseSplit reads the record from a line p.l already holds the split of.
+func (p *nginxParser) parseSplit(line []byte, rec *Record) *LineError {
+	f := p.f
 	// Every line: its time and status. Only failures pay for the rest.
 	sp := p.l.spans[f.timeIdx]
 	raw := line[sp[0]:sp[1]]
