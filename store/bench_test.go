@@ -124,3 +124,30 @@ func BenchmarkSQLiteIngest(b *testing.B) {
 	fmt.Printf("sqlite ingest of %d events in batches of %d: %.0f events/s wall clock, %.0f events per CPU-second of this process (target >= 100000/s)\n",
 		len(evs), benchBatch, rate, cpuRate)
 }
+
+// BenchmarkSQLiteSmallBatches appends batches of 10 events, what the
+// agent's Writer flushes on a quiet node every 200 ms: the per-Append
+// overhead (transaction, statements) rather than the per-row cost.
+//
+//	go test ./store -run '^$' -bench SQLiteSmallBatches -benchtime 2000x
+func BenchmarkSQLiteSmallBatches(b *testing.B) {
+	ctx := context.Background()
+	s, err := OpenSQLite(ctx, filepath.Join(b.TempDir(), "events.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	day := time.Date(2026, 3, 14, 0, 0, 0, 0, time.UTC)
+	evs := eventgen.Rollout(20000, day, 2, "checkout")
+	i := 0
+	for b.Loop() {
+		if i+10 > len(evs) { // a fresh day, so no batch repeats a stored one
+			day = day.AddDate(0, 0, 1)
+			evs, i = eventgen.Rollout(20000, day, 2, "checkout"), 0
+		}
+		if err := s.Append(ctx, evs[i:i+10]); err != nil {
+			b.Fatal(err)
+		}
+		i += 10
+	}
+}
