@@ -192,7 +192,7 @@ func (a *Aligner) Add(e *event.Event) error {
 	p := a.pod(&e.Pod, true)
 	if p != nil {
 		if p.ingest(e, &a.opts) {
-			a.global.push(cloneEvent(e))
+			a.global.push(e.Clone())
 		}
 		a.learnIPs(p, e)
 	}

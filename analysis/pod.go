@@ -211,7 +211,7 @@ func (p *podState) ingest(e *event.Event, opts *Options) bool {
 		if len(p.landmarks) >= maxLandmarks {
 			p.landmarks = append(p.landmarks[:0], p.landmarks[maxLandmarks/2:]...)
 		}
-		p.landmarks = append(p.landmarks, cloneEvent(e))
+		p.landmarks = append(p.landmarks, e.Clone())
 	}
 	switch e.Kind {
 	case event.PodCreated:
@@ -228,33 +228,33 @@ func (p *podState) ingest(e *event.Event, opts *Options) bool {
 		}
 	case event.PodDeletion:
 		if p.deletion.Time == 0 {
-			p.deletion = cloneEvent(e)
+			p.deletion = e.Clone()
 		}
 	case event.ContainerTerminated:
-		p.term = cloneEvent(e)
+		p.term = e.Clone()
 	case event.Signal:
 		switch e.Signal {
 		case sigTERM:
 			if p.sigterm.Time == 0 {
-				p.sigterm = cloneEvent(e)
+				p.sigterm = e.Clone()
 			}
 		case sigKILL:
 			if p.kill.Time == 0 {
-				p.kill = cloneEvent(e)
+				p.kill = e.Clone()
 			}
 			p.ended = true
 		}
 		p.addPID(e.PID)
 	case event.ProcessExit:
 		if len(p.exits) < 64 {
-			p.exits = append(p.exits, cloneEvent(e))
+			p.exits = append(p.exits, e.Clone())
 		}
 		if p.isMainExit(e) && p.sigterm.Time != 0 {
 			p.ended = true
 		}
 	case event.ListenerClosed:
 		if p.listener.Time == 0 {
-			p.listener = cloneEvent(e)
+			p.listener = e.Clone()
 		}
 		p.addPID(e.PID)
 	case event.ConnClosed, event.RSTSent, event.RSTReceived:
@@ -403,7 +403,7 @@ func (p *podState) endpoint(e *event.Event) {
 	if len(v.trans) >= 32 {
 		v.trans = append(v.trans[:0], v.trans[16:]...)
 	}
-	v.trans = append(v.trans, epTrans{ev: cloneEvent(e), ready: ready})
+	v.trans = append(v.trans, epTrans{ev: e.Clone(), ready: ready})
 }
 
 // endpointReady tells whether an endpoint event leaves the endpoint routed
@@ -503,17 +503,6 @@ func (p *podState) rotationAt(t int64, svcs []string) rotation {
 		}
 	}
 	return r
-}
-
-func cloneEvent(e *event.Event) event.Event {
-	c := *e
-	if e.Attrs != nil {
-		c.Attrs = make(map[string]string, len(e.Attrs))
-		for k, v := range e.Attrs {
-			c.Attrs[k] = v
-		}
-	}
-	return c
 }
 
 func abs(x int64) int64 {

@@ -81,7 +81,7 @@ func (a *Aligner) endpoint(e *event.Event) {
 	case len(nc.hist) > 0:
 		return // no change in this node's count
 	}
-	nc.hist = append(nc.hist, countTrans{n: nc.n, ev: cloneEvent(e)})
+	nc.hist = append(nc.hist, countTrans{n: nc.n, ev: e.Clone()})
 }
 
 func lastSlash(s string) int {

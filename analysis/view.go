@@ -1,6 +1,7 @@
 package analysis
 
 import (
+	"maps"
 	"time"
 
 	"github.com/drainscope/drainscope/event"
@@ -84,10 +85,7 @@ func View(e *event.Event) EventView {
 		}
 	}
 	if len(e.Attrs) > 0 {
-		v.Attrs = make(map[string]string, len(e.Attrs))
-		for k, x := range e.Attrs {
-			v.Attrs[k] = x
-		}
+		v.Attrs = maps.Clone(e.Attrs)
 	}
 	return v
 }

@@ -9,6 +9,7 @@
 package event
 
 import (
+	"maps"
 	"net/netip"
 	"time"
 )
@@ -117,6 +118,14 @@ func (f Flags) Has(q Flags) bool { return f&q == q }
 
 // At returns the event time as a time.Time in UTC.
 func (e *Event) At() time.Time { return time.Unix(0, e.Time).UTC() }
+
+// Clone copies e with its own Attrs map, for a caller that keeps an event
+// whose map the producer may reuse or change.
+func (e *Event) Clone() Event {
+	c := *e
+	c.Attrs = maps.Clone(e.Attrs)
+	return c
+}
 
 // Seal computes the event's identity from its content. Call it once the
 // event is complete; writing a sealed event twice stores it once.

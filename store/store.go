@@ -53,14 +53,7 @@ type Query struct {
 func Events(ctx context.Context, s Store, q Query) ([]event.Event, error) {
 	var out []event.Event
 	err := s.Scan(ctx, q, func(e *event.Event) error {
-		c := *e
-		if e.Attrs != nil {
-			c.Attrs = make(map[string]string, len(e.Attrs))
-			for k, v := range e.Attrs {
-				c.Attrs[k] = v
-			}
-		}
-		out = append(out, c)
+		out = append(out, e.Clone())
 		return nil
 	})
 	return out, err
