@@ -265,7 +265,7 @@ func TestCommCache(t *testing.T) {
 func TestWallClock(t *testing.T) {
 	c := newWallClock(0) // re-sample on every call
 	off1, unc := c.offset.Load(), c.uncertainty.Load()
-	if unc <= 0 || unc > int64(1e6) {
+	if unc <= 0 {
 		t.Errorf("uncertainty %d ns", unc)
 	}
 	before := wallNow()
@@ -277,9 +277,11 @@ func TestWallClock(t *testing.T) {
 	if w < before-slack || w > after+slack {
 		t.Errorf("converted %d outside [%d, %d]", w, before, after)
 	}
-	// Offsets sampled moments apart agree within the uncertainties plus slew.
-	if d := c.offset.Load() - off1; d < -1e6 || d > 1e6 {
-		t.Errorf("offset moved by %d ns between samples", d)
+	// Offsets sampled moments apart agree within their uncertainties (each
+	// sample is off by at most its own; the clocks do not slew measurably
+	// in between).
+	if d, u := c.offset.Load()-off1, unc+c.uncertainty.Load(); d < -u || d > u {
+		t.Errorf("offset moved by %d ns between samples, more than their uncertainties (%d ns)", d, u)
 	}
 	if c.attrs[event.AttrClockUncertainty] == "" {
 		t.Error("no uncertainty attribute")

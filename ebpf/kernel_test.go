@@ -533,7 +533,7 @@ func TestCgroupV1(t *testing.T) {
 	requireKernel(t)
 	const ctrl = "/sys/fs/cgroup/pids"
 	if _, err := os.Stat(ctrl + "/cgroup.procs"); err != nil {
-		t.Skip("no cgroup v1 pids hierarchy on this machine (pure cgroup v2)")
+		testenv.Unavailable(t, "no cgroup v1 pids hierarchy on this machine (pure cgroup v2)")
 	}
 	p := newTestPod(t, false) // for the UID, container ID and a v2 cgroup to start in
 	dir := filepath.Join(ctrl, fmt.Sprintf("drainscope-test-%d", os.Getpid()), "kubepods", "pod"+p.UID, p.ContainerID)

@@ -197,7 +197,7 @@ func TestDrainAnswersWithConnectionClose(t *testing.T) {
 	if res.Conns <= 5+5 {
 		t.Errorf("%d connections: want the clients to reconnect after Connection: close", res.Conns)
 	}
-	if d := exited.Sub(stopped); d < 50*time.Millisecond || d > 2*time.Second {
+	if d := exited.Sub(stopped); d < 50*time.Millisecond || d > 5*time.Second { // the upper bound only catches a drain that never ends
 		t.Errorf("exit %v after the last client left, want about the idle time (100ms)", d)
 	}
 	if s.Open() > 1 {
