@@ -257,6 +257,7 @@ func (s *Summary) Add(o *Summary) {
 	s.Stored += o.Stored
 	s.Resolved += o.Resolved
 	s.Rejected += o.Rejected
+	s.DryRun = s.DryRun || o.DryRun
 	for k, v := range o.ByField {
 		s.ByField[k] += v
 	}
@@ -267,15 +268,21 @@ func (s *Summary) Add(o *Summary) {
 	}
 }
 
-// WriteTo prints the summary for people.
-func (s *Summary) WriteTo(w io.Writer) (int64, error) {
-	var b strings.Builder
+// Counts is the summary's line of counts: lines read, succeeded, failed
+// (stored or not, attributed), rejected.
+func (s *Summary) Counts() string {
 	stored := fmt.Sprintf("%d stored", s.Stored)
 	if s.DryRun {
 		stored = "dry run: none stored"
 	}
-	fmt.Fprintf(&b, "%s: %d lines read: %d succeeded, %d failed (%s, %d attributed to a pod), %d rejected\n",
-		s.File, s.Lines, s.Successes, s.Failures, stored, s.Resolved, s.Rejected)
+	return fmt.Sprintf("%d lines read: %d succeeded, %d failed (%s, %d attributed to a pod), %d rejected",
+		s.Lines, s.Successes, s.Failures, stored, s.Resolved, s.Rejected)
+}
+
+// WriteTo prints the summary for people.
+func (s *Summary) WriteTo(w io.Writer) (int64, error) {
+	var b strings.Builder
+	b.WriteString(s.File + ": " + s.Counts() + "\n")
 	if s.Rejected > 0 {
 		fields := make([]string, 0, len(s.ByField))
 		for f := range s.ByField {

@@ -146,8 +146,7 @@ func importFiles(ctx context.Context, im *ingest.Importer, files []string, stdin
 		}
 	}
 	if len(files) > 1 {
-		fmt.Fprintf(out, "total: %d files, %d lines read: %d succeeded, %d failed (%d stored, %d attributed to a pod), %d rejected\n",
-			len(files), total.Lines, total.Successes, total.Failures, total.Stored, total.Resolved, total.Rejected)
+		fmt.Fprintf(out, "total: %d files, %s\n", len(files), total.Counts())
 	}
 	return errors.Join(errs...)
 }

@@ -41,6 +41,11 @@ func TestImportCommand(t *testing.T) {
 		!strings.Contains(stdout, "bad.log:4: field status:") || !strings.Contains(stdout, "total: 2 files, 7 lines read") {
 		t.Fatalf("default: exit %d\nstdout %s\nstderr %s", code, stdout, stderr)
 	}
+	// A dry run of several files says so in the total too.
+	code, stdout, stderr = runCLI(t, "import", "--format", "nginx", "--dry-run", bad, good)
+	if code != 0 || !strings.Contains(stdout, "total: 2 files, 7 lines read: 2 succeeded, 4 failed (dry run: none stored") {
+		t.Fatalf("dry run: exit %d\nstdout %s\nstderr %s", code, stdout, stderr)
+	}
 	s, err := store.Open(context.Background(), db)
 	if err != nil {
 		t.Fatal(err)
