@@ -2,8 +2,6 @@ package ingest
 
 import (
 	"compress/gzip"
-	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,6 +14,8 @@ import (
 
 	"github.com/drainscope/drainscope/event"
 	"github.com/drainscope/drainscope/store"
+
+	"github.com/drainscope/drainscope/internal/httpauth"
 )
 
 // ClientFailuresPath is where the web server mounts Handler.
@@ -217,13 +217,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // authorized compares the bearer token in constant time (over hashes, so
 // the length does not leak either).
 func (h *Handler) authorized(r *http.Request) bool {
-	scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return false
-	}
-	got := sha256.Sum256([]byte(strings.TrimSpace(tok)))
-	want := sha256.Sum256([]byte(h.Token))
-	return subtle.ConstantTimeCompare(got[:], want[:]) == 1
+	return httpauth.TokenOK(httpauth.Bearer(r), h.Token)
 }
 
 func (h *Handler) bodyError(w http.ResponseWriter, err error) {

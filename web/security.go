@@ -1,14 +1,14 @@
 package web
 
 import (
-	"crypto/sha256"
-	"crypto/subtle"
 	"net"
 	"net/http"
 	"net/url"
 	"strings"
 
 	"github.com/go-chi/chi/v5"
+
+	"github.com/drainscope/drainscope/internal/httpauth"
 )
 
 // contentSecurityPolicy allows nothing but this server's own scripts,
@@ -74,22 +74,16 @@ func (s *Server) authorized(r *http.Request) bool {
 	if s.opts.AuthToken == "" {
 		return true
 	}
-	var got string
-	if v, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
-		got = strings.TrimSpace(v)
-	} else if c, err := r.Cookie(tokenCookie); err == nil {
-		got = c.Value
+	got := httpauth.Bearer(r)
+	if got == "" {
+		if c, err := r.Cookie(tokenCookie); err == nil {
+			got = c.Value
+		}
 	}
 	return s.tokenOK(got)
 }
 
-func (s *Server) tokenOK(got string) bool {
-	if got == "" {
-		return false
-	}
-	a, b := sha256.Sum256([]byte(got)), sha256.Sum256([]byte(s.opts.AuthToken))
-	return subtle.ConstantTimeCompare(a[:], b[:]) == 1
-}
+func (s *Server) tokenOK(got string) bool { return httpauth.TokenOK(got, s.opts.AuthToken) }
 
 func (s *Server) setTokenCookie(w http.ResponseWriter, r *http.Request) {
 	http.SetCookie(w, &http.Cookie{

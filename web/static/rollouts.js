@@ -30,7 +30,10 @@
   }
   function dur(ns) {
     var a = Math.abs(ns), s;
-    if (a >= 60e9) { var m = Math.floor(a / 60e9); s = m + "m" + Math.floor((a - m * 60e9) / 1e9) + "s"; }
+    if (a >= 60e9) { // as Go's time.Duration prints it: 2m3s, 1h2m3s
+      var h = Math.floor(a / 3600e9), m = Math.floor((a - h * 3600e9) / 60e9);
+      s = (h > 0 ? h + "h" : "") + m + "m" + Math.floor((a - h * 3600e9 - m * 60e9) / 1e9) + "s";
+    }
     else if (a >= 1e9) s = (a / 1e9).toFixed(3).replace(/0+$/, "").replace(/\.$/, ".0") + " s";
     else if (a >= 1e6) s = Math.round(a / 1e6) + " ms";
     else if (a === 0) s = "0 ms";
