@@ -157,3 +157,16 @@ func TestKubeProxy(t *testing.T) {
 		t.Errorf("kube-proxy's table left after Stop:\n%s", out)
 	}
 }
+
+// Version names the directory scripts/k8s-binaries.sh fills, which follows
+// the Kubernetes version hack/k8sbin requires: the two must agree.
+func TestVersionMatchesTheBinaryModule(t *testing.T) {
+	b, err := os.ReadFile("../hack/k8sbin/go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "require k8s.io/kubernetes " + Version + "\n"
+	if !strings.Contains(string(b), want) {
+		t.Errorf("hack/k8sbin/go.mod does not say %q: update controlplane.Version with it", strings.TrimSpace(want))
+	}
+}
