@@ -279,43 +279,40 @@ func (w *Watcher) watchError(what string) func(error) {
 }
 
 func (w *Watcher) podListWatch() cache.ListerWatcher {
-	ns := w.opts.Namespace
-	mod := func(o *metav1.ListOptions) {
+	pods := w.cs.CoreV1().Pods(w.opts.Namespace)
+	return w.listWatch(func(o *metav1.ListOptions) {
 		if w.opts.PodNode != "" {
 			o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", w.opts.PodNode).String()
 		}
-	}
-	var watches atomic.Uint64
-	return cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			mod(&o)
-			return w.cs.CoreV1().Pods(ns).List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			if watches.Add(1) > 1 {
-				w.rewatches.Add(1)
-			}
-			mod(&o)
-			return w.cs.CoreV1().Pods(ns).Watch(ctx, o)
-		},
-	}, w.cs)
+	},
+		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return pods.List(ctx, o) },
+		pods.Watch)
 }
 
 func (w *Watcher) sliceListWatch() cache.ListerWatcher {
-	ns := w.opts.Namespace
-	mod := func(o *metav1.ListOptions) { o.LabelSelector = w.opts.SliceSelector }
+	slices := w.cs.DiscoveryV1().EndpointSlices(w.opts.Namespace)
+	return w.listWatch(func(o *metav1.ListOptions) { o.LabelSelector = w.opts.SliceSelector },
+		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return slices.List(ctx, o) },
+		slices.Watch)
+}
+
+// listWatch lists and watches with the options mod sets, and counts every
+// watch after the first as a rewatch: the previous one broke.
+func (w *Watcher) listWatch(mod func(*metav1.ListOptions),
+	list func(context.Context, metav1.ListOptions) (runtime.Object, error),
+	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error)) cache.ListerWatcher {
 	var watches atomic.Uint64
 	return cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			mod(&o)
-			return w.cs.DiscoveryV1().EndpointSlices(ns).List(ctx, o)
+			return list(ctx, o)
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			if watches.Add(1) > 1 {
 				w.rewatches.Add(1)
 			}
 			mod(&o)
-			return w.cs.DiscoveryV1().EndpointSlices(ns).Watch(ctx, o)
+			return watchFn(ctx, o)
 		},
 	}, w.cs)
 }
