@@ -79,13 +79,26 @@ func migrateUp(ctx context.Context, backend string, m migrator) error {
 	if err != nil {
 		return fmt.Errorf("reading schema version: %w", err)
 	}
-	if cur > len(ms) {
-		return fmt.Errorf("%w: database at version %d, this binary knows up to %d; upgrade drainscope", ErrSchemaTooNew, cur, len(ms))
+	if err := checkSchema(cur, len(ms), false); err != nil {
+		return err
 	}
 	for _, mg := range ms[cur:] {
 		if err := m.apply(ctx, mg); err != nil {
 			return fmt.Errorf("applying migration %04d_%s: %w", mg.version, mg.name, err)
 		}
+	}
+	return nil
+}
+
+// checkSchema says whether a database at schema version v can be used by
+// this binary, which knows versions up to latest; readOnly: it cannot be
+// migrated, so it must be at latest already.
+func checkSchema(v, latest int, readOnly bool) error {
+	switch {
+	case v > latest:
+		return fmt.Errorf("%w: database at version %d, this binary knows up to %d; upgrade drainscope", ErrSchemaTooNew, v, latest)
+	case readOnly && v < latest:
+		return fmt.Errorf("database is read-only and at schema version %d, older than %d; run 'drainscope migrate' with write access", v, latest)
 	}
 	return nil
 }

@@ -62,12 +62,9 @@ func OpenPostgres(ctx context.Context, dsn string) (*Postgres, error) {
 			pool.Close()
 			return fail("reading schema version", err)
 		}
-		if v != LatestVersion {
+		if err := checkSchema(v, LatestVersion, true); err != nil {
 			pool.Close()
-			if v > LatestVersion {
-				return nil, fmt.Errorf("store %s: %w: database at version %d, this binary knows up to %d; upgrade drainscope", name, ErrSchemaTooNew, v, LatestVersion)
-			}
-			return fail("schema", fmt.Errorf("database is read-only and at schema version %d, older than %d; run 'drainscope migrate' against a writable server", v, LatestVersion))
+			return nil, fmt.Errorf("store %s: %w", name, err) // one line; keeps ErrSchemaTooNew
 		}
 		return s, nil
 	}
@@ -262,18 +259,7 @@ func (s *Postgres) Terminations(ctx context.Context, q Query) ([]event.Terminati
 		return nil, fmt.Errorf("store %s: querying terminations: %s", s.name, oneLine(err))
 	}
 	defer rows.Close()
-	var out []event.Termination
-	tt := newTerminationTarget()
-	for rows.Next() {
-		if err := rows.Scan(tt.dest...); err != nil {
-			return nil, fmt.Errorf("store %s: reading terminations: %w", s.name, err)
-		}
-		out = append(out, tt.finish())
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("store %s: reading terminations: %s", s.name, oneLine(err))
-	}
-	return out, nil
+	return collectTerminations(rows, s.name)
 }
 
 // Prune implements Store: partitions wholly before the cut are dropped,

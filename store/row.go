@@ -112,3 +112,27 @@ func (tt *terminationTarget) finish() event.Termination {
 	tt.t.Events = int(tt.n)
 	return tt.t
 }
+
+// scanRows is what pgx.Rows and *sql.Rows have in common.
+type scanRows interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+}
+
+// collectTerminations reads the rows of selectTerminations; name is the
+// store's, for errors.
+func collectTerminations(rows scanRows, name string) ([]event.Termination, error) {
+	var out []event.Termination
+	tt := newTerminationTarget()
+	for rows.Next() {
+		if err := rows.Scan(tt.dest...); err != nil {
+			return nil, fmt.Errorf("store %s: reading terminations: %w", name, err)
+		}
+		out = append(out, tt.finish())
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store %s: reading terminations: %s", name, oneLine(err))
+	}
+	return out, nil
+}

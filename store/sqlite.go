@@ -78,11 +78,9 @@ func OpenSQLite(ctx context.Context, path string) (*SQLite, error) {
 		if err != nil {
 			return fail("reading schema version", err)
 		}
-		if v > LatestVersion {
-			return fail("schema", fmt.Errorf("%w: database at version %d, this binary knows up to %d; upgrade drainscope", ErrSchemaTooNew, v, LatestVersion))
-		}
-		if v < LatestVersion {
-			return fail("schema", fmt.Errorf("database is read-only and at schema version %d, older than %d; run 'drainscope migrate' with write access", v, LatestVersion))
+		if err := checkSchema(v, LatestVersion, true); err != nil {
+			s.db.Close()
+			return nil, fmt.Errorf("store sqlite:%s: %w", file, err) // one line; keeps ErrSchemaTooNew
 		}
 		return s, nil
 	}
@@ -294,15 +292,7 @@ func (s *SQLite) Terminations(ctx context.Context, q Query) ([]event.Termination
 		return nil, fmt.Errorf("store sqlite:%s: querying terminations: %s", s.path, oneLine(err))
 	}
 	defer rows.Close()
-	var out []event.Termination
-	tt := newTerminationTarget()
-	for rows.Next() {
-		if err := rows.Scan(tt.dest...); err != nil {
-			return nil, fmt.Errorf("store sqlite:%s: reading terminations: %w", s.path, err)
-		}
-		out = append(out, tt.finish())
-	}
-	return out, rows.Err()
+	return collectTerminations(rows, "sqlite:"+s.path)
 }
 
 // Prune implements Store.
