@@ -50,7 +50,7 @@ func BenchmarkPostgresIngest(b *testing.B) {
 		}
 		rows := make([][]any, len(evs))
 		for j := range evs {
-			rows[j], _ = appendRow(nil, &evs[j], pgAddr, pgAttrs)
+			rows[j] = appendRow(nil, &evs[j])
 		}
 		start := time.Now()
 		for j := 0; j < len(rows); j += benchBatch {

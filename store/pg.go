@@ -180,18 +180,8 @@ func newPgRows(batch []event.Event) *pgRows {
 func (r *pgRows) Next() bool { r.i++; return r.i < len(r.batch) }
 func (r *pgRows) Err() error { return r.err }
 func (r *pgRows) Values() ([]any, error) {
-	var err error
-	r.vals, err = appendRow(r.vals[:0], &r.batch[r.i], pgAddr, pgAttrs)
-	return r.vals, err
-}
-
-func pgAddr(a netip.Addr) any { return a }
-
-func pgAttrs(m map[string]string) (any, error) {
-	if len(m) == 0 {
-		return nil, nil
-	}
-	return m, nil
+	r.vals = appendRow(r.vals[:0], &r.batch[r.i])
+	return r.vals, nil
 }
 
 func partitionStart(ts int64) int64 { return ts - ts%partitionSpan }

@@ -8,28 +8,28 @@ import (
 	"github.com/drainscope/drainscope/event"
 )
 
-// appendRow appends e's column values, in the order of columns, to vals.
-// addr converts an address for the backend; nil means NULL.
-func appendRow(vals []any, e *event.Event, addr func(netip.Addr) any, attrs func(map[string]string) (any, error)) ([]any, error) {
-	a, err := attrs(e.Attrs)
-	if err != nil {
-		return vals, fmt.Errorf("event %s: field attrs: %w", e.ID, err)
+// appendRow appends e's column values, in the order of columns, to vals:
+// absent addresses and empty attributes are NULL.
+func appendRow(vals []any, e *event.Event) []any {
+	var attrs any
+	if len(e.Attrs) > 0 {
+		attrs = e.Attrs
 	}
 	return append(vals,
 		e.Time, int64(e.ID), string(e.Kind), e.Node, string(e.Source),
 		e.Pod.Namespace, e.Pod.Name, e.Pod.UID, e.Pod.Container, e.Workload.Kind, e.Workload.Name,
 		e.PID, e.Comm, e.PeerPID, e.PeerComm,
 		e.Signal, e.Code, e.Duration,
-		addrOrNil(e.Local.Addr(), addr), int32(e.Local.Port()), addrOrNil(e.Remote.Addr(), addr), int32(e.Remote.Port()), int64(e.NetNS),
-		e.Service, e.Slice, e.Reason, int32(e.Flags), a,
-	), nil
+		addrOrNil(e.Local.Addr()), int32(e.Local.Port()), addrOrNil(e.Remote.Addr()), int32(e.Remote.Port()), int64(e.NetNS),
+		e.Service, e.Slice, e.Reason, int32(e.Flags), attrs,
+	)
 }
 
-func addrOrNil(a netip.Addr, conv func(netip.Addr) any) any {
+func addrOrNil(a netip.Addr) any {
 	if !a.IsValid() {
 		return nil
 	}
-	return conv(a)
+	return a
 }
 
 // checkBatch validates every event before anything is written, so a bad
