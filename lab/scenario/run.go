@@ -232,8 +232,7 @@ func runOne(ctx context.Context, c *Cluster, cfg Config, r Run) (res RunResult, 
 			return res, err
 		}
 	}
-	c.Sync()
-	return res, nil
+	return res, nil // the deferred teardownRun syncs the recorder first
 }
 
 func labels(r Run) map[string]string {
