@@ -3,6 +3,7 @@
 # throwaway Postgres (as root on a fresh machine, like scripts/test.sh).
 # Extra arguments go to go test, e.g.: scripts/bench.sh -bench Ingest ./store/
 set -euo pipefail
+source "$(dirname "$0")/as-root.sh"
 cd "$(dirname "$0")/.."
 scripts/deps.sh
 source scripts/pg-throwaway.sh

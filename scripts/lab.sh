@@ -4,6 +4,7 @@
 # builds drainscope, and runs `drainscope lab` on the embedded store.
 # Extra arguments go to `drainscope lab` (see `drainscope lab -h`).
 set -euo pipefail
+source "$(dirname "$0")/as-root.sh"
 cd "$(dirname "$0")/.."
 scripts/deps.sh
 if [ -x scripts/k8s-binaries.sh ]; then

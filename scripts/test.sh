@@ -6,6 +6,7 @@
 # Extra arguments go to go test instead of ./... (e.g. -run TestX ./store/);
 # with them, the fuzz pass is skipped.
 set -euo pipefail
+source "$(dirname "$0")/as-root.sh"
 cd "$(dirname "$0")/.."
 
 scripts/deps.sh
