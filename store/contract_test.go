@@ -319,7 +319,8 @@ func TestContractPrune(t *testing.T) {
 		}
 		// Day 0 goes whole; day 1 is cut a minute after its first event.
 		cut := day0.AddDate(0, 0, 1).UnixNano() + int64(time.Minute)
-		if _, err := s.Prune(ctx, cut); err != nil {
+		removed, err := s.Prune(ctx, cut)
+		if err != nil {
 			t.Fatal(err)
 		}
 		want := 0
@@ -327,6 +328,9 @@ func TestContractPrune(t *testing.T) {
 			if e.Time >= cut {
 				want++
 			}
+		}
+		if removed != int64(len(all)-want) {
+			t.Errorf("Prune = %d, want the %d events it removed", removed, len(all)-want)
 		}
 		if got := count(t, s, Query{}); got != want {
 			t.Fatalf("after prune: %d events, want %d", got, want)

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/netip"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -15,8 +18,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// partitionSpan is the width of one events partition. Retention drops
-// whole partitions, so it is also the granularity of Prune.
+// partitionSpan is the width of one events partition. Retention drops the
+// partitions wholly past the cut and deletes the older rows of the one the
+// cut falls in.
 const partitionSpan = int64(24 * time.Hour)
 
 // Postgres is the store for clusters: many agents write into one database.
@@ -252,49 +256,216 @@ func (s *Postgres) Terminations(ctx context.Context, q Query) ([]event.Terminati
 	return collectTerminations(rows, s.name)
 }
 
-// Prune implements Store: partitions wholly before the cut are dropped,
-// the rows of the partition it falls in are deleted. It returns -1 when it
-// dropped partitions, whose rows it does not count.
+// pgPruneChunk is how many rows one pruning DELETE removes. A DELETE takes
+// no lock a writer waits for, but a short one keeps each transaction and
+// its WAL small.
+const pgPruneChunk = 50_000
+
+// pgDropLockTimeout bounds how long dropping a partition may wait for the
+// lock on events where it cannot detach the partition concurrently; writers
+// queue behind that lock while it waits, so it gives up and retries at the
+// next pass instead.
+const pgDropLockTimeout = "2s"
+
+// pruneLockKey names the advisory lock a pruning process holds, so that
+// server replicas and agents pruning one database take turns.
+const pruneLockKey = 0x64727072 // "drpr"
+
+// ReadOnly reports whether the database refuses writes to this session.
+func (s *Postgres) ReadOnly() bool { return s.readOnly }
+
+// Prune implements Store; see PruneDetail.
 func (s *Postgres) Prune(ctx context.Context, before int64) (int64, error) {
-	fail := func(err error) (int64, error) {
-		return 0, fmt.Errorf("store %s: pruning: %s", s.name, oneLine(err))
+	p, err := s.PruneDetail(ctx, before)
+	return p.Events, err
+}
+
+// PruneDetail removes the events older than before. Partitions whose whole
+// range lies before it are detached and dropped (their rows counted first);
+// in the partition the cut falls in, and in a default partition if someone
+// made one, the older rows are deleted in chunks. A partition that holds
+// any time at or after the cut is never dropped. Detaching uses DETACH
+// PARTITION CONCURRENTLY (Postgres 14 and later, without a default
+// partition), which takes no lock a writer waits for; otherwise the detach
+// waits at most pgDropLockTimeout for its lock. Only one process prunes a
+// database at a time: another one finds it busy and reports Skipped.
+func (s *Postgres) PruneDetail(ctx context.Context, before int64) (Pruned, error) {
+	var p Pruned
+	fail := func(err error) (Pruned, error) {
+		return p, fmt.Errorf("store %s: pruning: %s", s.name, oneLine(err))
 	}
-	rows, err := s.pool.Query(ctx, `SELECT c.relname FROM pg_inherits i
+	if s.readOnly {
+		return p, fmt.Errorf("store %s: database is read-only; nothing pruned", s.name)
+	}
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return fail(err)
+	}
+	defer conn.Release()
+	var locked bool
+	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", pruneLockKey).Scan(&locked); err != nil {
+		return fail(err)
+	}
+	if !locked {
+		p.Skipped = true
+		return p, nil
+	}
+	defer conn.Exec(context.Background(), "SELECT pg_advisory_unlock($1)", pruneLockKey)
+
+	parts, err := listPartitions(ctx, conn.Conn())
+	if err != nil {
+		return fail(err)
+	}
+	concurrent := parts.version >= 140000 && !parts.hasDefault
+	for _, pt := range parts.list {
+		if pt.upper > before {
+			continue // it can hold times at or after the cut
+		}
+		n, err := dropPartition(ctx, conn.Conn(), parts.parent, pt, concurrent)
+		if err != nil {
+			return fail(fmt.Errorf("partition %s: %w", pt.name, err))
+		}
+		p.Events += n
+		p.Partitions++
+		s.mu.Lock()
+		for start := range s.partitions {
+			if start < pt.upper && start+partitionSpan > pt.lower {
+				delete(s.partitions, start)
+			}
+		}
+		s.mu.Unlock()
+	}
+	nth := func(ctx context.Context, before int64, chunk int) (int64, bool, error) {
+		var ts int64
+		err := conn.QueryRow(ctx, "SELECT ts FROM events WHERE ts < $1 ORDER BY ts LIMIT 1 OFFSET $2", before, chunk).Scan(&ts)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return 0, false, nil
+		}
+		return ts, err == nil, err
+	}
+	del := func(ctx context.Context, below int64, through bool) (int64, error) {
+		q := "DELETE FROM events WHERE ts < $1"
+		if through {
+			q = "DELETE FROM events WHERE ts <= $1"
+		}
+		tag, err := conn.Exec(ctx, q, below)
+		return tag.RowsAffected(), err
+	}
+	n, err := deleteOlder(ctx, before, pgPruneChunk, nth, del, nil)
+	p.Events += n
+	if err != nil {
+		return fail(err)
+	}
+	return p, nil
+}
+
+// pgPartition is one partition of events, with its range [lower, upper);
+// the default partition has lower math.MinInt64 and upper math.MaxInt64.
+type pgPartition struct {
+	schema, name string
+	lower, upper int64
+	pending      bool // a concurrent detach was interrupted: it needs FINALIZE
+}
+
+type pgPartitions struct {
+	parent     pgx.Identifier // events, schema-qualified
+	list       []pgPartition
+	hasDefault bool
+	version    int
+}
+
+// pgBound reads pg_get_expr's text of a range partition's bound.
+var pgBound = regexp.MustCompile(`^FOR VALUES FROM \('?(-?\d+|MINVALUE)'?\) TO \('?(-?\d+|MAXVALUE)'?\)$`)
+
+// listPartitions reads the partitions of events from the catalog: their
+// bounds, not their names, decide what a pass may drop, so partitions
+// made by hand or for far-off days are judged by what they can hold.
+func listPartitions(ctx context.Context, conn *pgx.Conn) (pgPartitions, error) {
+	var out pgPartitions
+	var schema string
+	if err := conn.QueryRow(ctx, `SELECT current_setting('server_version_num')::int, n.nspname
+		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE c.oid = 'events'::regclass`).Scan(&out.version, &schema); err != nil {
+		return out, err
+	}
+	out.parent = pgx.Identifier{schema, "events"}
+	pending := "false"
+	if out.version >= 140000 {
+		pending = "i.inhdetachpending"
+	}
+	rows, err := conn.Query(ctx, `SELECT n.nspname, c.relname, pg_get_expr(c.relpartbound, c.oid), `+pending+`
+		FROM pg_inherits i
 		JOIN pg_class c ON c.oid = i.inhrelid
+		JOIN pg_namespace n ON n.oid = c.relnamespace
 		WHERE i.inhparent = 'events'::regclass`)
 	if err != nil {
-		return fail(err)
+		return out, err
 	}
-	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return fail(err)
-	}
-	cut := partitionStart(before)
-	dropped := false
-	for _, n := range names {
-		if n >= partitionName(cut) || !strings.HasPrefix(n, "events_p") {
-			continue
+	defer rows.Close()
+	for rows.Next() {
+		var pt pgPartition
+		var bound string
+		if err := rows.Scan(&pt.schema, &pt.name, &bound, &pt.pending); err != nil {
+			return out, err
 		}
-		if _, err := s.pool.Exec(ctx, "DROP TABLE "+pgx.Identifier{n}.Sanitize()); err != nil {
-			return fail(err)
+		if bound == "DEFAULT" {
+			out.hasDefault = true
+			continue // never dropped: its old rows are deleted with the others
 		}
-		dropped = true
+		m := pgBound.FindStringSubmatch(bound)
+		if m == nil {
+			continue // not a bound this code knows how to judge: leave it
+		}
+		pt.lower, pt.upper = math.MinInt64, math.MaxInt64
+		if m[1] != "MINVALUE" {
+			if pt.lower, err = strconv.ParseInt(m[1], 10, 64); err != nil {
+				continue
+			}
+		}
+		if m[2] != "MAXVALUE" {
+			if pt.upper, err = strconv.ParseInt(m[2], 10, 64); err != nil {
+				continue
+			}
+		}
+		out.list = append(out.list, pt)
 	}
-	s.mu.Lock()
-	for start := range s.partitions {
-		if start < cut {
-			delete(s.partitions, start)
+	return out, rows.Err()
+}
+
+// dropPartition detaches pt from events, counts its rows and drops it. The
+// count runs on the detached table, which no writer can reach any more.
+func dropPartition(ctx context.Context, conn *pgx.Conn, parent pgx.Identifier, pt pgPartition, concurrent bool) (int64, error) {
+	table := pgx.Identifier{pt.schema, pt.name}.Sanitize()
+	detach := "ALTER TABLE " + parent.Sanitize() + " DETACH PARTITION " + table
+	switch {
+	case pt.pending:
+		if _, err := conn.Exec(ctx, detach+" FINALIZE"); err != nil {
+			return 0, fmt.Errorf("finishing an interrupted detach: %w", err)
+		}
+	case concurrent:
+		if _, err := conn.Exec(ctx, detach+" CONCURRENTLY"); err != nil {
+			return 0, fmt.Errorf("detaching: %w", err)
+		}
+	default:
+		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '"+pgDropLockTimeout+"'"); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, detach)
+			return err
+		})
+		if err != nil {
+			return 0, fmt.Errorf("detaching: %w", err)
 		}
 	}
-	s.mu.Unlock()
-	tag, err := s.pool.Exec(ctx, "DELETE FROM events WHERE ts < $1", before)
-	if err != nil {
-		return fail(err)
+	var n int64
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM "+table).Scan(&n); err != nil {
+		return 0, fmt.Errorf("counting its rows: %w", err)
 	}
-	if dropped {
-		return -1, nil
+	if _, err := conn.Exec(ctx, "DROP TABLE "+table); err != nil {
+		return 0, fmt.Errorf("dropping: %w", err)
 	}
-	return tag.RowsAffected(), nil
+	return n, nil
 }
 
 type pgMigrator struct{ pool *pgxpool.Pool }

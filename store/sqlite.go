@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/drainscope/drainscope/event"
 	"golang.org/x/sys/unix"
@@ -295,13 +296,48 @@ func (s *SQLite) Terminations(ctx context.Context, q Query) ([]event.Termination
 	return collectTerminations(rows, "sqlite:"+s.path)
 }
 
-// Prune implements Store.
+// sqlitePruneChunk is how many rows one pruning statement deletes: each
+// holds the write lock, which every Append waits for, a few milliseconds.
+const sqlitePruneChunk = 5000
+
+// ReadOnly reports whether the store was opened (or found) read-only.
+func (s *SQLite) ReadOnly() bool { return s.readOnly }
+
+// Prune implements Store. It deletes in chunks, each its own transaction,
+// and rests between chunks as long as the chunk took, so that a writer
+// waiting on the lock gets it: a prune of millions of rows never holds the
+// write lock for more than one chunk.
 func (s *SQLite) Prune(ctx context.Context, before int64) (int64, error) {
-	res, err := s.db.ExecContext(ctx, "DELETE FROM events WHERE ts < ?", before)
-	if err != nil {
-		return 0, fmt.Errorf("store sqlite:%s: pruning: %s", s.path, oneLine(err))
+	if s.readOnly {
+		return 0, fmt.Errorf("store sqlite:%s: database is read-only; nothing pruned", s.path)
 	}
-	return res.RowsAffected()
+	nth := func(ctx context.Context, before int64, chunk int) (int64, bool, error) {
+		var ts int64
+		err := s.db.QueryRowContext(ctx, "SELECT ts FROM events WHERE ts < ? ORDER BY ts LIMIT 1 OFFSET ?", before, chunk).Scan(&ts)
+		if errors.Is(err, sql.ErrNoRows) {
+			return 0, false, nil
+		}
+		return ts, err == nil, err
+	}
+	del := func(ctx context.Context, below int64, through bool) (int64, error) {
+		q := "DELETE FROM events WHERE ts < ?"
+		if through {
+			q = "DELETE FROM events WHERE ts <= ?"
+		}
+		res, err := s.db.ExecContext(ctx, q, below)
+		if err != nil {
+			return 0, err
+		}
+		return res.RowsAffected()
+	}
+	rest := func(took time.Duration) {
+		time.Sleep(max(took, time.Millisecond))
+	}
+	n, err := deleteOlder(ctx, before, sqlitePruneChunk, nth, del, rest)
+	if err != nil {
+		return n, fmt.Errorf("store sqlite:%s: pruning: %s", s.path, oneLine(err))
+	}
+	return n, nil
 }
 
 type sqliteMigrator struct{ db *sql.DB }
