@@ -60,23 +60,13 @@ func Events(ctx context.Context, s Store, q Query) ([]event.Event, error) {
 	return out, err
 }
 
-// Rollouts groups the terminations in q into rollouts per workload, each
-// begun by the workload change recorded before it (read up to
-// event.TriggerLead before q's window).
+// Rollouts groups the terminations in q into rollouts per workload.
 func Rollouts(ctx context.Context, s Store, q Query) ([]event.Rollout, error) {
 	ts, err := s.Terminations(ctx, q)
 	if err != nil {
 		return nil, err
 	}
-	tq := Query{Window: q.Window, Kinds: []event.Kind{event.WorkloadChanged}, Namespace: q.Namespace, Workload: q.Workload}
-	if tq.Window.From > 0 {
-		tq.Window.From = max(tq.Window.From-int64(event.TriggerLead), 0)
-	}
-	triggers, err := Events(ctx, s, tq)
-	if err != nil {
-		return nil, fmt.Errorf("reading workload changes: %w", err)
-	}
-	return event.GroupRollouts(ts, triggers), nil
+	return event.GroupRollouts(ts), nil
 }
 
 // ErrSchemaTooNew is returned when the database was migrated by a newer
