@@ -59,6 +59,7 @@ type Metrics struct {
 	kernelStats func() (KernelStats, bool)
 	watchStats  func() WatchStats
 	ready       func() bool
+	retention   retentionMetrics
 
 	names []string
 }
@@ -115,6 +116,7 @@ func New(component, version string) *Metrics {
 	m.httpDuration = f.histogramVec("http_request_duration_seconds",
 		"Duration of HTTP requests, by handler name.", prometheus.DefBuckets, "handler")
 	m.registerScrape()
+	m.registerRetention()
 	return m
 }
 
