@@ -2,8 +2,10 @@ package ebpf
 
 import (
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"time"
 	"unsafe"
@@ -126,7 +128,7 @@ func (d *decoder) fill(e *event.Event, r *probesEvent, wall int64, attrs map[str
 	}
 	if r.Kind != kindRefused && (r.Kind <= kindExit || r.Flags&flagOwner != 0) {
 		e.PID = int32(r.Pid)
-		e.Comm = d.comms.get(&r.Comm)
+		e.Comm = d.comm(e, &r.Comm, event.AttrCommRaw)
 	}
 	if r.Flags&flagAtExit != 0 {
 		e.Flags |= event.FlagAtExit
@@ -135,7 +137,7 @@ func (d *decoder) fill(e *event.Event, r *probesEvent, wall int64, attrs map[str
 	case kindSignal:
 		e.Signal = r.Signal
 		e.PeerPID = int32(r.PeerPid)
-		e.PeerComm = d.comms.get(&r.PeerComm)
+		e.PeerComm = d.comm(e, &r.PeerComm, event.AttrPeerCommRaw)
 		if r.Code >= 0 && int(r.Code) < len(signalResults) {
 			e.Reason = signalResults[r.Code]
 		}
@@ -202,9 +204,15 @@ func addrPorts(r *probesEvent) (local, remote netip.AddrPort) {
 
 // commCache interns command names so that converting the kernel's
 // fixed-size array to a string allocates once per distinct name.
-type commCache map[[16]int8]string
+type commCache map[[16]int8]commName
 
-func (c *commCache) get(b *[16]int8) string {
+// commName is a command name as stored, and the hex of the kernel's bytes
+// when they were not valid UTF-8: the kernel cuts names at 15 bytes, which
+// can split a multi-byte character, and a store refuses such text. The
+// name then has U+FFFD where the invalid bytes were.
+type commName struct{ name, raw string }
+
+func (c *commCache) get(b *[16]int8) commName {
 	if s, ok := (*c)[*b]; ok {
 		return s
 	}
@@ -216,6 +224,24 @@ func (c *commCache) get(b *[16]int8) string {
 		n++
 	}
 	s := string(unsafe.Slice((*byte)(unsafe.Pointer(&b[0])), n))
-	(*c)[*b] = s
-	return s
+	name := commName{name: s}
+	if clean, ok := event.CleanString(s); !ok {
+		name = commName{name: clean, raw: hex.EncodeToString([]byte(s))}
+	}
+	(*c)[*b] = name
+	return name
+}
+
+// comm returns the command name in b. One that was not valid UTF-8 keeps
+// its raw bytes in e's attribute key, set on a copy: e.Attrs is the map
+// every event shares.
+func (d *decoder) comm(e *event.Event, b *[16]int8, key string) string {
+	n := d.comms.get(b)
+	if n.raw != "" {
+		attrs := make(map[string]string, len(e.Attrs)+2)
+		maps.Copy(attrs, e.Attrs)
+		attrs[key] = n.raw
+		e.Attrs = attrs
+	}
+	return n.name
 }

@@ -1,10 +1,12 @@
 package ebpf
 
 import (
+	"encoding/hex"
 	"net/netip"
 	"reflect"
 	"testing"
 	"time"
+	"unicode/utf8"
 	"unsafe"
 
 	"github.com/cilium/ebpf/btf"
@@ -247,18 +249,64 @@ func TestRSTReasonNames(t *testing.T) {
 func TestCommCache(t *testing.T) {
 	var c commCache
 	a := comm("nginx")
-	if s := c.get(&a); s != "nginx" {
+	if s := c.get(&a); s != (commName{name: "nginx"}) {
 		t.Errorf("got %q", s)
 	}
 	full := [16]int8{}
 	for i := range full {
 		full[i] = 'x' // no terminator: the kernel truncates at 15 + NUL, but be safe
 	}
-	if s := c.get(&full); len(s) != 16 {
+	if s := c.get(&full).name; len(s) != 16 {
 		t.Errorf("unterminated name: %q", s)
 	}
 	if n := testing.AllocsPerRun(100, func() { c.get(&a) }); n != 0 {
 		t.Errorf("cached lookup allocates %v times", n)
+	}
+}
+
+// A name the kernel cut inside a multi-byte character decodes to valid
+// UTF-8, U+FFFD for the stray byte, and keeps the kernel's bytes in an
+// attribute, without touching the map the other events share.
+func TestCommCutMidCharacter(t *testing.T) {
+	name := "servidor-canción" // the kernel keeps 15 bytes, the first of "ó"'s two
+	raw := comm(name)
+	kept := name[:15]
+	if utf8.ValidString(kept) {
+		t.Fatalf("test name %q is not cut inside a character", kept)
+	}
+	d := decoder{node: "n1"}
+	attrs := map[string]string{event.AttrClockUncertainty: "40"}
+	var e event.Event
+	sig := probesEvent{Kind: kindSignal, Pid: 100, PeerPid: 7, Signal: 15, Comm: raw, PeerComm: raw}
+	if err := d.fill(&e, &sig, 1234, attrs); err != nil {
+		t.Fatal(err)
+	}
+	want := "servidor-canci\uFFFD"
+	if e.Comm != want || e.PeerComm != want {
+		t.Errorf("comm %q, peer comm %q; want %q", e.Comm, e.PeerComm, want)
+	}
+	hexKept := hex.EncodeToString([]byte(kept))
+	if e.Attrs[event.AttrCommRaw] != hexKept || e.Attrs[event.AttrPeerCommRaw] != hexKept {
+		t.Errorf("attrs %v; want the raw bytes %s kept", e.Attrs, hexKept)
+	}
+	if e.Attrs[event.AttrClockUncertainty] != "40" {
+		t.Errorf("attrs %v lost the shared ones", e.Attrs)
+	}
+	if len(attrs) != 1 {
+		t.Errorf("the shared attrs map was changed: %v", attrs)
+	}
+	before := e.Clone()
+	e.Seal()
+	if !reflect.DeepEqual(before.Attrs, e.Attrs) || e.Comm != before.Comm {
+		t.Errorf("sealing changed a decoded event: %s", describe(&e))
+	}
+	// A valid name leaves the shared map in place.
+	exit := probesEvent{Kind: kindExit, Pid: 100, Comm: comm("server")}
+	if err := d.fill(&e, &exit, 1234, attrs); err != nil {
+		t.Fatal(err)
+	}
+	if e.Comm != "server" || reflect.ValueOf(e.Attrs).UnsafePointer() != reflect.ValueOf(attrs).UnsafePointer() {
+		t.Errorf("a valid name: comm %q, attrs %v (a copy)", e.Comm, e.Attrs)
 	}
 }
 

@@ -127,8 +127,13 @@ func (e *Event) Clone() Event {
 	return c
 }
 
-// Seal computes the event's identity from its content. Call it once the
-// event is complete; writing a sealed event twice stores it once.
+// Seal makes the event's strings storable (Sanitize) and computes its
+// identity from that content. Call it once the event is complete; writing a
+// sealed event twice stores it once. The identity is of the sanitized
+// event, the one that is stored, so sealing again, or sealing an event read
+// back from a store, gives the same ID; the original bytes of a command
+// name are in Attrs and so still part of it.
 func (e *Event) Seal() {
+	e.Sanitize()
 	e.ID = Identity(e)
 }
