@@ -80,6 +80,11 @@ type Config struct {
 	ClockInterval time.Duration
 	// Logger receives load and resolution diagnostics. Default slog.Default().
 	Logger *slog.Logger
+	// WithoutFeatures makes Open act as if the kernel lacked these
+	// features: the programs take the path they take on an older kernel
+	// and Evidence reports what that costs. For tests of the degraded
+	// modes, and to step around a kernel bug in one feature.
+	WithoutFeatures []Feature
 }
 
 // DefaultSignals are recorded when Config.Signals is empty.
@@ -131,6 +136,13 @@ type Collector struct {
 	resolver *resolver
 	decoder  decoder
 	clock    *wallClock
+
+	features kernelFeatures
+	evidence []EvidenceStatus
+	release  string
+	exits    recentExits // without group_dead: exits already emitted
+
+	duplicateExits atomic.Uint64
 
 	running      atomic.Bool
 	runMu        sync.Mutex // held by Run, so that Close can wait for it
@@ -235,13 +247,18 @@ func Open(cfg Config) (*Collector, error) {
 		}
 		v1 = id
 	}
+	feats := probeFeatures(kernel, cfg.WithoutFeatures)
 	reasonArg, reasonNames := rstReasons(kernel)
+	feats[FeatureResetReason] = feats[FeatureResetReason] && reasonArg
 	vars := map[string]any{
-		"signal_mask":    mask,
-		"filter_enabled": boolByte(!cfg.TrackAll),
-		"v1_subsys_id":   v1,
-		"rst_reason_arg": boolByte(reasonArg),
-		"wakeup_bytes":   wakeupBytes,
+		"signal_mask":         mask,
+		"filter_enabled":      boolByte(!cfg.TrackAll),
+		"v1_subsys_id":        v1,
+		"rst_reason_arg":      boolByte(feats[FeatureResetReason]),
+		"no_socket_resets":    boolByte(feats[FeatureNoSocketResets]),
+		"have_task_btf":       boolByte(feats[FeatureTaskBTF]),
+		"exit_group_dead_arg": boolByte(feats[FeatureExitGroupDead]),
+		"wakeup_bytes":        wakeupBytes,
 	}
 	for name, v := range vars {
 		if err := spec.Variables[name].Set(v); err != nil {
@@ -249,7 +266,8 @@ func Open(cfg Config) (*Collector, error) {
 		}
 	}
 
-	c := &Collector{log: log, layout: layout, progs: map[string]*ebpf.Program{}, links: map[string]link.Link{}, flush: flush, exitWindow: exitWindow}
+	c := &Collector{log: log, layout: layout, progs: map[string]*ebpf.Program{}, links: map[string]link.Link{}, flush: flush, exitWindow: exitWindow,
+		features: feats, release: kernelRelease()}
 	ok := false
 	defer func() {
 		if !ok {
@@ -291,6 +309,8 @@ func Open(cfg Config) (*Collector, error) {
 		}
 		return nil, fmt.Errorf("no kernel program could run: %s", strings.Join(why, "; "))
 	}
+
+	c.evidence = evidenceFor(feats, c.programs, c.release)
 
 	c.rd, err = ringbuf.NewReader(c.events)
 	if err != nil {
@@ -570,6 +590,10 @@ func (c *Collector) Run(ctx context.Context, emit func(*event.Event)) error {
 			return nil
 		}
 		if err := c.handle(rec.RawSample, &raw, &ev); err != nil {
+			if errors.Is(err, errDuplicateExit) {
+				c.duplicateExits.Add(1)
+				continue
+			}
 			c.decodeErrors.Add(1)
 			c.log.Debug("dropping undecodable record", "err", err)
 			continue
@@ -577,6 +601,31 @@ func (c *Collector) Run(ctx context.Context, emit func(*event.Event)) error {
 		d.push(&ev, out)
 		d.release(ev.Time-d.window, out)
 	}
+}
+
+var errDuplicateExit = errors.New("second exit record of one process")
+
+// recentExits remembers the last processes whose exit was emitted. Without
+// sched_process_exit's group_dead (before Linux 6.16, where the tracepoint
+// also comes after exit_mm) threads that exit together can each find the
+// live count at zero; the second record of a process within a second is
+// the same exit. A fixed ring: no allocation, bounded work per exit.
+type recentExits struct {
+	pid  [64]uint32
+	ts   [64]uint64
+	next int
+}
+
+func (r *recentExits) seen(pid uint32, ts uint64) bool {
+	for i := range r.pid {
+		// Records of different CPUs may arrive slightly out of order.
+		if d := int64(ts - r.ts[i]); r.pid[i] == pid && pid != 0 && d < int64(time.Second) && d > -int64(time.Second) {
+			return true
+		}
+	}
+	r.pid[r.next], r.ts[r.next] = pid, ts
+	r.next = (r.next + 1) % len(r.pid)
+	return false
 }
 
 // delayCapacity bounds the events held for the exit window: 4096 events
@@ -587,6 +636,9 @@ const delayCapacity = 4096
 func (c *Collector) handle(b []byte, raw *probesEvent, ev *event.Event) error {
 	if err := decodeRaw(b, raw); err != nil {
 		return err
+	}
+	if raw.Kind == kindExit && !c.features[FeatureExitGroupDead] && c.exits.seen(raw.Pid, raw.TsNs) {
+		return errDuplicateExit
 	}
 	// Wall may resample the clock and replace attrs: call it first (Go
 	// does not order a field read against a call in one argument list).
@@ -628,13 +680,14 @@ func (p ProgramStats) AvgRunTime() time.Duration {
 }
 
 // Stats are the collector's counters. Once the ring buffer is drained,
-// Produced == Delivered + DecodeErrors + Dropped.
+// Produced == Delivered + DecodeErrors + Dropped + DuplicateExits.
 type Stats struct {
-	Produced     uint64 // records the kernel programs produced, summed over CPUs
-	Dropped      uint64 // of which lost because the ring buffer was full
-	Delivered    uint64 // records decoded and passed to emit
-	DecodeErrors uint64 // records read but not understood
-	ByKind       map[event.Kind]KindStats
+	Produced       uint64 // records the kernel programs produced, summed over CPUs
+	Dropped        uint64 // of which lost because the ring buffer was full
+	Delivered      uint64 // records decoded and passed to emit
+	DecodeErrors   uint64 // records read but not understood
+	DuplicateExits uint64 // second exits of one process, on kernels without group_dead
+	ByKind         map[event.Kind]KindStats
 
 	UnresolvedCgroups uint64        // cgroup ids whose path could not be found
 	ClockOffset       time.Duration // wall = monotonic + offset
@@ -647,6 +700,7 @@ func (c *Collector) Stats() (Stats, error) {
 	s := Stats{
 		Delivered:         c.delivered.Load(),
 		DecodeErrors:      c.decodeErrors.Load(),
+		DuplicateExits:    c.duplicateExits.Load(),
 		UnresolvedCgroups: c.unresolved.Load(),
 		ClockOffset:       time.Duration(c.clock.offset.Load()),
 		ClockUncertainty:  time.Duration(c.clock.uncertainty.Load()),

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -48,6 +49,8 @@ func runHelper(mode string) int {
 		return 3
 	case "serve":
 		return helperServe()
+	case "threads-exit":
+		return helperThreadsExit()
 	case "open":
 		// Try to open a collector and print the error.
 		c, err := Open(Config{Node: "n"})
@@ -93,6 +96,32 @@ func runHelper(mode string) int {
 	}
 	fmt.Fprintln(os.Stderr, "unknown helper mode", mode)
 	return 2
+}
+
+// helperThreadsExit runs DRAINSCOPE_HELPER_N threads, each on an OS thread
+// of its own, and exits the whole process at SIGTERM while all of them are
+// running: the kernel then takes every thread through its exit path at once.
+func helperThreadsExit() int {
+	n, _ := strconv.Atoi(os.Getenv("DRAINSCOPE_HELPER_N"))
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, syscall.SIGTERM)
+	var started sync.WaitGroup
+	var stop atomic.Bool
+	for i := 0; i < n; i++ {
+		started.Add(1)
+		go func() {
+			runtime.LockOSThread() // never unlocked: the thread is this goroutine's
+			started.Done()
+			for !stop.Load() {
+				syscall.Nanosleep(&syscall.Timespec{Nsec: 200_000}, nil)
+			}
+		}()
+	}
+	started.Wait()
+	fmt.Println("ready")
+	<-ch
+	os.Exit(0) // exit_group: every thread exits now
+	return 0
 }
 
 // helperServe runs an HTTP server on DRAINSCOPE_HELPER_ADDR. On SIGTERM it

@@ -533,7 +533,9 @@ func TestCgroupV1(t *testing.T) {
 	requireKernel(t)
 	const ctrl = "/sys/fs/cgroup/pids"
 	if _, err := os.Stat(ctrl + "/cgroup.procs"); err != nil {
-		testenv.Unavailable(t, "no cgroup v1 pids hierarchy on this machine (pure cgroup v2)")
+		// Not a missing install but a host that is cgroup v2 only: nothing
+		// scripts/test.sh could add, so a skip rather than testenv's CI failure.
+		t.Skipf("skipped: no cgroup v1 pids hierarchy at %s: this host is cgroup v2 only, the v1 path cannot be exercised here", ctrl)
 	}
 	p := newTestPod(t, false) // for the UID, container ID and a v2 cgroup to start in
 	dir := filepath.Join(ctrl, fmt.Sprintf("drainscope-test-%d", os.Getpid()), "kubepods", "pod"+p.UID, p.ContainerID)

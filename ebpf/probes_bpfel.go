@@ -81,7 +81,10 @@ const (
 	probesProgSignalGenerate   = "signal_generate"
 	probesProgTcpReceiveReset  = "tcp_receive_reset"
 	probesProgTcpSendReset     = "tcp_send_reset"
+	probesVarExitGroupDeadArg  = "exit_group_dead_arg"
 	probesVarFilterEnabled     = "filter_enabled"
+	probesVarHaveTaskBtf       = "have_task_btf"
+	probesVarNoSocketResets    = "no_socket_resets"
 	probesVarRstReasonArg      = "rst_reason_arg"
 	probesVarSignalMask        = "signal_mask"
 	probesVarUnusedEvent       = "unused_event"
@@ -156,14 +159,17 @@ type probesMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type probesVariableSpecs struct {
-	FilterEnabled *ebpf.VariableSpec `ebpf:"filter_enabled"`
-	RstReasonArg  *ebpf.VariableSpec `ebpf:"rst_reason_arg"`
-	SignalMask    *ebpf.VariableSpec `ebpf:"signal_mask"`
-	UnusedEvent   *ebpf.VariableSpec `ebpf:"unused_event"`
-	UnusedFlag    *ebpf.VariableSpec `ebpf:"unused_flag"`
-	UnusedKind    *ebpf.VariableSpec `ebpf:"unused_kind"`
-	V1SubsysId    *ebpf.VariableSpec `ebpf:"v1_subsys_id"`
-	WakeupBytes   *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
+	ExitGroupDeadArg *ebpf.VariableSpec `ebpf:"exit_group_dead_arg"`
+	FilterEnabled    *ebpf.VariableSpec `ebpf:"filter_enabled"`
+	HaveTaskBtf      *ebpf.VariableSpec `ebpf:"have_task_btf"`
+	NoSocketResets   *ebpf.VariableSpec `ebpf:"no_socket_resets"`
+	RstReasonArg     *ebpf.VariableSpec `ebpf:"rst_reason_arg"`
+	SignalMask       *ebpf.VariableSpec `ebpf:"signal_mask"`
+	UnusedEvent      *ebpf.VariableSpec `ebpf:"unused_event"`
+	UnusedFlag       *ebpf.VariableSpec `ebpf:"unused_flag"`
+	UnusedKind       *ebpf.VariableSpec `ebpf:"unused_kind"`
+	V1SubsysId       *ebpf.VariableSpec `ebpf:"v1_subsys_id"`
+	WakeupBytes      *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
 }
 
 // probesObjects contains all objects after they have been loaded into the kernel.
@@ -209,14 +215,17 @@ func (m *probesMaps) Close() error {
 //
 // It can be passed to loadProbesObjects or ebpf.CollectionSpec.LoadAndAssign.
 type probesVariables struct {
-	FilterEnabled *ebpf.Variable `ebpf:"filter_enabled"`
-	RstReasonArg  *ebpf.Variable `ebpf:"rst_reason_arg"`
-	SignalMask    *ebpf.Variable `ebpf:"signal_mask"`
-	UnusedEvent   *ebpf.Variable `ebpf:"unused_event"`
-	UnusedFlag    *ebpf.Variable `ebpf:"unused_flag"`
-	UnusedKind    *ebpf.Variable `ebpf:"unused_kind"`
-	V1SubsysId    *ebpf.Variable `ebpf:"v1_subsys_id"`
-	WakeupBytes   *ebpf.Variable `ebpf:"wakeup_bytes"`
+	ExitGroupDeadArg *ebpf.Variable `ebpf:"exit_group_dead_arg"`
+	FilterEnabled    *ebpf.Variable `ebpf:"filter_enabled"`
+	HaveTaskBtf      *ebpf.Variable `ebpf:"have_task_btf"`
+	NoSocketResets   *ebpf.Variable `ebpf:"no_socket_resets"`
+	RstReasonArg     *ebpf.Variable `ebpf:"rst_reason_arg"`
+	SignalMask       *ebpf.Variable `ebpf:"signal_mask"`
+	UnusedEvent      *ebpf.Variable `ebpf:"unused_event"`
+	UnusedFlag       *ebpf.Variable `ebpf:"unused_flag"`
+	UnusedKind       *ebpf.Variable `ebpf:"unused_kind"`
+	V1SubsysId       *ebpf.Variable `ebpf:"v1_subsys_id"`
+	WakeupBytes      *ebpf.Variable `ebpf:"wakeup_bytes"`
 }
 
 // probesPrograms contains all programs after they have been loaded into the kernel.

@@ -90,6 +90,18 @@ volatile const __u64 signal_mask = (1ULL << 15) | (1ULL << 9) | (1ULL << 2) | (1
 volatile const __u8 filter_enabled = 1;  // 0: report every process and socket
 volatile const __s32 v1_subsys_id = -1;  // >= 0: identify tasks by this cgroup v1 controller
 volatile const __u8 rst_reason_arg = 0;  // tcp_send_reset carries enum sk_rst_reason as arg 3
+// tcp_send_reset fires with no socket (Linux 6.10+). Always true where the
+// kernel has it; 0 makes the program ignore those calls, as older kernels
+// never make them, so that the degraded mode can be tested on a new kernel.
+volatile const __u8 no_socket_resets = 1;
+// bpf_get_current_task_btf exists (Linux 5.11+). Without it the current task
+// comes from bpf_get_current_task and its fields are read with CO-RE probes.
+volatile const __u8 have_task_btf = 1;
+// sched_process_exit carries group_dead as arg 2 (Linux 6.16+): true for the
+// one thread whose exit ends the process. Without it the program reads the
+// thread group's live counter, which several threads exiting at once can
+// all see at zero.
+volatile const __u8 exit_group_dead_arg = 0;
 // Wake the reader only once this many bytes wait in the ring buffer (0: on
 // every event). Waking costs an irq_work per event, which dominates the
 // cost of a tracked event; the reader polls on a timer for the rest.
@@ -305,25 +317,66 @@ static __always_inline void read_sock_addrs(struct event *e, const struct sock *
 	}
 }
 
+// The cgroup id and network namespace of a task pointer that is not
+// BTF-typed (bpf_get_current_task), read with CO-RE probes.
+static __always_inline __u64 probed_task_cgroup_id(struct task_struct *task)
+{
+	struct css_set *cs = BPF_CORE_READ(task, cgroups);
+	struct cgroup *cg = 0;
+	if (!cs)
+		return 0;
+	if (v1_subsys_id >= 0) {
+		int id = v1_subsys_id;
+		if (id >= CGROUP_SUBSYS_COUNT)
+			return 0;
+		struct cgroup_subsys_state **slot = __builtin_preserve_access_index(&cs->subsys[0]);
+		struct cgroup_subsys_state *css = 0;
+		if (bpf_probe_read_kernel(&css, sizeof(css), slot + id) || !css)
+			return 0;
+		cg = BPF_CORE_READ(css, cgroup);
+	} else {
+		cg = BPF_CORE_READ(cs, dfl_cgrp);
+	}
+	if (!cg)
+		return 0;
+	return BPF_CORE_READ(cg, kn, id);
+}
+
+static __always_inline __u64 probed_task_netns(struct task_struct *task)
+{
+	return BPF_CORE_READ(task, nsproxy, net_ns, ns.inum);
+}
+
 // Fills pid and comm from the current task, and marks it the owner when it
 // lives in the socket's cgroup (or, without one, in the socket's network
 // namespace): in softirq context the current task is whoever was running.
 static __always_inline void sock_owner(struct event *e, __u64 sk_cgid, __u64 netns)
 {
-	struct task_struct *task = bpf_get_current_task_btf();
 	__u64 id = bpf_get_current_pid_tgid();
 	int owner;
-	if (sk_cgid)
-		owner = cgroup_id(task_cgroup(task)) == sk_cgid;
-	else
-		owner = task_netns(task) == netns;
+	__u32 task_flags;
+	if (have_task_btf) {
+		struct task_struct *task = bpf_get_current_task_btf();
+		if (sk_cgid)
+			owner = cgroup_id(task_cgroup(task)) == sk_cgid;
+		else
+			owner = task_netns(task) == netns;
+		task_flags = task->flags;
+	} else {
+		struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+		if (sk_cgid)
+			owner = probed_task_cgroup_id(task) == sk_cgid;
+		else
+			owner = probed_task_netns(task) == netns;
+		task_flags = BPF_CORE_READ(task, flags);
+	}
 	if (!owner)
 		return;
 	e->flags |= FLAG_OWNER;
 	e->pid = id >> 32;
 	e->tid = (__u32)id;
 	bpf_get_current_comm(&e->comm, sizeof(e->comm));
-	if (task->flags & PF_EXITING)
+	if (task_flags & PF_EXITING)
 		e->flags |= FLAG_AT_EXIT;
 }
 
@@ -363,8 +416,12 @@ SEC("tp_btf/sched_process_exit")
 int BPF_PROG(sched_process_exit, struct task_struct *task)
 {
 	struct signal_struct *sig = task->signal;
-	if (sig->live.counter != 0)
+	if (exit_group_dead_arg) {
+		if (!(__u8)ctx[1])
+			return 0;
+	} else if (sig->live.counter != 0) {
 		return 0;
+	}
 	struct cgroup *cg = task_cgroup(task);
 	__u64 netns = task_netns(task);
 	if (filter_enabled && !netns_tracked(netns) && !cgroup_tracked(cg))
@@ -488,7 +545,7 @@ int BPF_PROG(tcp_send_reset, const struct sock *sk, const struct sk_buff *skb)
 	if (!sk) {
 		// No socket: a segment for a port nobody listens on, or for a
 		// connection that no longer exists.
-		if (!skb)
+		if (!skb || !no_socket_resets)
 			return 0;
 		__u64 netns = skb->dev->nd_net.net->ns.inum;
 		if (filter_enabled && !netns_tracked(netns))

@@ -1,0 +1,200 @@
+package ebpf
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/cilium/ebpf/btf"
+	"golang.org/x/sys/unix"
+
+	"github.com/drainscope/drainscope/event"
+)
+
+// Feature is a kernel facility the programs use when the kernel has it.
+// Each is probed in the kernel's BTF at Open, not inferred from the kernel
+// version, since distributions backport.
+type Feature string
+
+const (
+	// FeatureTaskBTF: the bpf_get_current_task_btf helper (Linux 5.11).
+	// Without it the socket programs read the current task through
+	// bpf_get_current_task and CO-RE probes: the same evidence, a few more
+	// instructions per socket event.
+	FeatureTaskBTF Feature = "current_task_btf"
+	// FeatureNoSocketResets: tcp_send_reset also fires for resets sent with
+	// no socket (Linux 6.10, which made it a tracepoint of its own). Before
+	// that a SYN to a closed port (a refused connection) and a segment of a
+	// connection the kernel already forgot leave no trace.
+	FeatureNoSocketResets Feature = "no_socket_resets"
+	// FeatureResetReason: tcp_send_reset passes enum sk_rst_reason (Linux
+	// 6.10). Without it resets carry no reason, and a reset because the
+	// process exited with unread data cannot be told from another.
+	FeatureResetReason Feature = "reset_reason"
+	// FeatureExitGroupDead: sched_process_exit passes group_dead (Linux
+	// 6.16). Without it the exit of the process is recognised by its live
+	// thread count, which threads exiting at the same moment can all read as
+	// zero: such a process may be reported as exiting more than once.
+	FeatureExitGroupDead Feature = "exit_group_dead"
+)
+
+// Features lists every feature, in the order of the README's table.
+var Features = []Feature{FeatureTaskBTF, FeatureNoSocketResets, FeatureResetReason, FeatureExitGroupDead}
+
+// Evidence names a kind of kernel evidence the analysis uses. A node whose
+// kernel cannot produce one says so (Collector.Evidence), so that its
+// absence in a report is not read as "it did not happen".
+type Evidence string
+
+const (
+	EvidenceSignals           Evidence = "signals"             // signal: SIGTERM, SIGKILL and their sender
+	EvidenceProcessExits      Evidence = "process_exits"       // process_exit
+	EvidenceListenerCloses    Evidence = "listener_closes"     // listener_closed
+	EvidenceConnectionCloses  Evidence = "connection_closes"   // conn_closed, with the keep-alive idle time
+	EvidenceResets            Evidence = "resets"              // rst_sent on a socket: data on a closed connection
+	EvidenceResetsReceived    Evidence = "resets_received"     // rst_received
+	EvidenceRefused           Evidence = "refused_connections" // conn_refused: the endpoint race's signature
+	EvidenceResetsWithoutSock Evidence = "resets_without_socket"
+	EvidenceUnreadDataResets  Evidence = "unread_data_resets" // rst_sent with FlagUnreadData: an in-flight request cut
+)
+
+// AllEvidence lists every kind of evidence.
+var AllEvidence = []Evidence{
+	EvidenceSignals, EvidenceProcessExits, EvidenceListenerCloses, EvidenceConnectionCloses,
+	EvidenceResets, EvidenceResetsReceived, EvidenceRefused, EvidenceResetsWithoutSock, EvidenceUnreadDataResets,
+}
+
+// EvidenceStatus says whether this node's capture can see one kind of
+// evidence, and why not.
+type EvidenceStatus struct {
+	Evidence  Evidence
+	Available bool
+	Why       string // when not available
+}
+
+// kernelFeatures are the probed features, minus those withheld by
+// Config.WithoutFeatures.
+type kernelFeatures map[Feature]bool
+
+// probeFeatures reads the kernel's BTF for each feature.
+func probeFeatures(kernel *btf.Spec, without []Feature) kernelFeatures {
+	f := kernelFeatures{}
+	var fn *btf.Enum
+	if kernel.TypeByName("bpf_func_id", &fn) == nil {
+		for _, v := range fn.Values {
+			if v.Name == "BPF_FUNC_get_current_task_btf" {
+				f[FeatureTaskBTF] = true
+			}
+		}
+	}
+	// From 6.10 tcp_send_reset is its own TRACE_EVENT, which handles a
+	// NULL socket; before, it was an instance of the tcp_event_sk_skb class,
+	// called only with a socket.
+	var st *btf.Struct
+	f[FeatureNoSocketResets] = kernel.TypeByName("trace_event_raw_tcp_send_reset", &st) == nil
+	f[FeatureResetReason] = tracepointArgs(kernel, "tcp_send_reset") >= 3
+	f[FeatureExitGroupDead] = tracepointArgs(kernel, "sched_process_exit") >= 2
+	for _, w := range without {
+		f[w] = false
+	}
+	return f
+}
+
+// tracepointArgs counts a raw tracepoint's arguments (its btf_trace_ typedef
+// without the leading void *ctx); 0 when the tracepoint is not there.
+func tracepointArgs(kernel *btf.Spec, name string) int {
+	var tp *btf.Typedef
+	if kernel.TypeByName("btf_trace_"+name, &tp) != nil {
+		return 0
+	}
+	ptr, ok := tp.Type.(*btf.Pointer)
+	if !ok {
+		return 0
+	}
+	fp, ok := ptr.Target.(*btf.FuncProto)
+	if !ok || len(fp.Params) == 0 {
+		return 0
+	}
+	return len(fp.Params) - 1
+}
+
+func (f kernelFeatures) list() []Feature {
+	var out []Feature
+	for _, x := range Features {
+		if f[x] {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// evidenceFor derives what the node can see from the features and the
+// programs that loaded.
+func evidenceFor(f kernelFeatures, programs []Program, release string) []EvidenceStatus {
+	dropped := map[event.Kind]string{}
+	for _, p := range programs {
+		if !p.Loaded {
+			for _, k := range p.Kinds {
+				dropped[k] = fmt.Sprintf("kernel program %s was dropped: %v", p.Name, p.Err)
+			}
+		}
+	}
+	kernel := "this node's kernel (" + release + ")"
+	need := map[Evidence]struct {
+		kind    event.Kind
+		feature Feature
+		why     string
+	}{
+		EvidenceSignals:           {kind: event.Signal},
+		EvidenceProcessExits:      {kind: event.ProcessExit},
+		EvidenceListenerCloses:    {kind: event.ListenerClosed},
+		EvidenceConnectionCloses:  {kind: event.ConnClosed},
+		EvidenceResets:            {kind: event.RSTSent},
+		EvidenceResetsReceived:    {kind: event.RSTReceived},
+		EvidenceRefused:           {event.ConnRefused, FeatureNoSocketResets, "refused connections cannot be seen on " + kernel + ": tcp_send_reset fires for resets without a socket from Linux 6.10"},
+		EvidenceResetsWithoutSock: {event.RSTSent, FeatureNoSocketResets, "resets for connections the kernel already forgot cannot be seen on " + kernel + ": tcp_send_reset fires without a socket from Linux 6.10"},
+		EvidenceUnreadDataResets:  {event.RSTSent, FeatureResetReason, "resets with unread data (in-flight requests cut) cannot be told apart on " + kernel + ": tcp_send_reset passes the reset reason from Linux 6.10"},
+	}
+	out := make([]EvidenceStatus, 0, len(AllEvidence))
+	for _, ev := range AllEvidence {
+		n := need[ev]
+		s := EvidenceStatus{Evidence: ev, Available: true}
+		if why, ok := dropped[n.kind]; ok {
+			s.Available, s.Why = false, why
+		} else if n.feature != "" && !f[n.feature] {
+			s.Available, s.Why = false, n.why
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// MissingEvidence returns the names of the evidence not available.
+func MissingEvidence(st []EvidenceStatus) []string {
+	var out []string
+	for _, s := range st {
+		if !s.Available {
+			out = append(out, string(s.Evidence))
+		}
+	}
+	return out
+}
+
+// kernelRelease is uname -r.
+func kernelRelease() string {
+	var u unix.Utsname
+	if unix.Uname(&u) != nil {
+		return "unknown"
+	}
+	return strings.TrimRight(string(u.Release[:]), "\x00")
+}
+
+// Features lists the kernel features the loaded programs use.
+func (c *Collector) Features() []Feature { return c.features.list() }
+
+// Evidence says, for every kind of evidence, whether this node's capture
+// can see it.
+func (c *Collector) Evidence() []EvidenceStatus { return slices.Clone(c.evidence) }
+
+// KernelRelease is the release of the running kernel (uname -r).
+func (c *Collector) KernelRelease() string { return c.release }
