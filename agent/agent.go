@@ -3,8 +3,11 @@
 // every node or on the elected leader), the eBPF capture of the node's pod
 // cgroups and network namespaces with the watcher's pod cache as its
 // resolver, a bounded store writer that rides out a database outage, the
-// Prometheus metrics with the per-workload rollout signals, and the health
-// and readiness endpoints. `drainscope agent` runs it as a DaemonSet pod;
+// Prometheus metrics of the pipeline's health, and the health and readiness
+// endpoints. The rollout signals are not computed here: in leader mode one
+// agent records the endpoints of every node's pods, so the server
+// (drainscope serve) computes them from the store, where every node's
+// events meet. `drainscope agent` runs it as a DaemonSet pod;
 // the lab runs the same Agent in-process.
 package agent
 
@@ -47,8 +50,7 @@ type Config struct {
 
 	// Metrics receives the agent's metrics; nil makes a registry of its own
 	// (see Agent.Metrics).
-	Metrics  *metrics.Metrics
-	Rollouts metrics.RolloutOptions
+	Metrics *metrics.Metrics
 
 	// ShutdownTimeout bounds the final flush to the store. Default 20 s.
 	ShutdownTimeout time.Duration
@@ -85,12 +87,11 @@ type KernelConfig struct {
 
 // Agent is one node's recorder. Create it with New, start it with Run.
 type Agent struct {
-	cfg     Config
-	log     *slog.Logger
-	m       *metrics.Metrics
-	w       *watcher.Watcher
-	writer  *store.Writer
-	rollout *metrics.Rollouts
+	cfg    Config
+	log    *slog.Logger
+	m      *metrics.Metrics
+	w      *watcher.Watcher
+	writer *store.Writer
 
 	kernelMu sync.Mutex
 	kernel   *ebpf.Collector
@@ -161,7 +162,6 @@ func New(cfg Config) (*Agent, error) {
 	}
 	a.w = w
 	a.cfg.Watch = wo
-	a.rollout = a.m.NewRollouts(cfg.Rollouts)
 	return a, nil
 }
 
@@ -171,11 +171,9 @@ func (a *Agent) Metrics() *metrics.Metrics { return a.m }
 // Watcher is the agent's watcher (its pod cache is Watcher().Pods()).
 func (a *Agent) Watcher() *watcher.Watcher { return a.w }
 
-// record takes every event: counted, fed to the rollout signals, queued
-// for the store.
+// record takes every event: counted and queued for the store.
 func (a *Agent) record(e event.Event) {
 	a.m.Observe(&e)
-	a.rollout.Add(&e)
 	if n := a.writer.Add(e); n > 0 {
 		a.warnDrops()
 	}
@@ -231,9 +229,6 @@ func (a *Agent) Run(ctx context.Context) error {
 			errc <- fmt.Errorf("watcher: %w", err)
 		}
 	}()
-	rctx, rcancel := context.WithCancel(context.WithoutCancel(ctx))
-	rdone := make(chan struct{})
-	go func() { defer close(rdone); a.rollout.Run(rctx) }()
 
 	go func() {
 		if a.w.WaitForSync(runCtx) == nil {
@@ -267,8 +262,6 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	cancel()
 	wg.Wait()
-	rcancel()
-	<-rdone
 	return errors.Join(runErr, a.shutdownWriter())
 }
 

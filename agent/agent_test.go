@@ -185,10 +185,9 @@ func TestAgentOnAControlPlane(t *testing.T) {
 		t.Cleanup(func() { st.Close() })
 		a, err := agent.New(agent.Config{
 			Node: node, Client: cp.Client(), Store: st,
-			Writer:   store.WriterOptions{Limit: limit, Interval: 50 * time.Millisecond, RetryMax: 500 * time.Millisecond},
-			Kernel:   agent.KernelConfig{Disabled: true},
-			Rollouts: metrics.RolloutOptions{Delay: time.Second},
-			Logger:   testLogger(t),
+			Writer: store.WriterOptions{Limit: limit, Interval: 50 * time.Millisecond, RetryMax: 500 * time.Millisecond},
+			Kernel: agent.KernelConfig{Disabled: true},
+			Logger: testLogger(t),
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -294,12 +293,23 @@ func TestAgentOnAControlPlane(t *testing.T) {
 		`drainscope_store_backlog_events 0`,
 		`drainscope_watch_synced 1`,
 		`drainscope_endpointslice_recorder 1`,
-		`drainscope_rollout_pod_terminations_total{namespace="shop",workload="Deployment/web"} 9`,
-		`drainscope_rollout_sigkills_after_grace_total{namespace="shop",workload="Deployment/web"} 1`,
 		`drainscope_store_write_duration_seconds_count{outcome="error"}`,
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("agent A's metrics lack %s", want)
+		}
+	}
+	// The rollout signals are the server's, from what the agent stored.
+	if strings.Contains(body, "drainscope_rollout_pod_terminations_total{") {
+		t.Errorf("the agent exports rollout signals; the server computes them")
+	}
+	signals := serverSignals(t, dsnA, time.Now().Add(-time.Hour))
+	for _, want := range []string{
+		`drainscope_rollout_pod_terminations_total{namespace="shop",workload="Deployment/web"} 9`,
+		`drainscope_rollout_sigkills_after_grace_total{namespace="shop",workload="Deployment/web"} 1`,
+	} {
+		if !strings.Contains(signals, want) {
+			t.Errorf("the server's signals from agent A's events lack %s", want)
 		}
 	}
 	if t.Failed() {
@@ -321,3 +331,25 @@ func grepLines(s, sub string) string {
 }
 
 func itoa(v int64) string { return strconv.FormatInt(v, 10) }
+
+// serverSignals computes the rollout signals from the events in the store
+// dsn names since from, as drainscope serve does, and returns its metrics.
+func serverSignals(t *testing.T, dsn string, from time.Time) string {
+	t.Helper()
+	st, err := store.Open(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	m := metrics.New("serve", "test")
+	r := m.NewRollouts(metrics.RolloutOptions{Delay: time.Second})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- r.Tail(ctx, st, metrics.TailOptions{Poll: 50 * time.Millisecond, Start: from.UnixNano(), Logger: testLogger(t)})
+	}()
+	time.Sleep(200 * time.Millisecond)
+	cancel() // a last read, then every pod reported
+	<-done
+	return scrape(t, m)
+}

@@ -40,7 +40,9 @@ func (a *Agent) startKernel(ctx context.Context, wg *sync.WaitGroup, errc chan<-
 			loaded = append(loaded, p.Name)
 		}
 	}
-	a.log.Info("kernel programs loaded", "programs", loaded, "cgroup_mount", k.CgroupRoot())
+	a.log.Info("kernel programs loaded", "programs", loaded, "cgroup_mount", k.CgroupRoot(),
+		"kernel", k.KernelRelease(), "features", k.Features())
+	a.reportEvidence(k)
 	a.kernelMu.Lock()
 	a.kernel = k
 	if a.cfg.Kernel.NetNSDir != "-" {
@@ -250,4 +252,39 @@ func ScanNetNS(dir, glob string) (map[string]uint64, error) {
 		out[e.Name()] = ino
 	}
 	return out, nil
+}
+
+// reportEvidence says what this node's kernel keeps the capture from
+// seeing: a warning per missing kind of evidence, the
+// drainscope_kernel_evidence_available gauge, and a kernel_capabilities
+// event, so that a report over this node's pods can say "refused
+// connections cannot be seen on this node's kernel" rather than show none.
+func (a *Agent) reportEvidence(k *ebpf.Collector) {
+	st := k.Evidence()
+	avail := make(map[string]bool, len(st))
+	for _, s := range st {
+		avail[string(s.Evidence)] = s.Available
+		if !s.Available {
+			a.log.Warn("kernel evidence not available on this node", "evidence", s.Evidence, "why", s.Why)
+		}
+	}
+	a.m.SetKernelEvidence(avail)
+	missing := ebpf.MissingEvidence(st)
+	var feats []string
+	for _, f := range k.Features() {
+		feats = append(feats, string(f))
+	}
+	e := event.Event{
+		Time:   time.Now().UnixNano(),
+		Kind:   event.KernelCapabilities,
+		Node:   a.cfg.Node,
+		Source: event.SourceKernel,
+		Reason: strings.Join(missing, ","),
+		Attrs: map[string]string{
+			event.AttrKernelRelease:  k.KernelRelease(),
+			event.AttrKernelFeatures: strings.Join(feats, ","),
+		},
+	}
+	e.Seal()
+	a.record(e)
 }

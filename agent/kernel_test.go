@@ -3,6 +3,7 @@ package agent_test
 import (
 	"context"
 	"fmt"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/drainscope/drainscope/agent"
+	"github.com/drainscope/drainscope/ebpf"
 	"github.com/drainscope/drainscope/event"
 	"github.com/drainscope/drainscope/internal/testenv"
 	"github.com/drainscope/drainscope/store"
@@ -130,6 +132,76 @@ func TestKernelCaptureOfAPodCgroup(t *testing.T) {
 	st.Scan(context.Background(), store.Query{PodUIDs: []string{uid}}, func(*event.Event) error { n++; return nil })
 	if n < 2 {
 		t.Fatalf("%d events of the pod stored, want the signal and the exit", n)
+	}
+}
+
+// TestKernelEvidenceReported: an agent on a kernel without no-socket resets
+// (withheld here, as on 5.15-6.8) says so at start: a kernel_capabilities
+// event naming the node and the missing evidence, stored, and a 0 for it on
+// /metrics.
+func TestKernelEvidenceReported(t *testing.T) {
+	testenv.RequireRoot(t)
+	if _, err := os.Stat("/sys/kernel/btf/vmlinux"); err != nil {
+		testenv.Unavailable(t, "no kernel BTF")
+	}
+	st, err := store.Open(context.Background(), filepath.Join(t.TempDir(), "events.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	got := make(chan event.Event, 1000)
+	a, err := agent.New(agent.Config{
+		Node: "node-old", Client: fake.NewClientset(), Store: st,
+		Kernel: agent.KernelConfig{CgroupRoots: []string{filepath.Join(t.TempDir(), "no-pods-here")}, NetNSDir: "-", Rescan: 100 * time.Millisecond,
+			Collector: ebpf.Config{WithoutFeatures: []ebpf.Feature{ebpf.FeatureNoSocketResets}}},
+		Sink:   func(e event.Event) { got <- e },
+		Logger: testLogger(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	var caps *event.Event
+	deadline := time.After(time.Minute)
+	for caps == nil {
+		select {
+		case e := <-got:
+			if e.Kind == event.KernelCapabilities {
+				caps = &e
+			}
+		case <-deadline:
+			t.Fatal("no kernel_capabilities event")
+		}
+	}
+	if caps.Node != "node-old" || caps.Reason != "refused_connections,resets_without_socket" ||
+		caps.Attrs[event.AttrKernelRelease] == "" || strings.Contains(caps.Attrs[event.AttrKernelFeatures], "no_socket_resets") {
+		t.Errorf("kernel_capabilities event %+v", caps)
+	}
+	rec := httptest.NewRecorder()
+	a.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	for _, want := range []string{
+		`drainscope_kernel_evidence_available{evidence="refused_connections"} 0`,
+		`drainscope_kernel_evidence_available{evidence="signals"} 1`,
+	} {
+		if !strings.Contains(rec.Body.String(), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	st.Scan(context.Background(), store.Query{Kinds: []event.Kind{event.KernelCapabilities}}, func(e *event.Event) error {
+		if e.Node == "node-old" && e.Reason == caps.Reason {
+			n++
+		}
+		return nil
+	})
+	if n != 1 {
+		t.Errorf("%d kernel_capabilities events stored, want 1", n)
 	}
 }
 

@@ -114,6 +114,31 @@ func startAgentProc(t *testing.T, exe string, env []string, args ...string) *age
 	return p
 }
 
+// startServeProc starts `drainscope serve` on dsn with its metrics on a
+// port of their own, as the chart runs it.
+func startServeProc(t *testing.T, exe, dsn string, args ...string) *agentProc {
+	t.Helper()
+	addr := freePort(t)
+	p := &agentProc{url: "http://" + addr, stderr: &syncBuffer{}, done: make(chan error, 1)}
+	p.cmd = exec.Command(exe, append([]string{"serve", "--listen=127.0.0.1:0", "--metrics-listen=" + addr, "--store=" + dsn}, args...)...)
+	p.cmd.Stderr = p.stderr
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.done <- p.cmd.Wait() }()
+	t.Cleanup(func() {
+		if p.cmd.ProcessState == nil {
+			p.cmd.Process.Kill()
+			<-p.done
+		}
+		if t.Failed() {
+			t.Logf("server log (tail):\n%s", tail(p.stderr.String(), 30))
+		}
+	})
+	waitFor(t, time.Minute, "the server's /metrics", func() bool { code, _ := p.get("/metrics"); return code == 200 })
+	return p
+}
+
 func (p *agentProc) get(path string) (int, string) {
 	resp, err := http.Get(p.url + path)
 	if err != nil {
@@ -215,9 +240,10 @@ func (h *progressHook) Write(p []byte) (int, error) {
 // DaemonSet runs it, on the lab's node, while the lab rolls out a
 // Deployment whose pods exit at SIGTERM under keep-alive load. Postgres is
 // unreachable for 30 s from the start of the rollout. The agent stores
-// every event it produced once the database is back, and its /metrics show
-// the rollout signals of the workload; a second agent with a 200-event
-// buffer drops the excess and reports exactly how many.
+// every event it produced once the database is back, and the server's
+// /metrics show the rollout signals of the workload, computed from the
+// store; a second agent with a 200-event buffer drops the excess and
+// reports exactly how many.
 func TestAgentInTheLab(t *testing.T) {
 	if err := scenario.Preflight(""); err != nil {
 		testenv.Unavailable(t, err.Error())
@@ -281,7 +307,7 @@ func TestAgentInTheLab(t *testing.T) {
 		"--kubeconfig=" + c.CP.Kubeconfig(),
 		"--cgroup-root=" + podRoot,
 		"--netns-dir=" + netns.RunDir, "--netns-glob=" + netns.Prefix + "-*",
-		"--flush-interval=100ms", "--signals-after=5s", "--shutdown-timeout=30s",
+		"--flush-interval=100ms", "--shutdown-timeout=30s",
 	}
 	env := func(dsn string) []string {
 		return []string{"NODE_NAME=" + scenario.NodeName, "POD_NAMESPACE=drainscope", "DRAINSCOPE_STORE=" + dsn}
@@ -291,6 +317,9 @@ func TestAgentInTheLab(t *testing.T) {
 	for _, a := range []*agentProc{big, small} {
 		waitFor(t, 2*time.Minute, "the agent's /readyz", func() bool { code, _ := a.get("/readyz"); return code == 200 })
 	}
+	// The server computes the rollout signals from the store. Its delay
+	// outlasts the outage: the agents store those events ~35 s late.
+	server := startServeProc(t, exe, dsn, "--signals-after=5s", "--signals-delay=60s")
 
 	p := scenario.Profiles["ci"]
 	p.Name, p.Duration, p.RolloutAt = "agent-test", 45*time.Second, 5*time.Second
@@ -313,10 +342,20 @@ func TestAgentInTheLab(t *testing.T) {
 		v, ok := metricValue(b1, "drainscope_store_backlog_events")
 		return ok && v == 0
 	})
-	time.Sleep(8 * time.Second) // the pods' signals are reported 5 s after their last event
-	_, body := big.get("/metrics")
 	_, smallBody := small.get("/metrics")
+	_, agentBody := big.get("/metrics")
+	if strings.Contains(agentBody, "drainscope_rollout_pod_terminations_total{") {
+		t.Errorf("the agent exports rollout signals; the server computes them")
+	}
 	wl := `workload="Deployment/sample-exit"`
+	// A pod's signals are reported 5 s after its last event, once the
+	// server's 60 s delay has passed.
+	var body string
+	waitFor(t, 3*time.Minute, "the server's rollout signals", func() bool {
+		_, body = server.get("/metrics")
+		v, _ := metricValue(body, "drainscope_rollout_pod_terminations_total", wl)
+		return v >= 4
+	})
 	for _, m := range []string{
 		"drainscope_rollout_pod_terminations_total",
 		"drainscope_rollout_sigterm_minus_endpoint_removal_seconds_count",
@@ -342,7 +381,7 @@ func TestAgentInTheLab(t *testing.T) {
 			t.Log(l)
 		}
 	}
-	if v, _ := metricValue(body, "drainscope_store_write_failures_total"); v == 0 {
+	if v, _ := metricValue(agentBody, "drainscope_store_write_failures_total"); v == 0 {
 		t.Errorf("no failed store write reported during the outage")
 	}
 

@@ -29,6 +29,8 @@ import "fmt"
 //	conn_refused           Local (closed port), Remote (client), NetNS: a SYN answered by a no-socket RST
 //	client_failure         Local (client), Remote (target dialled), Service, Code (HTTP status),
 //	                       Duration, Reason (error class), Attrs[backend], Flags(Inferred)
+//	kernel_capabilities    Node; Reason (the kernel evidence the node cannot see, comma-separated, "" for none),
+//	                       Attrs[kernel_release, kernel_features]: recorded by an agent when its capture starts
 type Kind string
 
 const (
@@ -55,6 +57,8 @@ const (
 	ConnRefused    Kind = "conn_refused"
 
 	ClientFailure Kind = "client_failure"
+
+	KernelCapabilities Kind = "kernel_capabilities"
 )
 
 // Kinds lists every kind, in the order above.
@@ -63,8 +67,14 @@ var Kinds = []Kind{
 	EndpointAdded, EndpointReady, EndpointNotReady, EndpointServing, EndpointNotServing,
 	EndpointTerminating, EndpointRemoved,
 	Signal, ProcessExit, ListenerClosed, ConnClosed, RSTSent, RSTReceived, ConnRefused,
-	ClientFailure,
+	ClientFailure, KernelCapabilities,
 }
+
+// Attributes of kernel_capabilities.
+const (
+	AttrKernelRelease  = "kernel_release"  // uname -r of the node
+	AttrKernelFeatures = "kernel_features" // the probed features the programs use, comma-separated
+)
 
 // Valid reports whether k is a known kind.
 func (k Kind) Valid() bool {

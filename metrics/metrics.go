@@ -57,6 +57,7 @@ type Metrics struct {
 	writerStats func() store.WriterStats
 	writerLimit int
 	kernelStats func() (KernelStats, bool)
+	evidence    map[string]bool // kernel evidence this node can (true) or cannot see
 	watchStats  func() WatchStats
 	ready       func() bool
 	retention   retentionMetrics
@@ -223,6 +224,15 @@ func (m *Metrics) WatchKernel(stats func() (KernelStats, bool)) {
 	m.kernelStats = stats
 }
 
+// SetKernelEvidence reports drainscope_kernel_evidence_available: for each
+// kind of kernel evidence, whether this node's kernel lets the capture see
+// it (probed once, when the programs load).
+func (m *Metrics) SetKernelEvidence(available map[string]bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.evidence = available
+}
+
 // WatchStats are the Kubernetes watches' counters, as the agent reads them.
 type WatchStats struct {
 	Restarts      uint64 // broken watches, resumed
@@ -255,6 +265,7 @@ type scrapeDescs struct {
 	produced, kdropped, unresolved, clock, programs, netns   *prometheus.Desc
 	restarts, relists, relistEv, pods, eps, recorder, synced *prometheus.Desc
 	ready                                                    *prometheus.Desc
+	evidence                                                 *prometheus.Desc
 }
 
 func (m *Metrics) registerScrape() {
@@ -279,11 +290,12 @@ func (m *Metrics) registerScrape() {
 	d.eps = m.desc("watch_endpoints", "Endpoints tracked across the watched EndpointSlices.")
 	d.recorder = m.desc("endpointslice_recorder", "1 when this process records EndpointSlice transitions (always in all-nodes mode; the elected leader in leader mode).")
 	d.synced = m.desc("watch_synced", "1 once the initial lists are in the cache.")
+	d.evidence = m.desc("kernel_evidence_available", "1 when this node's kernel lets the capture see this kind of evidence, 0 when it cannot (e.g. refused_connections before Linux 6.10): its absence from a report then proves nothing.", "evidence")
 	d.ready = m.desc("ready", "1 while the process is ready (caches synced, kernel programs loaded, not shutting down).")
 	m.reg.MustRegister(&funcCollector{
 		descs: []*prometheus.Desc{d.dropped, d.backlog, d.limit, d.failures, d.written,
 			d.produced, d.kdropped, d.unresolved, d.clock, d.programs, d.netns,
-			d.restarts, d.relists, d.relistEv, d.pods, d.eps, d.recorder, d.synced, d.ready},
+			d.restarts, d.relists, d.relistEv, d.pods, d.eps, d.recorder, d.synced, d.ready, d.evidence},
 		collect: m.collectScrape,
 	})
 }
@@ -291,6 +303,7 @@ func (m *Metrics) registerScrape() {
 func (m *Metrics) collectScrape(ch chan<- prometheus.Metric) {
 	m.mu.RLock()
 	writer, limit, kernel, watches, ready := m.writerStats, m.writerLimit, m.kernelStats, m.watchStats, m.ready
+	evidence := m.evidence
 	m.mu.RUnlock()
 	d := &m.sd
 	c := func(desc *prometheus.Desc, v float64, labels ...string) {
@@ -337,6 +350,9 @@ func (m *Metrics) collectScrape(ch chan<- prometheus.Metric) {
 	}
 	if ready != nil {
 		g(d.ready, b2f(ready()))
+	}
+	for name, ok := range evidence {
+		ch <- prometheus.MustNewConstMetric(d.evidence, prometheus.GaugeValue, b2f(ok), name)
 	}
 }
 

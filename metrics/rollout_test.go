@@ -313,6 +313,7 @@ func TestScrapeTimeSources(t *testing.T) {
 	})
 	m.WatchWatches(func() WatchStats { return WatchStats{Restarts: 3, SliceRecorder: true, Synced: true} })
 	m.WatchReady(func() bool { return true })
+	m.SetKernelEvidence(map[string]bool{"refused_connections": false, "signals": true})
 	body := scrape(t, m)
 	for _, want := range []string{
 		`drainscope_events_dropped_total{reason="buffer_full"} 30`,
@@ -325,6 +326,8 @@ func TestScrapeTimeSources(t *testing.T) {
 		`drainscope_watch_restarts_total 3`,
 		`drainscope_endpointslice_recorder 1`,
 		`drainscope_ready 1`,
+		`drainscope_kernel_evidence_available{evidence="refused_connections"} 0`,
+		`drainscope_kernel_evidence_available{evidence="signals"} 1`,
 		`drainscope_build_info{component="test",version="dev"} 1`,
 	} {
 		if !strings.Contains(body, want) {

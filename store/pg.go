@@ -127,7 +127,7 @@ func (s *Postgres) Append(ctx context.Context, batch []event.Event) error {
 		if isPgReadOnly(err) {
 			return fmt.Errorf("store %s: database is read-only; %d events not written", s.name, len(batch))
 		}
-		return fmt.Errorf("store %s: appending %d events: %s", s.name, len(batch), oneLine(err))
+		return wrapLine(fmt.Sprintf("store %s: appending %d events", s.name, len(batch)), err)
 	}
 	if s.readOnly {
 		return fmt.Errorf("store %s: database is read-only; %d events not written", s.name, len(batch))

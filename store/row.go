@@ -33,11 +33,12 @@ func addrOrNil(a netip.Addr) any {
 }
 
 // checkBatch validates every event before anything is written, so a bad
-// event fails the whole batch with a message that names it.
+// event fails the whole batch with a message that names it, and that
+// RowLevel knows for one.
 func checkBatch(batch []event.Event) error {
 	for i := range batch {
 		if err := batch[i].Validate(); err != nil {
-			return fmt.Errorf("batch event %d (kind %q, time %d): %w", i, batch[i].Kind, batch[i].Time, err)
+			return fmt.Errorf("batch event %d (kind %q, time %d): %w: %w", i, batch[i].Kind, batch[i].Time, errInvalidEvent, err)
 		}
 	}
 	return nil

@@ -157,7 +157,7 @@ func (s *SQLite) Append(ctx context.Context, batch []event.Event) error {
 		if isReadOnly(err) {
 			return fmt.Errorf("store sqlite:%s: database is read-only; %d events not written", s.path, len(batch))
 		}
-		return fmt.Errorf("store sqlite:%s: appending %d events: %s", s.path, len(batch), oneLine(err))
+		return wrapLine(fmt.Sprintf("store sqlite:%s: appending %d events", s.path, len(batch)), err)
 	}
 	conn, err := s.db.Conn(ctx)
 	if err != nil {

@@ -28,9 +28,10 @@ type WriterOptions struct {
 type WriterStats struct {
 	Received int64 // events handed to Add
 	Written  int64 // events the store accepted
-	Dropped  int64 // events refused because the buffer was full
+	Dropped  int64 // events refused because the buffer was full (reason buffer_full)
+	Rejected int64 // events the store refused for what is in them, dropped (reason rejected_row)
 	Pending  int   // events held, not yet written
-	Failures int64 // failed Append calls
+	Failures int64 // Append calls that failed for a transient reason; their events were kept
 	LastErr  string
 }
 
@@ -39,6 +40,12 @@ type WriterStats struct {
 // nothing within Limit; past Limit it drops new events and counts them,
 // never silently. Append is idempotent, so a batch that failed after the
 // database committed it is simply written again.
+//
+// A batch the store refuses for a row-level reason (see RowLevel) would
+// fail on every retry and hold up everything behind it. The Writer splits
+// it in halves and writes each, down to single events, stores all the
+// others and drops the events the store refuses alone, logging each once
+// and counting them in Rejected.
 type Writer struct {
 	st   Store
 	opt  WriterOptions
@@ -194,8 +201,10 @@ func (w *Writer) loop() {
 	}
 }
 
-// flushOnce writes the oldest batch held. Events are removed from the
-// buffer only after the store accepted them.
+// flushOnce writes the oldest batch held and reports how many of its
+// events are settled: written, or rejected and dropped. Events leave the
+// buffer only once settled; on a transient error the rest stay, and the
+// error is returned.
 func (w *Writer) flushOnce(ctx context.Context) (int, error) {
 	w.mu.Lock()
 	n := min(len(w.pending), w.opt.Batch)
@@ -204,18 +213,64 @@ func (w *Writer) flushOnce(ctx context.Context) (int, error) {
 	if n == 0 {
 		return 0, nil
 	}
-	err := w.st.Append(ctx, batch)
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if err != nil {
+	if _, err := w.settle(ctx, batch, false); err != nil {
+		w.mu.Lock()
 		w.stats.Failures++
 		w.stats.LastErr = err.Error()
+		w.mu.Unlock()
 		return 0, err
 	}
-	w.stats.Written += int64(n)
-	// Producers only append past the end, so the first n events are still
-	// the batch. Dropping them by reslicing is O(1); append reallocates,
-	// and copies only the live tail, as the buffer grows.
-	w.pending = w.pending[n:]
 	return n, nil
+}
+
+// settle writes batch, the oldest events held, isolating the events the
+// store refuses by bisection, and reports how many it dropped. Halves are
+// written in order, so what is settled is always a prefix of the buffer
+// and leaves it at once. bad says the batch is known to hold a refused
+// event (the whole failed and its first half went in), which saves writing
+// it whole; a single event is always tried, so only the store's own
+// refusal drops it. One refused event in a batch of n costs about
+// 2·log2(n) writes.
+func (w *Writer) settle(ctx context.Context, batch []event.Event, bad bool) (rejected int, err error) {
+	if !bad || len(batch) == 1 {
+		if err = w.st.Append(ctx, batch); err == nil {
+			w.settled(len(batch), 0)
+			return 0, nil
+		}
+		if !RowLevel(err) {
+			return 0, err
+		}
+	}
+	if len(batch) == 1 {
+		e := &batch[0]
+		w.opt.Logger.Warn("store refused an event; dropped (counted in drainscope_events_dropped_total{reason=\"rejected_row\"})",
+			"kind", e.Kind, "pod", e.Pod.String(), "time", e.Time, "id", e.ID, "err", err)
+		w.mu.Lock()
+		w.stats.LastErr = err.Error()
+		w.mu.Unlock()
+		w.settled(0, 1)
+		return 1, nil
+	}
+	half := len(batch) / 2
+	first, err := w.settle(ctx, batch[:half], false)
+	if err != nil {
+		return first, err
+	}
+	// The whole was refused: if its first half held nothing refused, the
+	// second half does.
+	second, err := w.settle(ctx, batch[half:], first == 0)
+	return first + second, err
+}
+
+// settled removes the n+rejected oldest events from the buffer, counting
+// n as written and rejected as dropped.
+func (w *Writer) settled(n, rejected int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.stats.Written += int64(n)
+	w.stats.Rejected += int64(rejected)
+	// Producers only append past the end, so the oldest events are still
+	// the batch's. Dropping them by reslicing is O(1); append reallocates,
+	// and copies only the live tail, as the buffer grows.
+	w.pending = w.pending[n+rejected:]
 }
