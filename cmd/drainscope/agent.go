@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/drainscope/drainscope/agent"
+	"github.com/drainscope/drainscope/analysis"
+	"github.com/drainscope/drainscope/metrics"
 	"github.com/drainscope/drainscope/store"
 	"github.com/drainscope/drainscope/watcher"
 )
@@ -32,6 +34,10 @@ unreachable and are written when it is back; past the bound they are
 dropped and counted (drainscope_events_dropped_total{reason="buffer_full"}).
 SIGTERM stops the watches and the capture and flushes the buffer within
 --shutdown-timeout.
+
+Pruning old events is drainscope serve's job (--retention there); an agent
+prunes only when given --retention, on a SQLite store, or in leader mode
+while it holds the lease.
 
 --metrics-listen serves /healthz, /readyz (ready once the caches are synced
 and the kernel programs loaded) and /metrics.
@@ -54,6 +60,8 @@ func runAgent(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	netnsDir := fs.String("netns-dir", "/run/netns", `directory of the pods' network namespaces (the runtime's /run/netns); "-" turns tracking them off`)
 	netnsGlob := fs.String("netns-glob", "*", "track only the namespaces in --netns-dir whose names match this pattern")
 	ringBuffer := fs.Int("ring-buffer-bytes", 0, "BPF ring buffer size, a power of two (default 8 MiB)")
+	retention := registerRetention(fs, "delete events older than `AGE` (336h, 14d; 0: never). Unset, the agent prunes only as the lease holder in leader mode or on a SQLite store; drainscope serve prunes otherwise")
+	signalsAfter := fs.Duration("signals-after", 30*time.Second, "report a terminated pod's rollout signals (drainscope_rollout_*) once it has been quiet this long")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), agentUsage)
 		fs.PrintDefaults()
@@ -99,6 +107,7 @@ func runAgent(ctx context.Context, fs *flag.FlagSet, args []string) error {
 			NetNSGlob: *netnsGlob,
 		},
 		ShutdownTimeout: *shutdown,
+		Rollouts:        metrics.RolloutOptions{Analysis: analysis.Options{Retain: *signalsAfter}},
 		Logger:          slog.Default(),
 		Version:         version,
 	}
@@ -138,5 +147,26 @@ func runAgent(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	}
 	slog.Info("agent starting", "node", wopts.Node, "endpointslices", wopts.Mode, "store", st.Describe(),
 		"kernel", !*noKernel, "buffer_events", *bufferEvents)
+	if active, ok := agentPrunes(retention, wopts.Mode, st, func() bool { return a.Watcher().Stats().Leader }); ok {
+		defer startRetention(ctx, st, a.Metrics(), retention.keep, active)() // stops before the store closes
+	} else {
+		slog.Info("retention left to drainscope serve; set --retention to prune from this agent")
+	}
 	return a.Run(ctx)
+}
+
+// agentPrunes tells whether an agent prunes the store, and when: always
+// with --retention given (0 turns it off) or on a SQLite store, which it
+// may be alone with; in leader mode while it holds the lease, so that one
+// agent of the DaemonSet prunes; otherwise not, since drainscope serve
+// prunes by default and one process per cluster is enough.
+func agentPrunes(f *retentionFlag, mode watcher.Mode, st store.Store, leading func() bool) (active func() bool, ok bool) {
+	_, sqlite := st.(*store.SQLite)
+	switch {
+	case f.set || sqlite:
+		return nil, true
+	case mode == watcher.Leader:
+		return leading, true
+	}
+	return nil, false
 }
