@@ -13,8 +13,6 @@ import (
 	"time"
 
 	"github.com/drainscope/drainscope/agent"
-	"github.com/drainscope/drainscope/analysis"
-	"github.com/drainscope/drainscope/metrics"
 	"github.com/drainscope/drainscope/store"
 	"github.com/drainscope/drainscope/watcher"
 )
@@ -61,7 +59,6 @@ func runAgent(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	netnsGlob := fs.String("netns-glob", "*", "track only the namespaces in --netns-dir whose names match this pattern")
 	ringBuffer := fs.Int("ring-buffer-bytes", 0, "BPF ring buffer size, a power of two (default 8 MiB)")
 	retention := registerRetention(fs, "delete events older than `AGE` (336h, 14d; 0: never). Unset, the agent prunes only as the lease holder in leader mode or on a SQLite store; drainscope serve prunes otherwise")
-	signalsAfter := fs.Duration("signals-after", 30*time.Second, "report a terminated pod's rollout signals (drainscope_rollout_*) once it has been quiet this long")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), agentUsage)
 		fs.PrintDefaults()
@@ -107,7 +104,6 @@ func runAgent(ctx context.Context, fs *flag.FlagSet, args []string) error {
 			NetNSGlob: *netnsGlob,
 		},
 		ShutdownTimeout: *shutdown,
-		Rollouts:        metrics.RolloutOptions{Analysis: analysis.Options{Retain: *signalsAfter}},
 		Logger:          slog.Default(),
 		Version:         version,
 	}

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/drainscope/drainscope/analysis"
 	"github.com/drainscope/drainscope/ingest"
 	"github.com/drainscope/drainscope/metrics"
 	"github.com/drainscope/drainscope/store"
@@ -19,6 +20,7 @@ import (
 )
 
 const serveUsage = `usage: drainscope serve [--listen ADDR] [--auth-token TOKEN | --insecure] [--store DSN]
+                       [--metrics-listen ADDR] ...
 
 Serves the web UI (rollouts, per-rollout timeline, alignment of failures to
 SIGTERM and exit) and the JSON API under /api/v1 (see web/API.md), and takes
@@ -33,6 +35,10 @@ says so in the log.
 hour (Postgres: whole day partitions, and the older rows of the day the cut
 falls in), beside the writers; 0 keeps everything.
 
+--metrics-listen serves /metrics apart from the UI: the server's own
+health and the rollout signals (drainscope_rollout_*), which the server
+computes from every node's events as the agents store them.
+
 Flags:
 `
 
@@ -44,6 +50,8 @@ func runServe(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	metricsListen := fs.String("metrics-listen", "", "address for /metrics, host:port, apart from the token-guarded UI (default: none)")
 	dsn := fs.String("store", os.Getenv("DRAINSCOPE_STORE"), "store DSN: postgres://… or a SQLite file path (default: "+store.DefaultPath()+"; env DRAINSCOPE_STORE)")
 	retention := registerRetention(fs, "delete events older than `AGE`, at start and then hourly: a duration or days (336h, 14d); 0 keeps everything")
+	signalsAfter := fs.Duration("signals-after", 30*time.Second, "report a terminated pod's rollout signals (drainscope_rollout_* on --metrics-listen) once it has been quiet this long")
+	signalsDelay := fs.Duration("signals-delay", 10*time.Second, "how long after an event happened the rollout signals wait for the agents to store it; events stored later are counted in drainscope_rollout_late_events_total")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), serveUsage)
 		fs.PrintDefaults()
@@ -84,6 +92,15 @@ func runServe(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		go msrv.Serve(mln)
 		defer msrv.Close()
 		slog.Info("metrics", "url", "http://"+mln.Addr().String()+"/metrics")
+		// The rollout signals are computed here, from every node's events
+		// in the store: in leader mode only one agent records the endpoint
+		// transitions, and only here do they meet the kernel events of the
+		// node each pod ran on.
+		r := m.NewRollouts(metrics.RolloutOptions{Delay: *signalsDelay, Analysis: analysis.Options{Retain: *signalsAfter}})
+		tctx, tcancel := context.WithCancel(ctx)
+		tdone := make(chan struct{})
+		go func() { defer close(tdone); r.Tail(tctx, opened, metrics.TailOptions{Logger: slog.Default()}) }()
+		defer func() { tcancel(); <-tdone }()
 	}
 
 	opts := web.Options{
