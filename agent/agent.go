@@ -272,7 +272,7 @@ func (a *Agent) shutdownWriter() error {
 	err := a.writer.Close(ctx)
 	s := a.writer.Stats()
 	a.log.Info("agent stopped", "received", s.Received, "written", s.Written,
-		"dropped", s.Dropped, "pending", s.Pending, "write_failures", s.Failures)
+		"dropped", s.Dropped, "rejected", s.Rejected, "pending", s.Pending, "write_failures", s.Failures)
 	if err != nil {
 		return fmt.Errorf("flushing the store at shutdown: %w", err)
 	}

@@ -290,6 +290,7 @@ func TestAgentOnAControlPlane(t *testing.T) {
 		`drainscope_events_observed_total{kind="pod_deletion",source="watcher"}`,
 		`drainscope_events_stored_total{kind="endpoint_removed"}`,
 		`drainscope_events_dropped_total{reason="buffer_full"} 0`,
+		`drainscope_events_dropped_total{reason="rejected_row"} 0`,
 		`drainscope_store_backlog_events 0`,
 		`drainscope_watch_synced 1`,
 		`drainscope_endpointslice_recorder 1`,

@@ -192,7 +192,8 @@ func (s *instrumentedStore) Append(ctx context.Context, batch []event.Event) err
 // WatchWriter reports a store.Writer's counters at every scrape:
 // drainscope_store_backlog_events, drainscope_store_buffer_limit_events,
 // drainscope_store_write_failures_total, drainscope_store_events_written_total
-// and drainscope_events_dropped_total{reason="buffer_full"}.
+// and drainscope_events_dropped_total{reason="buffer_full"} and
+// {reason="rejected_row"}.
 func (m *Metrics) WatchWriter(limit int, stats func() store.WriterStats) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -201,8 +202,9 @@ func (m *Metrics) WatchWriter(limit int, stats func() store.WriterStats) {
 
 // Reasons of drainscope_events_dropped_total.
 const (
-	DropBufferFull  = "buffer_full" // the store writer's buffer was at its bound
-	DropRingBuffer  = "ring_buffer" // the kernel found the BPF ring buffer full
+	DropBufferFull  = "buffer_full"  // the store writer's buffer was at its bound
+	DropRejectedRow = "rejected_row" // the store refused the event itself (see store.RowLevel)
+	DropRingBuffer  = "ring_buffer"  // the kernel found the BPF ring buffer full
 	DropDecodeError = "decode_error"
 )
 
@@ -271,7 +273,7 @@ type scrapeDescs struct {
 func (m *Metrics) registerScrape() {
 	d := &m.sd
 	d.dropped = m.desc("events_dropped_total",
-		"Events lost, by reason: buffer_full (the store writer's bound was reached during a store outage), ring_buffer (the BPF ring buffer was full), decode_error.",
+		"Events lost, by reason: buffer_full (the store writer's bound was reached during a store outage), rejected_row (the store refused the event itself, e.g. invalid text; logged), ring_buffer (the BPF ring buffer was full), decode_error.",
 		"reason")
 	d.backlog = m.desc("store_backlog_events", "Events held in memory by the store writer, not yet written (they survive a database outage up to the buffer limit).")
 	d.limit = m.desc("store_buffer_limit_events", "The store writer's buffer bound; events past it are dropped and counted.")
@@ -319,6 +321,7 @@ func (m *Metrics) collectScrape(ch chan<- prometheus.Metric) {
 		c(d.failures, float64(s.Failures))
 		c(d.written, float64(s.Written))
 		c(d.dropped, float64(s.Dropped), DropBufferFull)
+		c(d.dropped, float64(s.Rejected), DropRejectedRow)
 	}
 	if kernel != nil {
 		if s, ok := kernel(); ok {

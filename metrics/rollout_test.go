@@ -303,7 +303,7 @@ func TestWrapStoreCountsByKindAndTimes(t *testing.T) {
 func TestScrapeTimeSources(t *testing.T) {
 	m := New("test", "dev")
 	m.WatchWriter(100, func() store.WriterStats {
-		return store.WriterStats{Received: 130, Written: 70, Dropped: 30, Pending: 30, Failures: 4}
+		return store.WriterStats{Received: 130, Written: 70, Dropped: 30, Rejected: 2, Pending: 28, Failures: 4}
 	})
 	m.WatchKernel(func() (KernelStats, bool) {
 		return KernelStats{
@@ -317,8 +317,9 @@ func TestScrapeTimeSources(t *testing.T) {
 	body := scrape(t, m)
 	for _, want := range []string{
 		`drainscope_events_dropped_total{reason="buffer_full"} 30`,
+		`drainscope_events_dropped_total{reason="rejected_row"} 2`,
 		`drainscope_events_dropped_total{reason="ring_buffer"} 2`,
-		`drainscope_store_backlog_events 30`,
+		`drainscope_store_backlog_events 28`,
 		`drainscope_store_buffer_limit_events 100`,
 		`drainscope_store_write_failures_total 4`,
 		`drainscope_kernel_records_dropped_total{kind="signal"} 2`,
