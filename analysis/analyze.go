@@ -109,12 +109,17 @@ type Inference struct {
 // Rollout is the terminations of one workload that belong together, with
 // the pods that replaced them.
 type Rollout struct {
-	Namespace string    `json:"namespace"`
-	Workload  string    `json:"workload"`
-	Kind      string    `json:"workload_kind,omitempty"`
-	Name      string    `json:"workload_name,omitempty"`
-	From      int64     `json:"from_ns"`
-	To        int64     `json:"to_ns"`
+	Namespace string `json:"namespace"`
+	Workload  string `json:"workload"`
+	Kind      string `json:"workload_kind,omitempty"`
+	Name      string `json:"workload_name,omitempty"`
+	From      int64  `json:"from_ns"`
+	To        int64  `json:"to_ns"`
+	// Trigger is the workload change that began the rollout (template,
+	// scale, deleted) and TriggerAt its time, which is then From; empty
+	// when none was recorded, and From is the first pod's end.
+	Trigger   string    `json:"trigger,omitempty"`
+	TriggerAt int64     `json:"trigger_ns,omitempty"`
 	Replaced  []PodView `json:"replaced"`
 	NewPods   []NewPod  `json:"new_pods"`
 
@@ -131,7 +136,9 @@ type Rollout struct {
 	LongestExitAfterSigterm   *int64 `json:"longest_exit_after_sigterm_ns,omitempty"`
 }
 
-// NewPod is a pod that became ready during a rollout.
+// NewPod is a pod of the workload created since the rollout's trigger (or,
+// with none recorded, that became ready from RolloutLead before its first
+// termination) and ready by its end.
 type NewPod struct {
 	Pod     PodView `json:"pod"`
 	Created int64   `json:"created_ns,omitempty"`
@@ -141,8 +148,9 @@ type NewPod struct {
 }
 
 // RolloutLead is how long before a rollout's first termination a new pod of
-// the workload may have become ready and still belong to it: with maxSurge
-// the replacement is ready just before the old pod is deleted.
+// the workload may have become ready and still belong to it, when no
+// trigger was recorded: with maxSurge the replacement is ready just before
+// the old pod is deleted.
 const RolloutLead = time.Minute
 
 // Analyze reads the events of q's window from st (with Options.Lead of
@@ -173,6 +181,7 @@ func AnalyzeWith(ctx context.Context, st store.Store, q store.Query, opts Option
 				return err
 			}
 		}
+		c.see(e)
 		return al.Add(e)
 	})
 	if err != nil {
@@ -194,6 +203,7 @@ func AnalyzeEvents(events []event.Event, q store.Query, opts Options) (*Result, 
 	c := newCollector(o, q)
 	al := NewAligner(o, c.failure, c.pod)
 	for _, i := range idx {
+		c.see(&events[i])
 		if err := al.Add(&events[i]); err != nil {
 			return nil, err
 		}
@@ -217,7 +227,9 @@ type collector struct {
 	inf      Inference
 	totals   Totals
 	// unattributed client failures per second, for the rollouts
-	unattr                      map[int64]int
+	unattr map[int64]int
+	// triggers are the workload changes in scope, for the rollouts
+	triggers                    []event.Event
 	fromSigterm, fromExit       hist
 	infFromSigterm, infFromExit hist
 }
@@ -261,6 +273,14 @@ func (c *collector) inScope(ns string, wl event.Workload) bool {
 		}
 	}
 	return true
+}
+
+// see keeps what the collector needs of the raw stream, beside what the
+// aligner reports: the workload changes that begin rollouts.
+func (c *collector) see(e *event.Event) {
+	if e.Kind == event.WorkloadChanged && c.inScope(e.Pod.Namespace, e.Workload) {
+		c.triggers = append(c.triggers, e.Clone())
+	}
 }
 
 func (c *collector) scoped() bool { return c.q.Namespace != "" || !c.q.Workload.IsZero() }
@@ -504,12 +524,13 @@ func (c *collector) rollouts() []Rollout {
 			terms = append(terms, t.Termination())
 		}
 	}
-	groups := event.GroupRollouts(terms)
+	groups := event.GroupRollouts(terms, c.triggers)
 	out := make([]Rollout, 0, len(groups))
 	for _, g := range groups {
 		r := Rollout{
 			Namespace: g.Namespace, Workload: g.Workload.String(), Kind: g.Workload.Kind, Name: g.Workload.Name,
-			From: g.From, To: g.To, ByCause: map[Cause]int{}, InferredByCause: map[Cause]int{},
+			From: g.From, To: g.To, Trigger: g.Trigger, TriggerAt: g.TriggerAt,
+			ByCause: map[Cause]int{}, InferredByCause: map[Cause]int{},
 			Replaced: []PodView{}, NewPods: []NewPod{},
 		}
 		replaced := map[string]bool{}
@@ -541,7 +562,7 @@ func (c *collector) rollouts() []Rollout {
 			if replaced[k] || tl.Pod.Namespace != g.Namespace || tl.Kind != g.Workload.Kind || tl.Name != g.Workload.Name {
 				continue
 			}
-			if tl.Ready == 0 || tl.Ready < g.From-int64(RolloutLead) || tl.Ready > g.To {
+			if !newPodOf(g, tl) {
 				continue
 			}
 			np := NewPod{Pod: tl.Pod, Created: tl.Created, Ready: tl.Ready}
@@ -549,6 +570,8 @@ func (c *collector) rollouts() []Rollout {
 				np.ReadyAfter = tl.Ready - tl.Created
 			}
 			r.NewPods = append(r.NewPods, np)
+			// The rollout ends when its last new pod is ready too.
+			r.To = max(r.To, tl.Ready)
 		}
 		for sec, n := range c.unattr {
 			if sec*1e9 >= g.From-1e9 && sec*1e9 <= g.To+int64(c.opts.ExitAfter) {
@@ -558,6 +581,28 @@ func (c *collector) rollouts() []Rollout {
 		out = append(out, r)
 	}
 	return out
+}
+
+// triggerSlack allows for the clocks of the nodes that saw a workload change
+// and a pod's creation: the pod cannot be older than the change that made it.
+const triggerSlack = int64(time.Second)
+
+// newPodOf tells whether tl is a pod that rollout g brought up: created
+// since its trigger and before RolloutLead after its last old pod ended (a
+// pod the watch saw only once running counts by its readiness), or without a recorded trigger, ready from RolloutLead before
+// the first termination. A new pod that was never ready does not count.
+func newPodOf(g event.Rollout, tl *PodTimeline) bool {
+	if tl.Ready == 0 {
+		return false
+	}
+	if g.TriggerAt == 0 {
+		return tl.Ready >= g.From-int64(RolloutLead) && tl.Ready <= g.To
+	}
+	born := tl.Created
+	if born == 0 {
+		born = tl.Ready
+	}
+	return born >= g.TriggerAt-triggerSlack && born <= g.To+int64(RolloutLead)
 }
 
 // hist is a sparse histogram of offsets in 1 ms bins: exact enough for

@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/drainscope/drainscope/event"
 )
 
 // WriteJSON writes the result as indented JSON.
@@ -241,7 +243,7 @@ func WriteText(w io.Writer, r *Result) error {
 		p("  none: no pod was seen terminating")
 	}
 	for _, ro := range r.Rollouts {
-		p("  %s %s  %s → %s (%s)", ro.Namespace, ro.Workload, clock(ro.From), clock(ro.To), fmtDur(ro.To-ro.From))
+		p("  %s %s  %s → %s (%s)%s", ro.Namespace, ro.Workload, clock(ro.From), clock(ro.To), fmtDur(ro.To-ro.From), triggerNote(ro.Trigger))
 		p("    %s replaced, %s ready; failures: %s", count(len(ro.Replaced), "pod"), count(len(ro.NewPods), "new pod"), causeCounts(ro.ByCause, r.Rules))
 		if ro.Inferred > 0 {
 			p("    proven by kernel evidence alone: %s", causeCounts(ro.InferredByCause, r.Rules))
@@ -475,10 +477,14 @@ func WriteMarkdown(w io.Writer, r *Result) error {
 	if len(r.Rollouts) == 0 {
 		p("None.")
 	} else {
-		p("| workload | from | to | replaced | new ready | failures |")
-		p("|---|---|---|---:|---:|---|")
+		p("| workload | trigger | from | to | replaced | new ready | failures |")
+		p("|---|---|---|---|---:|---:|---|")
 		for _, ro := range r.Rollouts {
-			p("| %s/%s | %s | %s | %d | %d | %s |", mdEscape(ro.Namespace), mdEscape(ro.Workload), clock(ro.From), clock(ro.To),
+			trigger := ro.Trigger
+			if trigger == "" {
+				trigger = "—"
+			}
+			p("| %s/%s | %s | %s | %s | %d | %d | %s |", mdEscape(ro.Namespace), mdEscape(ro.Workload), trigger, clock(ro.From), clock(ro.To),
 				len(ro.Replaced), len(ro.NewPods), causeCounts(ro.ByCause, r.Rules))
 		}
 	}
@@ -579,4 +585,19 @@ func InferenceLines(inf Inference) []string {
 		out = append(out, fmt.Sprintf("set aside %d refused %s that came after the endpoint had left rotation everywhere: the kubelet's probes, or clients that bypass the Service", n, plural(n, "SYN", "SYNs")))
 	}
 	return out
+}
+
+// triggerNote says what began a rollout, when it was recorded.
+func triggerNote(trigger string) string {
+	switch trigger {
+	case "":
+		return ""
+	case event.ChangeTemplate:
+		return ", begun by a pod template change"
+	case event.ChangeScale:
+		return ", begun by a change of replicas"
+	case event.ChangeDeleted:
+		return ", begun by the workload's deletion"
+	}
+	return ", begun by a workload change: " + trigger
 }

@@ -31,6 +31,8 @@ import "fmt"
 //	                       Duration, Reason (error class), Attrs[backend], Flags(Inferred)
 //	kernel_capabilities    Node; Reason (the kernel evidence the node cannot see, comma-separated, "" for none),
 //	                       Attrs[kernel_release, kernel_features]: recorded by an agent when its capture starts
+//	workload_changed       Workload, Pod.Namespace only; Reason (template, scale, created, deleted),
+//	                       Attrs[generation, replicas_from, replicas_to]: what set pods ending or starting
 type Kind string
 
 const (
@@ -58,6 +60,8 @@ const (
 
 	ClientFailure Kind = "client_failure"
 
+	WorkloadChanged Kind = "workload_changed"
+
 	KernelCapabilities Kind = "kernel_capabilities"
 )
 
@@ -67,7 +71,7 @@ var Kinds = []Kind{
 	EndpointAdded, EndpointReady, EndpointNotReady, EndpointServing, EndpointNotServing,
 	EndpointTerminating, EndpointRemoved,
 	Signal, ProcessExit, ListenerClosed, ConnClosed, RSTSent, RSTReceived, ConnRefused,
-	ClientFailure, KernelCapabilities,
+	ClientFailure, WorkloadChanged, KernelCapabilities,
 }
 
 // Attributes of kernel_capabilities.
@@ -122,7 +126,18 @@ const (
 	AttrConditions            = "conditions"
 	AttrBackend               = "backend" // client_failure: the pod address that served it, when known
 	AttrClockUncertainty      = "clock_uncertainty_ns"
-	AttrTarget                = "target" // client_failure: URL or host the client asked for
+	AttrTarget                = "target"        // client_failure: URL or host the client asked for
+	AttrGeneration            = "generation"    // workload_changed: the workload's metadata.generation after the change
+	AttrReplicasFrom          = "replicas_from" // workload_changed: spec.replicas before
+	AttrReplicasTo            = "replicas_to"   // workload_changed: spec.replicas after
+)
+
+// What changed a workload (Reason of workload_changed).
+const (
+	ChangeTemplate = "template" // the pod template changed: a rollout begins
+	ChangeScale    = "scale"    // spec.replicas changed
+	ChangeCreated  = "created"
+	ChangeDeleted  = "deleted"
 )
 
 // Client failure classes (Reason of client_failure).

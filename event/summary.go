@@ -52,39 +52,84 @@ func (t Termination) End() int64 {
 	return e
 }
 
-// Rollout groups the terminations of one workload that belong together: each
-// starts within RolloutGap of the previous one's end.
+// Rollout groups the terminations of one workload that belong together:
+// those after one trigger (the workload change that set them going, when
+// one was recorded), each starting within RolloutGap of the previous one's
+// end.
 type Rollout struct {
 	Namespace    string
 	Workload     Workload
-	From, To     int64 // first termination start, last termination end
+	From, To     int64 // the trigger (else the first termination's start), the last termination's end
 	Terminations []Termination
+	// Trigger is the workload change that began it (Reason of a
+	// workload_changed event: template, scale, deleted); empty when none
+	// was recorded. TriggerAt is its time, and then From.
+	Trigger   string
+	TriggerAt int64
 }
 
 // RolloutGap is the longest quiet time inside one rollout.
 const RolloutGap = 2 * time.Minute
 
+// TriggerLead is how long before a pod's end a workload change may have
+// happened and still be what ended it: a rollout with maxSurge waits for a
+// new pod to be ready before it ends the first old one.
+const TriggerLead = 10 * time.Minute
+
 // GroupRollouts clusters terminations into rollouts per workload. Pods with
 // no known workload form rollouts of their own namespace's unnamed workload.
-func GroupRollouts(ts []Termination) []Rollout {
+// triggers are workload_changed events (others are ignored): a termination
+// belongs to the latest change of its workload at most TriggerLead before
+// it began, and a newer change begins a new rollout, however close in time.
+func GroupRollouts(ts []Termination, triggers []Event) []Rollout {
 	sorted := append([]Termination(nil), ts...)
 	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].Start() < sorted[j].Start() })
 	type key struct{ ns, kind, name string }
+	changes := map[key][]*Event{}
+	for i := range triggers {
+		e := &triggers[i]
+		if e.Kind != WorkloadChanged || e.Reason == ChangeCreated {
+			continue // a new workload ends no pod
+		}
+		k := key{e.Pod.Namespace, e.Workload.Kind, e.Workload.Name}
+		changes[k] = append(changes[k], e)
+	}
+	for _, cs := range changes {
+		sort.SliceStable(cs, func(i, j int) bool { return cs[i].Time < cs[j].Time })
+	}
+	// trigger is the latest change of k in [start-TriggerLead, start].
+	trigger := func(k key, start int64) *Event {
+		cs := changes[k]
+		i := sort.Search(len(cs), func(i int) bool { return cs[i].Time > start })
+		if i == 0 || cs[i-1].Time < start-int64(TriggerLead) {
+			return nil
+		}
+		return cs[i-1]
+	}
 	open := map[key]int{} // index into out of the workload's latest rollout
 	var out []Rollout
 	for _, t := range sorted {
 		k := key{t.Pod.Namespace, t.Workload.Kind, t.Workload.Name}
-		if i, ok := open[k]; ok && t.Start()-out[i].To <= int64(RolloutGap) {
+		tr := trigger(k, t.Start())
+		at := int64(0)
+		if tr != nil {
+			at = tr.Time
+		}
+		if i, ok := open[k]; ok && t.Start()-out[i].To <= int64(RolloutGap) && at <= out[i].TriggerAt {
 			r := &out[i]
 			r.Terminations = append(r.Terminations, t)
 			r.To = max(r.To, t.End())
 			continue
 		}
 		open[k] = len(out)
-		out = append(out, Rollout{
+		r := Rollout{
 			Namespace: t.Pod.Namespace, Workload: t.Workload,
 			From: t.Start(), To: t.End(), Terminations: []Termination{t},
-		})
+		}
+		if tr != nil {
+			r.Trigger, r.TriggerAt, r.From = tr.Reason, tr.Time, tr.Time
+		}
+		out = append(out, r)
 	}
 	return out
 }

@@ -60,13 +60,23 @@ func Events(ctx context.Context, s Store, q Query) ([]event.Event, error) {
 	return out, err
 }
 
-// Rollouts groups the terminations in q into rollouts per workload.
+// Rollouts groups the terminations in q into rollouts per workload, each
+// begun by the workload change recorded before it (read up to
+// event.TriggerLead before q's window).
 func Rollouts(ctx context.Context, s Store, q Query) ([]event.Rollout, error) {
 	ts, err := s.Terminations(ctx, q)
 	if err != nil {
 		return nil, err
 	}
-	return event.GroupRollouts(ts), nil
+	tq := Query{Window: q.Window, Kinds: []event.Kind{event.WorkloadChanged}, Namespace: q.Namespace, Workload: q.Workload}
+	if tq.Window.From > 0 {
+		tq.Window.From = max(tq.Window.From-int64(event.TriggerLead), 0)
+	}
+	triggers, err := Events(ctx, s, tq)
+	if err != nil {
+		return nil, fmt.Errorf("reading workload changes: %w", err)
+	}
+	return event.GroupRollouts(ts, triggers), nil
 }
 
 // ErrSchemaTooNew is returned when the database was migrated by a newer

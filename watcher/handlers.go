@@ -110,8 +110,7 @@ func (w *Watcher) emitPod(at time.Time, k event.Kind, st *podState, fill func(*e
 	w.deliver(&e)
 }
 
-// emitEndpoint builds an endpoint event and delivers it, or, on a standby
-// in Leader mode, keeps it for a takeover.
+// emitEndpoint builds an endpoint event and hands it to emitShared.
 func (w *Watcher) emitEndpoint(at time.Time, k event.Kind, key epKey, st epState, flags event.Flags) {
 	e := event.Event{
 		Kind:   k,
@@ -139,14 +138,20 @@ func (w *Watcher) emitEndpoint(at time.Time, k event.Kind, key epKey, st epState
 			e.Workload = wl
 		}
 	}
+	w.emitShared(at, &e)
+}
+
+// emitShared delivers an event of the cluster-wide watches (EndpointSlices,
+// workloads), or, on a standby in Leader mode, keeps it for a takeover.
+func (w *Watcher) emitShared(at time.Time, e *event.Event) {
 	w.emitMu.Lock()
 	defer w.emitMu.Unlock()
 	e.Time = w.stamp(at)
 	if !w.leading.Load() {
-		w.standby.add(e)
+		w.standby.add(*e)
 		return
 	}
-	w.deliver(&e)
+	w.deliver(e)
 }
 
 // workload resolves the controller owning p: a ReplicaSet's Deployment

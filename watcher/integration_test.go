@@ -23,6 +23,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -744,6 +745,62 @@ func TestIntegrationDeploymentWorkload(t *testing.T) {
 	}
 	if _, wl, ok := w.Pods().PodByUID(e.Pod.UID); !ok || wl.Name != "shop" {
 		t.Errorf("PodByUID(%s) = %v, %v", e.Pod.UID, wl, ok)
+	}
+
+	// The Deployment's own changes are the triggers of its pods' ends: a
+	// new template, a change of replicas, its deletion. The controllers'
+	// status updates in between are none of these.
+	deps := cp.Client().AppsV1().Deployments(ns)
+	changes := func(evs []event.Event) []event.Event {
+		var out []event.Event
+		for _, e := range evs {
+			if e.Kind == event.WorkloadChanged {
+				out = append(out, e)
+			}
+		}
+		return out
+	}
+	waitChanges := func(n int, what string) []event.Event {
+		t.Helper()
+		return changes(c.waitFor(t, time.Minute, what, func(evs []event.Event) bool { return len(changes(evs)) >= n }))
+	}
+	waitChanges(1, "the Deployment's creation")
+	patch := func(body string) {
+		t.Helper()
+		if _, err := deps.Patch(ctx, "shop", types.StrategicMergePatchType, []byte(body), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	patch(`{"spec":{"template":{"spec":{"containers":[{"name":"app","image":"drainscope.invalid/shop:2"}]}}}}`)
+	waitChanges(2, "the template change")
+	patch(`{"spec":{"replicas":3}}`)
+	waitChanges(3, "the change of replicas")
+	if err := deps.Delete(ctx, "shop", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitChanges(4, "the deletion")
+	// Let the controllers' status updates arrive: they must add nothing.
+	time.Sleep(500 * time.Millisecond)
+	got := changes(c.snapshot())
+	want := []struct {
+		reason, from, to string
+	}{{event.ChangeCreated, "", "1"}, {event.ChangeTemplate, "", ""}, {event.ChangeScale, "1", "3"}, {event.ChangeDeleted, "3", ""}}
+	if len(got) != len(want) {
+		t.Fatalf("%d workload changes, want %d:\n%s", len(got), len(want), describe(got))
+	}
+	for i, e := range got {
+		w := want[i]
+		if e.Reason != w.reason || e.Attrs[event.AttrReplicasFrom] != w.from || e.Attrs[event.AttrReplicasTo] != w.to ||
+			e.Workload != (event.Workload{Kind: "Deployment", Name: "shop"}) || e.Pod.Namespace != ns || e.Node != "node-a" {
+			t.Errorf("change %d: %s %s/%v from %q to %q on %s; want %s from %q to %q", i, e.Reason, e.Pod.Namespace, e.Workload,
+				e.Attrs[event.AttrReplicasFrom], e.Attrs[event.AttrReplicasTo], e.Node, w.reason, w.from, w.to)
+		}
+		if i > 0 && e.Time <= got[i-1].Time {
+			t.Errorf("change %d at %d, not after %d", i, e.Time, got[i-1].Time)
+		}
+	}
+	if g := got[1].Attrs[event.AttrGeneration]; g != "2" {
+		t.Errorf("template change: generation %q, want 2", g)
 	}
 }
 

@@ -5,7 +5,9 @@
 // watches Pods and EndpointSlices with client-go, turns each update into
 // per-pod and per-endpoint transitions, stamps each with the time its
 // handler received it (UTC nanoseconds; the API's whole-second timestamps go
-// in Attrs), and hands them to a sink.
+// in Attrs), and hands them to a sink. Beside them it records each
+// Deployment's changes that begin a rollout or end its pods (a new pod
+// template, a change of replicas, its deletion), with the EndpointSlices.
 //
 // A broken watch loses nothing and doubles nothing: the watcher keeps the
 // state it last reported, so an update replayed after a reconnect reports
@@ -26,6 +28,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -253,6 +256,11 @@ func (w *Watcher) Run(ctx context.Context) error {
 		ctrl, done := runInformer(ctx, "endpointslices", w.sliceListWatch(), &discoveryv1.EndpointSlice{}, stripSlice,
 			&sliceHandler{w}, w.opts.Now, w.watchError("endpointslices"))
 		waits, running = append(waits, ctrl.HasSynced), append(running, done)
+		// Workloads are cluster-wide like the slices, and recorded by the
+		// same watcher: their changes are the triggers of pods' ends.
+		ctrl, done = runInformer(ctx, "deployments", w.deploymentListWatch(), &appsv1.Deployment{}, stripDeployment,
+			&workloadHandler{w: w, known: map[string]workloadState{}}, w.opts.Now, w.watchError("deployments"))
+		waits, running = append(waits, ctrl.HasSynced), append(running, done)
 	}
 	if w.opts.Mode == Leader && !w.opts.NoSlices {
 		// Run returns after the election ended, so that a leader going
@@ -294,6 +302,13 @@ func (w *Watcher) sliceListWatch() cache.ListerWatcher {
 	return w.listWatch(func(o *metav1.ListOptions) { o.LabelSelector = w.opts.SliceSelector },
 		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return slices.List(ctx, o) },
 		slices.Watch)
+}
+
+func (w *Watcher) deploymentListWatch() cache.ListerWatcher {
+	deps := w.cs.AppsV1().Deployments(w.opts.Namespace)
+	return w.listWatch(func(*metav1.ListOptions) {},
+		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return deps.List(ctx, o) },
+		deps.Watch)
 }
 
 // listWatch lists and watches with the options mod sets, and counts every

@@ -15,6 +15,9 @@ type RolloutSummary struct {
 	From         int64  `json:"from_ns"`
 	To           int64  `json:"to_ns"`
 	Live         bool   `json:"live"` // the last termination is recent: the rollout may still grow
+	// Trigger is the workload change that began it (template, scale,
+	// deleted), empty when none was recorded; From is then its time.
+	Trigger      string `json:"trigger,omitempty"`
 	PodsReplaced int    `json:"pods_replaced"`
 	Events       int    `json:"events"` // events of the replaced pods, as the store counts them
 
@@ -52,7 +55,7 @@ func baseSummary(r event.Rollout, live bool) RolloutSummary {
 	k := keyOf(r)
 	s := RolloutSummary{
 		ID: k.ID(), Namespace: r.Namespace, WorkloadKind: r.Workload.Kind, WorkloadName: r.Workload.Name,
-		From: r.From, To: r.To, Live: live, PodsReplaced: len(r.Terminations),
+		From: r.From, To: r.To, Live: live, Trigger: r.Trigger, PodsReplaced: len(r.Terminations),
 		ByCause: map[analysis.Cause]int{}, InferredByCause: map[analysis.Cause]int{},
 		Links: linksFor(k),
 	}

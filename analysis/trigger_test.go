@@ -1,0 +1,118 @@
+package analysis
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/drainscope/drainscope/event"
+	"github.com/drainscope/drainscope/store"
+)
+
+// change is a workload_changed event as the watcher records it.
+func (r *rec) change(d int64, wl event.Workload, reason string) {
+	r.add(event.Event{Time: r.at(d), Kind: event.WorkloadChanged, Node: r.nodes[0], Source: event.SourceWatcher,
+		Pod: event.PodRef{Namespace: "default"}, Workload: wl, Reason: reason})
+}
+
+// end is a pod's whole end: deletion, leaving rotation, SIGTERM, exit,
+// removal.
+func (r *rec) end(p *tpod, d int64) {
+	r.deletion(p, d, 30*time.Second)
+	r.leave(p, d+5*ms, ms)
+	r.signal(p, d+10*ms, 15)
+	r.exit(p, d+20*ms, 0, 15)
+	r.removed(p, d+40*ms, ms)
+}
+
+// surgeRollout records a maxSurge: 1, maxUnavailable: 0 rollout of n pods
+// begun by a template change at 0: each new pod is created and ready
+// before the old pod it replaces is deleted. It then deletes the
+// Deployment at del, ending the new pods.
+func surgeRollout(n int, del int64) *rec {
+	r := newRec()
+	old := make([]*tpod, n)
+	for i := range old {
+		old[i] = r.pod(fmt.Sprintf("web-old-%d", i), fmt.Sprintf("10.244.0.%d", 10+i))
+		r.created(old[i], -time.Hour.Nanoseconds()/2)
+		r.ready(old[i], -time.Hour.Nanoseconds()/2+s)
+	}
+	r.change(0, old[0].wl, event.ChangeTemplate)
+	fresh := make([]*tpod, n)
+	for i := range fresh {
+		step := int64(i) * 3 * s
+		fresh[i] = r.pod(fmt.Sprintf("web-new-%d", i), fmt.Sprintf("10.244.0.%d", 50+i))
+		r.created(fresh[i], step+10*ms)
+		r.ready(fresh[i], step+2*s) // ready 2 s after creation, before the old pod goes
+		r.end(old[i], step+2*s+100*ms)
+	}
+	r.change(del, old[0].wl, event.ChangeDeleted)
+	for i, p := range fresh {
+		r.end(p, del+10*ms+int64(i)*ms)
+	}
+	return r
+}
+
+func TestRolloutBeginsAtItsTrigger(t *testing.T) {
+	r := surgeRollout(4, 20*s)
+	res, err := AnalyzeEvents(r.events, store.Query{}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Rollouts) != 2 {
+		t.Fatalf("rollouts = %d, want 2 (the rollout, then the deletion 8 s after it, inside RolloutGap): %+v", len(res.Rollouts), res.Rollouts)
+	}
+	ro, del := res.Rollouts[0], res.Rollouts[1]
+	if ro.Trigger != event.ChangeTemplate || ro.TriggerAt != r.at(0) || ro.From != r.at(0) {
+		t.Errorf("rollout trigger %q at %d, from %d; want template at %d", ro.Trigger, ro.TriggerAt, ro.From, r.at(0))
+	}
+	if len(ro.Replaced) != 4 || len(ro.NewPods) != 4 {
+		t.Errorf("rollout replaced %d, new %d; want 4 and 4", len(ro.Replaced), len(ro.NewPods))
+	}
+	// It ends when the last old pod is gone (its removal) and every new
+	// pod is ready.
+	if want := r.at(9*s + 2*s + 100*ms + 40*ms); ro.To != want {
+		t.Errorf("rollout to %d, want %d (the last old pod's removal)", ro.To, want)
+	}
+	if del.Trigger != event.ChangeDeleted || len(del.Replaced) != 4 || len(del.NewPods) != 0 {
+		t.Errorf("deletion: trigger %q, replaced %d, new %d; want deleted, 4, 0", del.Trigger, len(del.Replaced), len(del.NewPods))
+	}
+	var b strings.Builder
+	if err := WriteText(&b, res); err != nil {
+		t.Fatal(err)
+	}
+	text := b.String()
+	for _, want := range []string{"begun by a pod template change", "begun by the workload's deletion", "4 pods replaced, 4 new pods ready"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("report lacks %q:\n%s", want, text)
+		}
+	}
+}
+
+// Without a recorded trigger (an agent that does not watch Deployments, or
+// events from before it did), the rollout starts at its first pod's end and
+// the new pods are those ready from RolloutLead before it.
+func TestRolloutWithoutTrigger(t *testing.T) {
+	r := surgeRollout(4, 20*s)
+	var evs []event.Event
+	for _, e := range r.events {
+		if e.Kind != event.WorkloadChanged {
+			evs = append(evs, e)
+		}
+	}
+	res, err := AnalyzeEvents(evs, store.Query{}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Rollouts) != 1 {
+		t.Fatalf("rollouts = %d, want 1: without triggers the deletion joins the rollout", len(res.Rollouts))
+	}
+	ro := res.Rollouts[0]
+	if ro.Trigger != "" || ro.From != r.at(2*s+100*ms) {
+		t.Errorf("trigger %q from %d; want none, from the first deletion %d", ro.Trigger, ro.From, r.at(2*s+100*ms))
+	}
+	if len(ro.Replaced) != 8 || len(ro.NewPods) != 0 {
+		t.Errorf("replaced %d, new %d; want 8, 0", len(ro.Replaced), len(ro.NewPods))
+	}
+}
