@@ -138,6 +138,7 @@ type Collector struct {
 	clock    *wallClock
 
 	features kernelFeatures
+	hostNet  uint64 // the host's network namespace (init_net), never a pod's
 	evidence []EvidenceStatus
 	release  string
 	exits    recentExits // without group_dead: exits already emitted
@@ -322,8 +323,8 @@ func Open(cfg Config) (*Collector, error) {
 		log.Warn("cgroup paths will not be resolved", "err", err)
 		c.cgroups = nil
 	}
-	hostNet, _ := NetNSInode("/proc/self/ns/net")
-	c.resolver = newResolver(cfg.Pods, c.cgroups, hostNet, log)
+	c.hostNet = hostNetNS(spec, kernel, log)
+	c.resolver = newResolver(cfg.Pods, c.cgroups, c.hostNet, log)
 	c.decoder = decoder{node: cfg.Node, rstReasons: reasonNames}
 	c.clock = newWallClock(interval)
 	ok = true
@@ -372,6 +373,38 @@ func (c *Collector) loadProgram(spec *ebpf.CollectionSpec, kernel *btf.Spec, cac
 	c.links[def.name] = l
 	return nil
 }
+
+// hostNetNS returns the inode of the host's network namespace. An agent in
+// a pod without hostNetwork (or hostPID) sees its own namespace at
+// /proc/self/ns/net and the pod's at /proc/1/ns/net, so the kernel is asked
+// instead: host_netns follows the current task's parents to init_task and
+// returns its namespace, init_net. Kernels before 5.10 cannot test-run it;
+// there /proc/self/ns/net is all there is, right only with hostNetwork.
+func hostNetNS(spec *ebpf.CollectionSpec, kernel *btf.Spec, log *slog.Logger) uint64 {
+	own, _ := NetNSInode("/proc/self/ns/net")
+	ps := spec.Programs["host_netns"]
+	if ps == nil {
+		return own
+	}
+	prog, err := ebpf.NewProgramWithOptions(ps, ebpf.ProgramOptions{KernelTypes: kernel})
+	if err == nil {
+		defer prog.Close()
+		var ret uint32
+		if ret, err = prog.Run(&ebpf.RunOptions{}); err == nil && ret != 0 {
+			if uint64(ret) != own {
+				log.Info("this process is not in the host network namespace; resets there are not a pod's", "host_netns", ret, "own_netns", own)
+			}
+			return uint64(ret)
+		}
+	}
+	log.Warn("cannot ask the kernel for the host network namespace; taking this process's own, which is the host's only with hostNetwork",
+		"netns", own, "err", err)
+	return own
+}
+
+// HostNetNS is the inode of the host's network namespace, which the
+// collector never attributes to a pod.
+func (c *Collector) HostNetNS() uint64 { return c.hostNet }
 
 // detach detaches the programs but keeps them loaded, with their maps;
 // attach attaches them again. The overhead benchmark uses them to switch

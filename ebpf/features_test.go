@@ -2,9 +2,12 @@ package ebpf
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/netip"
+	"os"
+	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/drainscope/drainscope/event"
+	"github.com/drainscope/drainscope/internal/testenv"
 )
 
 // degradedCollector is socketCollector with some kernel features withheld:
@@ -228,5 +232,39 @@ func TestDuplicateExitDropped(t *testing.T) {
 				t.Errorf("exit of a reused PID 2 s later: %v", err)
 			}
 		})
+	}
+}
+
+// TestHostNetNSFromAPod: a collector in a network namespace of its own (an
+// agent pod without hostNetwork) still knows the host's namespace, and
+// does not take its own for it.
+func TestHostNetNSFromAPod(t *testing.T) {
+	p := newTestPod(t, true)
+	// The test itself runs in the host's namespace.
+	host, err := NetNSInode("/proc/self/ns/net")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// nsenter rather than ip netns exec, which remounts /sys and with it
+	// the cgroup hierarchy a pod's agent sees.
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(testenv.RequireBinary(t, "nsenter"), "--net=/run/netns/"+p.NetNS, self)
+	cmd.Env = append(os.Environ(), helperEnv+"=hostnet")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("helper: %v\n%s", err, out)
+	}
+	var found, own uint64
+	if _, err := fmt.Sscan(strings.TrimPrefix(string(out), "ready"), &found, &own); err != nil {
+		t.Fatalf("helper said %q: %v", out, err)
+	}
+	if own != p.NetNSIno {
+		t.Fatalf("helper ran in netns %d, want the pod's %d", own, p.NetNSIno)
+	}
+	if found != host {
+		t.Errorf("host network namespace %d from inside a pod, want the host's %d", found, host)
 	}
 }

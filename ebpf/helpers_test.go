@@ -51,6 +51,18 @@ func runHelper(mode string) int {
 		return helperServe()
 	case "threads-exit":
 		return helperThreadsExit()
+	case "hostnet":
+		// Open a collector and print the host network namespace it found
+		// and this process's own.
+		c, err := Open(Config{Node: "n"})
+		if err != nil {
+			fmt.Println("ready error", err)
+			return 1
+		}
+		own, _ := NetNSInode("/proc/self/ns/net")
+		fmt.Println("ready", c.HostNetNS(), own)
+		c.Close()
+		return 0
 	case "open":
 		// Try to open a collector and print the error.
 		c, err := Open(Config{Node: "n"})

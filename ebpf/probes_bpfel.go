@@ -76,6 +76,7 @@ const (
 	probesMapTrackedCgroups    = "tracked_cgroups"
 	probesMapTrackedNetns      = "tracked_netns"
 	probesMapVerdicts          = "verdicts"
+	probesProgHostNetns        = "host_netns"
 	probesProgInetSockSetState = "inet_sock_set_state"
 	probesProgSchedProcessExit = "sched_process_exit"
 	probesProgSignalGenerate   = "signal_generate"
@@ -136,6 +137,7 @@ type probesSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type probesProgramSpecs struct {
+	HostNetns        *ebpf.ProgramSpec `ebpf:"host_netns"`
 	InetSockSetState *ebpf.ProgramSpec `ebpf:"inet_sock_set_state"`
 	SchedProcessExit *ebpf.ProgramSpec `ebpf:"sched_process_exit"`
 	SignalGenerate   *ebpf.ProgramSpec `ebpf:"signal_generate"`
@@ -232,6 +234,7 @@ type probesVariables struct {
 //
 // It can be passed to loadProbesObjects or ebpf.CollectionSpec.LoadAndAssign.
 type probesPrograms struct {
+	HostNetns        *ebpf.Program `ebpf:"host_netns"`
 	InetSockSetState *ebpf.Program `ebpf:"inet_sock_set_state"`
 	SchedProcessExit *ebpf.Program `ebpf:"sched_process_exit"`
 	SignalGenerate   *ebpf.Program `ebpf:"signal_generate"`
@@ -241,6 +244,7 @@ type probesPrograms struct {
 
 func (p *probesPrograms) Close() error {
 	return _ProbesClose(
+		p.HostNetns,
 		p.InetSockSetState,
 		p.SchedProcessExit,
 		p.SignalGenerate,

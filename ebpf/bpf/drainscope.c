@@ -620,3 +620,20 @@ int BPF_PROG(tcp_receive_reset, struct sock *sk)
 	submit(e);
 	return 0;
 }
+
+// Run once by the loader (BPF_PROG_TEST_RUN), never attached: the network
+// namespace of the first task, init_task, at the root of every task's
+// parent chain. That is the host's (init_net) whatever namespaces the
+// agent runs in, and needs neither hostPID nor hostNetwork.
+SEC("raw_tp")
+int host_netns(void *ctx)
+{
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	for (int i = 0; i < 64; i++) {
+		struct task_struct *parent = BPF_CORE_READ(task, real_parent);
+		if (!parent || parent == task)
+			break;
+		task = parent;
+	}
+	return BPF_CORE_READ(task, nsproxy, net_ns, ns.inum);
+}
