@@ -61,17 +61,21 @@ func isClean(s string) bool {
 func (e *Event) Sanitize() {
 	for _, p := range [...]*string{&e.Node, &e.Pod.Namespace, &e.Pod.Name, &e.Pod.UID,
 		&e.Pod.Container, &e.Workload.Kind, &e.Workload.Name, &e.Service, &e.Slice, &e.Reason} {
-		*p, _ = CleanString(*p)
+		if !isClean(*p) {
+			*p, _ = CleanString(*p)
+		}
 	}
-	kind, _ := CleanString(string(e.Kind))
-	source, _ := CleanString(string(e.Source))
-	e.Kind, e.Source = Kind(kind), Source(source)
+	if !isClean(string(e.Kind)) || !isClean(string(e.Source)) {
+		kind, _ := CleanString(string(e.Kind))
+		source, _ := CleanString(string(e.Source))
+		e.Kind, e.Source = Kind(kind), Source(source)
+	}
 
 	var raw [2]string // hex of the command names that changed
 	for i, p := range [...]*string{&e.Comm, &e.PeerComm} {
-		if c, ok := CleanString(*p); !ok {
+		if !isClean(*p) {
 			raw[i] = hex.EncodeToString([]byte(*p))
-			*p = c
+			*p, _ = CleanString(*p)
 		}
 	}
 	dirty := raw[0] != "" || raw[1] != ""

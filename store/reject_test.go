@@ -323,8 +323,10 @@ func TestWriterPostgresRefusedRow(t *testing.T) {
 			var logs logBuffer
 			w := NewWriter(s, WriterOptions{Batch: 10_000, Interval: 20 * time.Millisecond, RetryMax: 200 * time.Millisecond,
 				Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+			start := time.Now()
 			w.Add(evs[:10_000]...) // one full batch holding the poisoned row
 			waitFor(t, "the first batch to settle", func() bool { st := w.Stats(); return st.Written+st.Rejected >= 10_000 })
+			t.Logf("10,000 events with one refused settled in %v", time.Since(start).Round(time.Millisecond))
 			w.Add(evs[10_000:]...) // and the events after it are not held up
 			closeWriter(t, w)
 

@@ -447,3 +447,64 @@ func TestRetentionOff(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkSQLitePruneWriteLatency prunes 200,000 events while a writer
+// appends batches of 10, and reports the writer's worst and 99th-percentile
+// latency and the prune's duration: chunked as Prune does it, and as one
+// DELETE for comparison.
+func BenchmarkSQLitePruneWriteLatency(b *testing.B) {
+	const total = 200_000
+	for _, mode := range []string{"chunked", "one-delete"} {
+		b.Run(mode, func(b *testing.B) {
+			ctx := context.Background()
+			var worst, p99, took time.Duration
+			for i := 0; i < b.N; i++ {
+				b.StopTimer()
+				s, err := OpenSQLite(ctx, filepath.Join(b.TempDir(), "events.db"))
+				if err != nil {
+					b.Fatal(err)
+				}
+				old := eventgen.Rollout(total, day0, 40, "checkout")
+				for j := 0; j < total; j += 20_000 {
+					if err := s.Append(ctx, old[j:j+20_000]); err != nil {
+						b.Fatal(err)
+					}
+				}
+				cut := day0.AddDate(0, 0, 30).UnixNano()
+				b.StartTimer()
+				var done atomic.Bool
+				errc := make(chan error, 1)
+				start := time.Now()
+				go func() {
+					var err error
+					if mode == "chunked" {
+						_, err = s.Prune(ctx, cut)
+					} else {
+						_, err = s.db.ExecContext(ctx, "DELETE FROM events WHERE ts < ?", cut)
+					}
+					took = time.Since(start)
+					done.Store(true)
+					errc <- err
+				}()
+				var lat []time.Duration
+				for k := 0; !done.Load(); k++ {
+					t0 := time.Now()
+					if err := s.Append(ctx, eventgen.Rollout(10, day0.AddDate(0, 0, 40).Add(time.Duration(k)*time.Second), uint64(1000+k), "cart")); err != nil {
+						b.Fatal(err)
+					}
+					lat = append(lat, time.Since(t0))
+				}
+				if err := <-errc; err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				slices.Sort(lat)
+				worst, p99 = lat[len(lat)-1], lat[len(lat)*99/100]
+				s.Close()
+			}
+			b.ReportMetric(float64(worst.Microseconds())/1000, "worst-write-ms")
+			b.ReportMetric(float64(p99.Microseconds())/1000, "p99-write-ms")
+			b.ReportMetric(took.Seconds(), "prune-s")
+		})
+	}
+}
