@@ -14,3 +14,27 @@ func TestCloneOwnsItsAttrs(t *testing.T) {
 		t.Errorf("a clone of no attributes has %v", n.Attrs)
 	}
 }
+
+// Times whose store partition would run past int64 are refused, so that
+// no store fails on them in a way that looks like an outage.
+func TestValidateTimeRange(t *testing.T) {
+	for _, tc := range []struct {
+		t  int64
+		ok bool
+	}{
+		{1, true},
+		{sample().Time, true},
+		{maxTime - 1, true},
+		{0, false},
+		{-1, false},
+		{maxTime, false},
+		{1<<63 - 1, false},
+	} {
+		e := sample()
+		e.Time = tc.t
+		e.Seal()
+		if err := e.Validate(); (err == nil) != tc.ok {
+			t.Errorf("time %d: Validate = %v", tc.t, err)
+		}
+	}
+}

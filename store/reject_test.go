@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"path/filepath"
 	"strings"
@@ -308,12 +309,15 @@ func TestWriterSQLiteRefusedRows(t *testing.T) {
 // producer that bypassed Seal would; each poison is one Postgres refuses.
 func TestWriterPostgresRefusedRow(t *testing.T) {
 	for _, tc := range []struct {
-		name, code string
-		poison     func(e *event.Event)
+		name, why string // why: what the log says of the refusal
+		poison    func(e *event.Event)
 	}{
-		{"comm cut mid-character", "22021", func(e *event.Event) { e.Comm = "servidor-canci\xc3" }},
-		{"NUL in text", "22021", func(e *event.Event) { e.Pod.Container = "app\x00" }},
-		{"NUL in an attribute", "22P05", func(e *event.Event) { e.Attrs = map[string]string{"message": "a\x00b"} }},
+		{"comm cut mid-character", "SQLSTATE 22021", func(e *event.Event) { e.Comm = "servidor-canci\xc3" }},
+		{"NUL in text", "SQLSTATE 22021", func(e *event.Event) { e.Pod.Container = "app\x00" }},
+		{"NUL in an attribute", "SQLSTATE 22P05", func(e *event.Event) { e.Attrs = map[string]string{"message": "a\x00b"} }},
+		// Its day partition would end past int64: Validate refuses it
+		// rather than leave Postgres to fail creating the partition.
+		{"time past 2261", "field time", func(e *event.Event) { e.Time = math.MaxInt64 - 1000; e.Seal() }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s, _ := openBehindProxy(t)
@@ -348,9 +352,9 @@ func TestWriterPostgresRefusedRow(t *testing.T) {
 				t.Fatalf("%d events stored, want 10,999", len(stored))
 			}
 			lines := logs.lines("store refused an event")
-			if len(lines) != 1 || !strings.Contains(lines[0], "SQLSTATE "+tc.code) ||
+			if len(lines) != 1 || !strings.Contains(lines[0], tc.why) ||
 				!strings.Contains(lines[0], "pod="+evs[bad].Pod.String()) || !strings.Contains(lines[0], "kind="+string(evs[bad].Kind)) {
-				t.Fatalf("want one log line naming the event and SQLSTATE %s, got:\n%s", tc.code, strings.Join(lines, "\n"))
+				t.Fatalf("want one log line naming the event and %q, got:\n%s", tc.why, strings.Join(lines, "\n"))
 			}
 		})
 	}
