@@ -5,12 +5,15 @@ import (
 	"context"
 	"debug/elf"
 	"fmt"
+	"net/http/httptest"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -21,6 +24,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/drainscope/drainscope/controlplane"
+	"github.com/drainscope/drainscope/event"
 	"github.com/drainscope/drainscope/internal/testenv"
 	"github.com/drainscope/drainscope/metrics"
 )
@@ -452,4 +456,231 @@ func TestImageBinaryIsStatic(t *testing.T) {
 	}
 	st, _ := os.Stat(exe)
 	t.Logf("static binary: %.1f MiB", float64(st.Size())/(1<<20))
+}
+
+// TestRolloutAlertsFireOnTheServersSignals evaluates the rollout alerts of
+// the PrometheusRule (kustomize/monitoring/prometheusrule.yaml, which
+// TestAlertRules keeps equal to the chart's) against two scrapes of the
+// metrics drainscope serve computes, before and after a rollout in leader
+// mode whose pod on the non-leader node gets SIGTERM while its endpoint is
+// still in rotation. The race alert and the inferred-failure alert fire for
+// that workload; on the events of the non-leader alone, which is what its
+// agent used to analyse, the race alert does not.
+func TestRolloutAlertsFireOnTheServersSignals(t *testing.T) {
+	b, err := os.ReadFile("kustomize/monitoring/prometheusrule.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pr struct {
+		Spec struct {
+			Groups []struct {
+				Name  string `json:"name"`
+				Rules []struct {
+					Alert string `json:"alert"`
+					Expr  string `json:"expr"`
+				} `json:"rules"`
+			} `json:"groups"`
+		} `json:"spec"`
+	}
+	if err := yaml.Unmarshal(b, &pr); err != nil {
+		t.Fatal(err)
+	}
+	rules := map[string]string{}
+	for _, g := range pr.Spec.Groups {
+		if g.Name == "drainscope-rollouts" {
+			for _, r := range g.Rules {
+				rules[r.Alert] = r.Expr
+			}
+		}
+	}
+	if len(rules) != 4 {
+		t.Fatalf("%d rollout alerts, want 4", len(rules))
+	}
+
+	base := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC).UnixNano()
+	earlier, rollout := leaderModeRollout(base, "web-a0", "node-a", false), leaderModeRollout(base+int64(time.Minute), "web-b1", "node-b", true)
+	// The server: one Rollouts over every node's events, scraped after the
+	// earlier rollout (the workload's series exist) and after this one.
+	m := metrics.New("serve", "test")
+	r := m.NewRollouts(metrics.RolloutOptions{})
+	feed := func(evs []event.Event) string {
+		for i := range evs {
+			r.Add(&evs[i])
+		}
+		r.Flush()
+		return scrapeText(t, m)
+	}
+	before := feed(earlier)
+	after := feed(rollout)
+	want := `namespace="shop",workload="Deployment/web"`
+	for alert, expr := range rules {
+		fired := evalIncreaseRule(t, expr, before, after)
+		t.Logf("%s: fires for %v", alert, fired)
+		switch alert {
+		case "DrainscopeEndpointRemovalRace":
+			if !slices.Contains(fired, want) {
+				t.Errorf("%s does not fire for %s on the server's metrics:\n%s", alert, want, expr)
+			}
+		case "DrainscopeInferredRolloutFailures":
+			if !slices.Contains(fired, want+`,cause="endpoint_race"`) {
+				t.Errorf("%s does not fire for the endpoint race:\n%s", alert, expr)
+			}
+		default:
+			if len(fired) > 0 {
+				t.Errorf("%s fires for %v: nothing of the kind happened", alert, fired)
+			}
+		}
+	}
+
+	// The non-leader's events alone: no endpoint transition, so no gap.
+	m2 := metrics.New("agent", "test")
+	r2 := m2.NewRollouts(metrics.RolloutOptions{})
+	only := func(evs []event.Event) string {
+		for i := range evs {
+			if evs[i].Node == "node-b" {
+				r2.Add(&evs[i])
+			}
+		}
+		r2.Flush()
+		return scrapeText(t, m2)
+	}
+	before2 := only(earlier)
+	if fired := evalIncreaseRule(t, rules["DrainscopeEndpointRemovalRace"], before2, only(rollout)); len(fired) > 0 {
+		t.Errorf("the race alert fires on one node's events alone (%v): the test does not show what the server adds", fired)
+	}
+}
+
+// leaderModeRollout is one pod's termination as two agents in leader mode
+// store it: node-a holds the Lease and records the endpoint transitions,
+// node runs the pod and records its pod and kernel events. With race, the
+// pod exits at SIGTERM, 250 ms before its endpoint leaves rotation, and
+// refuses a SYN meanwhile; without, SIGTERM comes 2 s after.
+func leaderModeRollout(base int64, name, node string, race bool) []event.Event {
+	const ms = int64(time.Millisecond)
+	pod := event.PodRef{Namespace: "shop", Name: name, UID: "uid-" + name}
+	wl := event.Workload{Kind: "Deployment", Name: "web"}
+	addr := netip.MustParseAddrPort("10.244.1.11:8080")
+	var out []event.Event
+	add := func(off int64, k event.Kind, on string, f func(*event.Event)) {
+		e := event.Event{Time: base + off, Kind: k, Node: on, Source: event.SourceWatcher, Pod: pod, Workload: wl}
+		if k.IsKernel() {
+			e.Source = event.SourceKernel
+		}
+		if k.IsEndpoint() {
+			e.Local, e.Service, e.Slice = addr, "web", "web-abcde"
+		}
+		if f != nil {
+			f(&e)
+		}
+		e.Seal()
+		out = append(out, e)
+	}
+	sigterm := 2_300 * ms
+	if race {
+		sigterm = 50 * ms
+	}
+	add(-20_000*ms, event.EndpointReady, "node-a", nil)
+	add(0, event.PodDeletion, node, func(e *event.Event) { e.Duration = int64(30 * time.Second) })
+	add(sigterm, event.Signal, node, func(e *event.Event) { e.Signal, e.PID = 15, 42 })
+	add(sigterm+10*ms, event.ListenerClosed, node, func(e *event.Event) { e.PID, e.Local = 42, addr })
+	add(sigterm+11*ms, event.ProcessExit, node, func(e *event.Event) { e.PID = 42 })
+	if race {
+		add(150*ms, event.ConnRefused, node, func(e *event.Event) {
+			e.Local, e.Remote = addr, netip.MustParseAddrPort("10.244.0.200:41000")
+		})
+	}
+	add(300*ms, event.EndpointNotReady, "node-a", nil)
+	add(310*ms, event.EndpointTerminating, "node-a", nil)
+	add(3_000*ms, event.EndpointRemoved, "node-a", nil)
+	return out
+}
+
+func scrapeText(t *testing.T, m *metrics.Metrics) string {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	return rec.Body.String()
+}
+
+// ruleShape is the one shape of the rollout alerts:
+// AGG by (LABELS) (increase(METRIC{MATCHERS}[WINDOW])) > THRESHOLD.
+var ruleShape = regexp.MustCompile(`^\s*(sum|max) by \(([a-z_, ]+)\) \(\s*increase\((drainscope_[a-z_]+)(?:\{([^}]*)\})?\[[0-9]+[smh]\]\)\s*\) > ([0-9.]+)\s*$`)
+
+var sampleLine = regexp.MustCompile(`^([a-z_]+)(?:\{([^}]*)\})? ([-+0-9.eE]+|NaN|[+-]Inf)$`)
+var labelPair = regexp.MustCompile(`([a-z_]+)="([^"]*)"`)
+
+// evalIncreaseRule evaluates an alert of ruleShape over two scrapes taken
+// within its window: increase is after minus before per series (a series
+// absent before has no increase, as in Prometheus without a sample before
+// it), aggregated by the rule's labels and compared. It returns the label
+// sets it fires for, as `k="v",…` in the rule's label order. An expression
+// of another shape fails the test rather than pass unchecked.
+func evalIncreaseRule(t *testing.T, expr, before, after string) []string {
+	t.Helper()
+	sm := ruleShape.FindStringSubmatch(expr)
+	if sm == nil {
+		t.Fatalf("alert expression of a shape this test cannot evaluate:\n%s", expr)
+	}
+	agg, by, name, matchers := sm[1], strings.Split(sm[2], ","), sm[3], labelPair.FindAllStringSubmatch(sm[4], -1)
+	threshold, _ := strconv.ParseFloat(sm[5], 64)
+	series := func(body string) map[string]float64 {
+		out := map[string]float64{}
+		for _, l := range strings.Split(body, "\n") {
+			s := sampleLine.FindStringSubmatch(l)
+			if s == nil || s[1] != name {
+				continue
+			}
+			labels := map[string]string{}
+			for _, p := range labelPair.FindAllStringSubmatch(s[2], -1) {
+				labels[p[1]] = p[2]
+			}
+			ok := true
+			for _, mt := range matchers {
+				ok = ok && labels[mt[1]] == mt[2]
+			}
+			if ok {
+				v, _ := strconv.ParseFloat(s[3], 64)
+				out[s[2]] = v
+			}
+		}
+		return out
+	}
+	b, a := series(before), series(after)
+	if len(a) == 0 {
+		return nil
+	}
+	groups := map[string]float64{}
+	for key, v := range a {
+		prev, ok := b[key]
+		if !ok {
+			continue
+		}
+		labels := map[string]string{}
+		for _, p := range labelPair.FindAllStringSubmatch(key, -1) {
+			labels[p[1]] = p[2]
+		}
+		var g []string
+		for _, l := range by {
+			l = strings.TrimSpace(l)
+			if _, ok := labels[l]; !ok {
+				t.Fatalf("%s groups by %s, which the server's %s does not carry (%s)", expr, l, name, key)
+			}
+			g = append(g, l+`="`+labels[l]+`"`)
+		}
+		gk := strings.Join(g, ",")
+		inc := v - prev
+		if cur, seen := groups[gk]; !seen || agg == "sum" {
+			groups[gk] = cur + inc
+		} else {
+			groups[gk] = max(cur, inc)
+		}
+	}
+	var fired []string
+	for g, v := range groups {
+		if v > threshold {
+			fired = append(fired, g)
+		}
+	}
+	slices.Sort(fired)
+	return fired
 }

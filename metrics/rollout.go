@@ -45,6 +45,8 @@ type Rollouts struct {
 
 	runMu sync.Mutex // serialises analysis: the ticker and Flush
 	al    *analysis.Aligner
+	// known are the workloads whose series exist (under runMu).
+	known map[[2]string]bool
 }
 
 // NewRollouts returns a Rollouts reporting to m. Call Run to analyse
@@ -62,7 +64,7 @@ func (m *Metrics) NewRollouts(o RolloutOptions) *Rollouts {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	r := &Rollouts{m: m, opts: o}
+	r := &Rollouts{m: m, opts: o, known: map[[2]string]bool{}}
 	r.al = analysis.NewAligner(o.Analysis, r.onFailure, r.onPod)
 	return r
 }
@@ -153,8 +155,37 @@ func (r *Rollouts) advance(until int64) {
 }
 
 func (r *Rollouts) add(e *event.Event) {
+	if e.Kind == event.PodDeletion || e.Kind == event.Signal {
+		r.initSeries(e.Pod.Namespace, e.Workload.String())
+	}
 	if err := r.al.Add(e); err != nil {
 		r.m.lateEvents.Inc()
+	}
+}
+
+// inferredCauses are the causes a pod's kernel events alone can prove or
+// make likely.
+var inferredCauses = []analysis.Cause{analysis.CauseEndpointRace, analysis.CauseKeepAliveAtExit, analysis.CauseInFlight, analysis.CauseSIGKILL}
+
+// initSeries creates a workload's signal series at zero when one of its
+// pods begins to end, well before its signals are reported (Retain after
+// the pod's last event): Prometheus's increase() sees no increase in a
+// series whose first sample is already 1, so an alert on the first race
+// of a workload, or the first after a restart, would never fire.
+func (r *Rollouts) initSeries(ns, wl string) {
+	k := [2]string{ns, wl}
+	if ns == "" || r.known[k] {
+		return
+	}
+	r.known[k] = true
+	r.m.terminations.WithLabelValues(ns, wl)
+	r.m.gap.WithLabelValues(ns, wl)
+	r.m.cutAtExit.WithLabelValues(ns, wl)
+	r.m.sigkills.WithLabelValues(ns, wl)
+	for _, c := range inferredCauses {
+		for _, ev := range []string{"proven", "likely"} {
+			r.m.inferred.WithLabelValues(ns, wl, string(c), ev)
+		}
 	}
 }
 

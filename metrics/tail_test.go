@@ -205,7 +205,7 @@ func TestOneNodesEventsMissTheRace(t *testing.T) {
 	}
 	r.Flush()
 	body := scrape(t, m)
-	if strings.Contains(body, `drainscope_rollout_sigterm_minus_endpoint_removal_seconds_count{`) {
+	if !strings.Contains(body, `drainscope_rollout_sigterm_minus_endpoint_removal_seconds_count{namespace="shop",workload="Deployment/web"} 0`) {
 		t.Fatalf("node-b alone computed a gap:\n%s", grep(body, "sigterm_minus"))
 	}
 	if got := counter(t, m, "term", "shop", "Deployment/web"); got != 1 {
@@ -261,4 +261,34 @@ func grep(s, sub string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// A workload's series exist at zero from the moment one of its pods begins
+// to end, before its signals are reported: Prometheus sees no increase in
+// a series whose first sample is already 1, so without them an alert on a
+// workload's first race would not fire.
+func TestSeriesExistBeforeTheFirstSignal(t *testing.T) {
+	m := New("serve", "dev")
+	now := time.Unix(0, t0)
+	r := m.NewRollouts(RolloutOptions{Now: func() time.Time { return now }, Analysis: defaultRetain(5 * time.Second)})
+	for _, s := range leaderModeStream(t0) {
+		if s.e.Pod.Name == "web-b1" {
+			r.Add(&s.e)
+		}
+	}
+	r.advance(t0 + 100*ms) // the deletion and SIGTERM analysed, nothing reported
+	body := scrape(t, m)
+	for _, want := range []string{
+		`drainscope_rollout_sigterm_minus_endpoint_removal_seconds_bucket{namespace="shop",workload="Deployment/web",le="0"} 0`,
+		`drainscope_rollout_inferred_failures_total{cause="endpoint_race",evidence="proven",namespace="shop",workload="Deployment/web"} 0`,
+		`drainscope_rollout_pod_terminations_total{namespace="shop",workload="Deployment/web"} 0`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("before any signal, metrics lack %s", want)
+		}
+	}
+	r.advance(t0 + 10_000*ms)
+	if got := counter(t, m, "inferred", "shop", "Deployment/web", "endpoint_race", "proven"); got != 1 {
+		t.Errorf("inferred endpoint-race failures = %v, want 1", got)
+	}
 }
