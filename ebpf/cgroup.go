@@ -7,7 +7,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -121,20 +124,37 @@ func allHex(s string) bool {
 // cgroupHierarchy finds the path of a cgroup from its ID (the inode number of
 // its directory, which is what the kernel's kernfs node id is on 64-bit
 // systems).
+//
+// With CAP_DAC_READ_SEARCH a file handle opens the cgroup directly. The
+// chart does not grant it, so an agent mostly resolves ids from an index of
+// the directories under the tracked cgroups (the kubelet's kubepods
+// subtree), never the whole host hierarchy: Path rebuilds that index for an
+// unknown id at most once per reindexInterval, and ids still unknown after
+// that are the resolver's to give up on (see resolver.cgroupPod).
 type cgroupHierarchy struct {
 	root    string // mount point, e.g. /sys/fs/cgroup or /sys/fs/cgroup/unified
 	mountFD int    // -1 when open_by_handle_at cannot be used
-	index   map[uint64]string
+
+	mu        sync.Mutex
+	scope     []string // tracked subtrees, relative to root; empty: the whole hierarchy
+	index     map[uint64]string
+	lastIndex time.Time
+	gen       uint64 // index builds so far
+
+	walks, fullWalks atomic.Uint64
 }
+
+// reindexInterval bounds how often an unknown id rebuilds the index.
+const reindexInterval = 250 * time.Millisecond
 
 func openCgroupHierarchy(root string) (*cgroupHierarchy, error) {
 	fd, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("opening cgroup hierarchy %s: %w", root, err)
 	}
-	h := &cgroupHierarchy{root: root, mountFD: fd}
+	h := &cgroupHierarchy{root: root, mountFD: fd, index: map[uint64]string{}}
 	// Probe file handles on the root: kernfs encodes the cgroup id in them
-	// (FILEID_KERNFS). Without support, fall back to walking the tree.
+	// (FILEID_KERNFS). Without support, fall back to the index.
 	if _, _, err := unix.NameToHandleAt(unix.AT_FDCWD, root, 0); err != nil {
 		unix.Close(fd)
 		h.mountFD = -1
@@ -143,16 +163,51 @@ func openCgroupHierarchy(root string) (*cgroupHierarchy, error) {
 }
 
 func (h *cgroupHierarchy) Close() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	if h.mountFD >= 0 {
-		return unix.Close(h.mountFD)
+		fd := h.mountFD
+		h.mountFD = -1
+		return unix.Close(fd)
 	}
 	return nil
 }
 
+// addScope adds a tracked cgroup directory to the subtrees the index
+// covers. Directories outside the hierarchy are ignored.
+func (h *cgroupHierarchy) addScope(dir string) {
+	rel, err := filepath.Rel(h.root, dir)
+	if err != nil || strings.HasPrefix(rel, "..") {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, s := range h.scope {
+		if s == rel || strings.HasPrefix(rel, s+"/") {
+			return // already covered
+		}
+	}
+	h.scope = append(h.scope, rel)
+}
+
+// generation counts the index builds; the resolver uses it to give up on
+// an id only after the index has been rebuilt since it was first missed.
+func (h *cgroupHierarchy) generation() uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.gen
+}
+
 const fileIDKernfs = 0xfe
+
+// errNotIndexed: the id is not in the index as it stands; it may be once
+// the index is rebuilt.
+var errNotIndexed = errors.New("not in the index of the tracked cgroups")
 
 // Path returns the cgroup's path under the hierarchy root ("/" for the root).
 func (h *cgroupHierarchy) Path(id uint64) (string, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	if h.mountFD >= 0 {
 		p, err := h.pathByHandle(id)
 		if err == nil {
@@ -161,10 +216,16 @@ func (h *cgroupHierarchy) Path(id uint64) (string, error) {
 		if errors.Is(err, unix.ESTALE) || errors.Is(err, unix.ENOENT) {
 			return "", fmt.Errorf("cgroup %d: %w", id, fs.ErrNotExist)
 		}
-		// Other errors (no CAP_DAC_READ_SEARCH, say): walk instead.
+		// No CAP_DAC_READ_SEARCH, say: it will not come back, so stop
+		// paying a failing system call per id.
+		unix.Close(h.mountFD)
+		h.mountFD = -1
 	}
 	if p, ok := h.index[id]; ok {
 		return p, nil
+	}
+	if time.Since(h.lastIndex) < reindexInterval {
+		return "", fmt.Errorf("cgroup %d: %w", id, errNotIndexed)
 	}
 	if err := h.reindex(); err != nil {
 		return "", err
@@ -172,7 +233,7 @@ func (h *cgroupHierarchy) Path(id uint64) (string, error) {
 	if p, ok := h.index[id]; ok {
 		return p, nil
 	}
-	return "", fmt.Errorf("cgroup %d: %w", id, fs.ErrNotExist)
+	return "", fmt.Errorf("cgroup %d: %w", id, errNotIndexed)
 }
 
 func (h *cgroupHierarchy) pathByHandle(id uint64) (string, error) {
@@ -195,30 +256,47 @@ func (h *cgroupHierarchy) pathByHandle(id uint64) (string, error) {
 	return p, nil
 }
 
+// reindex rebuilds the index from the tracked subtrees (the whole
+// hierarchy only while nothing is tracked by path). h.mu must be held.
 func (h *cgroupHierarchy) reindex() error {
+	h.lastIndex = time.Now()
+	h.gen++
+	dirs := []string{h.root}
+	if len(h.scope) > 0 {
+		dirs = dirs[:0]
+		for _, s := range h.scope {
+			dirs = append(dirs, filepath.Join(h.root, s))
+		}
+	}
 	idx := make(map[uint64]string, len(h.index))
-	err := filepath.WalkDir(h.root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			if p == h.root {
-				return err
+	for _, dir := range dirs {
+		h.walks.Add(1)
+		if dir == h.root {
+			h.fullWalks.Add(1)
+		}
+		err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				if p == dir && len(dirs) == 1 {
+					return err
+				}
+				return nil // a cgroup removed while walking
 			}
-			return nil // a cgroup removed while walking
-		}
-		if !d.IsDir() {
+			if !d.IsDir() {
+				return nil
+			}
+			info, err := d.Info()
+			if err != nil {
+				return nil
+			}
+			if st, ok := info.Sys().(*syscall.Stat_t); ok {
+				rel, _ := filepath.Rel(h.root, p)
+				idx[st.Ino] = "/" + strings.TrimPrefix(rel, ".")
+			}
 			return nil
-		}
-		info, err := d.Info()
+		})
 		if err != nil {
-			return nil
+			return fmt.Errorf("indexing cgroups under %s: %w", dir, err)
 		}
-		if st, ok := info.Sys().(*syscall.Stat_t); ok {
-			rel, _ := filepath.Rel(h.root, p)
-			idx[st.Ino] = "/" + strings.TrimPrefix(rel, ".")
-		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("indexing cgroups under %s: %w", h.root, err)
 	}
 	h.index = idx
 	return nil

@@ -5,6 +5,7 @@ import (
 	"io/fs"
 	"path/filepath"
 	"testing"
+	"time"
 )
 
 const (
@@ -68,9 +69,27 @@ func TestCgroupHierarchyPath(t *testing.T) {
 	if got, err := h.Path(p.CgroupID); err != nil || got != want {
 		t.Errorf("Path by handle = %q, %v; want %q", got, err, want)
 	}
+	// Without file handles (no CAP_DAC_READ_SEARCH): the index of the
+	// tracked subtree, rebuilt at most once per reindexInterval, and never
+	// a walk of the whole hierarchy once something is tracked by path.
 	walk := &cgroupHierarchy{root: cgroupRoot, mountFD: -1}
+	walk.addScope(filepath.Dir(p.PodCgroup))
+	start := time.Now()
 	if got, err := walk.Path(p.CgroupID); err != nil || got != want {
 		t.Errorf("Path by walking = %q, %v; want %q", got, err, want)
+	}
+	for i := 0; i < 100; i++ {
+		if _, err := walk.Path(1<<60 + uint64(i)); !errors.Is(err, errNotIndexed) {
+			t.Fatalf("Path of an unknown id: %v, want not indexed", err)
+		}
+	}
+	if got, err := walk.Path(p.CgroupID); err != nil || got != want {
+		t.Errorf("Path from the index = %q, %v; want %q", got, err, want)
+	}
+	// One walk, plus one per interval that a loaded machine took.
+	bound := 1 + uint64(time.Since(start)/reindexInterval)
+	if w, f := walk.walks.Load(), walk.fullWalks.Load(); w > bound || w == 0 || f != 0 {
+		t.Errorf("%d walks (%d of the whole hierarchy) for 102 lookups, want 1 to %d, of the tracked subtree", w, f, bound)
 	}
 	if _, err := h.Path(1 << 60); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("Path of a missing cgroup: %v, want not-exist", err)

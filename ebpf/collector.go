@@ -548,6 +548,9 @@ func (c *Collector) TrackCgroupPath(path string) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
+	if c.cgroups != nil {
+		c.cgroups.addScope(path)
+	}
 	return id, c.Track(id)
 }
 
@@ -723,6 +726,8 @@ type Stats struct {
 	ByKind         map[event.Kind]KindStats
 
 	UnresolvedCgroups uint64        // cgroup ids whose path could not be found
+	CgroupWalks       uint64        // rebuilds of the cgroup index, one per tracked subtree walked
+	CgroupFullWalks   uint64        // of which walked the whole hierarchy (nothing tracked by path)
 	ClockOffset       time.Duration // wall = monotonic + offset
 	ClockUncertainty  time.Duration // half-width of the offset's sampling window
 	Programs          []ProgramStats
@@ -738,6 +743,9 @@ func (c *Collector) Stats() (Stats, error) {
 		ClockOffset:       time.Duration(c.clock.offset.Load()),
 		ClockUncertainty:  time.Duration(c.clock.uncertainty.Load()),
 		ByKind:            map[event.Kind]KindStats{},
+	}
+	if c.cgroups != nil {
+		s.CgroupWalks, s.CgroupFullWalks = c.cgroups.walks.Load(), c.cgroups.fullWalks.Load()
 	}
 	var perCPU []uint64
 	for k := uint32(1); k < uint32(kindMax); k++ {

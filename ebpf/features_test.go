@@ -1,6 +1,7 @@
 package ebpf
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -8,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -267,4 +269,135 @@ func TestHostNetNSFromAPod(t *testing.T) {
 	if found != host {
 		t.Errorf("host network namespace %d from inside a pod, want the host's %d", found, host)
 	}
+}
+
+// chartCapabilities are the capabilities deploy/helm's agent DaemonSet
+// keeps (every other one dropped): CAP_SYS_RESOURCE (24), CAP_PERFMON
+// (38), CAP_BPF (39).
+const chartCapabilities = 1<<24 | 1<<38 | 1<<39
+
+// TestCaptureWithChartCapabilities runs the capture as the chart runs the
+// agent: root with only CAP_BPF, CAP_PERFMON and CAP_SYS_RESOURCE, no new
+// privileges, in a network namespace of its own. Without
+// CAP_DAC_READ_SEARCH cgroup ids cannot be opened by file handle, so they
+// are resolved from the index of the tracked subtree: the programs load,
+// the pod's events carry its UID and container from the cgroup path, and
+// the whole host hierarchy is never walked.
+func TestCaptureWithChartCapabilities(t *testing.T) {
+	p := newTestPod(t, false)       // the workload
+	agentPod := newTestPod(t, true) // only for its network namespace
+	setpriv := testenv.RequireBinary(t, "setpriv")
+	nsenter := testenv.RequireBinary(t, "nsenter")
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What this host lets root have at all: a sandbox may lack some.
+	bnd := capBounding(t)
+	want := uint64(chartCapabilities) & bnd
+	if want&(1<<38|1<<39) != 1<<38|1<<39 {
+		testenv.Unavailable(t, "this host withholds CAP_BPF or CAP_PERFMON from root")
+	}
+	if want != chartCapabilities {
+		t.Logf("this host's bounding set %#x lacks some of the chart's %#x; running with %#x", bnd, uint64(chartCapabilities), want)
+	}
+	cmd := exec.Command(nsenter, "--net=/run/netns/"+agentPod.NetNS,
+		setpriv, "--bounding-set=-all,+bpf,+perfmon,+sys_resource", "--inh-caps=-all", "--no-new-privs", self)
+	cmd.Env = append(os.Environ(), helperEnv+"=capture", "DRAINSCOPE_HELPER_CGROUP="+filepath.Dir(filepath.Dir(p.PodCgroup)))
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	lines := make(chan string, 100)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	next := func(what string) string {
+		t.Helper()
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatalf("capture ended before %s", what)
+			}
+			if strings.HasPrefix(l, "error") {
+				t.Fatalf("capture: %s", l)
+			}
+			return l
+		case <-time.After(20 * time.Second):
+			t.Fatalf("no %s from the capture", what)
+		}
+		return ""
+	}
+	if l := next("ready"); l != "ready" {
+		t.Fatalf("capture said %q", l)
+	}
+	if eff := capEffective(t, cmd.Process.Pid); eff != want {
+		t.Errorf("capture runs with capabilities %#x, want %#x", eff, want)
+	}
+
+	h := p.start(t, "exit-on-term")
+	syscall.Kill(h.Pid(), syscall.SIGTERM)
+	h.Wait(t)
+	seen := map[string]bool{}
+	for !seen["signal"] || !seen["process_exit"] {
+		l := next("the workload's signal and exit")
+		f := strings.Fields(l)
+		if len(f) != 5 || f[0] != "event" || f[4] != strconv.Itoa(h.Pid()) {
+			continue
+		}
+		if f[2] != p.UID || f[3] != p.ContainerID {
+			t.Errorf("%s attributed to pod %s container %s, want %s %s", f[1], f[2], f[3], p.UID, p.ContainerID)
+		}
+		seen[f[1]] = true
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	var stats string
+	for stats == "" {
+		if l := next("stats"); strings.HasPrefix(l, "stats") {
+			stats = l
+		}
+	}
+	var walks, full, hostNet uint64
+	if _, err := fmt.Sscanf(stats, "stats %d %d %d", &walks, &full, &hostNet); err != nil {
+		t.Fatalf("%q: %v", stats, err)
+	}
+	if full != 0 || walks == 0 {
+		t.Errorf("cgroup index built by %d walks, %d of the whole hierarchy; want the tracked subtree only", walks, full)
+	}
+	if own, _ := NetNSInode("/proc/self/ns/net"); hostNet != own {
+		t.Errorf("capture in a pod's network namespace took %d for the host's, want %d", hostNet, own)
+	}
+	t.Logf("cgroup index: %d walks, %d of the whole hierarchy", walks, full)
+}
+
+func capBounding(t *testing.T) uint64 { return capField(t, os.Getpid(), "CapBnd") }
+
+func capEffective(t *testing.T, pid int) uint64 { return capField(t, pid, "CapEff") }
+
+func capField(t *testing.T, pid int, name string) uint64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, name+":"); ok {
+			n, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	t.Fatalf("no %s in /proc/%d/status", name, pid)
+	return 0
 }

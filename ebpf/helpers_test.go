@@ -51,6 +51,8 @@ func runHelper(mode string) int {
 		return helperServe()
 	case "threads-exit":
 		return helperThreadsExit()
+	case "capture":
+		return helperCapture()
 	case "hostnet":
 		// Open a collector and print the host network namespace it found
 		// and this process's own.
@@ -134,6 +136,62 @@ func helperThreadsExit() int {
 	<-ch
 	os.Exit(0) // exit_group: every thread exits now
 	return 0
+}
+
+// helperCapture is an agent's capture under whatever capabilities it was
+// started with: it tracks the cgroup DRAINSCOPE_HELPER_CGROUP, prints
+// "ready", then one line per event ("event <kind> <pod uid> <container>
+// <pid>") until SIGTERM, then "stats <cgroup walks> <full walks> <host netns>".
+func helperCapture() int {
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, syscall.SIGTERM)
+	c, err := Open(Config{Node: "n", ExitWindow: -1})
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	defer c.Close()
+	for _, p := range c.Programs() {
+		if !p.Loaded {
+			fmt.Println("error program", p.Name, "dropped:", p.Err)
+			return 1
+		}
+	}
+	if _, err := c.TrackCgroupPath(os.Getenv("DRAINSCOPE_HELPER_CGROUP")); err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	var mu sync.Mutex
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- c.Run(ctx, func(e *event.Event) {
+			mu.Lock()
+			fmt.Printf("event %s %s %s %d\n", e.Kind, orDash(e.Pod.UID), orDash(e.Pod.Container), e.PID)
+			mu.Unlock()
+		})
+	}()
+	fmt.Println("ready")
+	<-ch
+	cancel()
+	if err := <-done; err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	s, err := c.Stats()
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	fmt.Println("stats", s.CgroupWalks, s.CgroupFullWalks, c.HostNetNS())
+	return 0
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
 
 // helperServe runs an HTTP server on DRAINSCOPE_HELPER_ADDR. On SIGTERM it

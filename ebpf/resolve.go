@@ -1,6 +1,7 @@
 package ebpf
 
 import (
+	"errors"
 	"log/slog"
 	"net/netip"
 
@@ -37,8 +38,13 @@ type resolver struct {
 	log      *slog.Logger
 
 	byCgroup map[uint64]CgroupPod // negative entries have empty PodUID
-	byNetNS  map[uint64]netnsEntry
-	misses   uint64 // cgroup ids that could not be resolved to a path
+	// pending: ids not in the cgroup index when first seen, with the index
+	// generation then. They are looked up again (cheaply: at most one
+	// rebuild per reindexInterval) until the index has been rebuilt twice
+	// since, and are then given up on.
+	pending map[uint64]uint64
+	byNetNS map[uint64]netnsEntry
+	misses  uint64 // cgroup ids that could not be resolved to a path
 }
 
 type netnsEntry struct {
@@ -56,6 +62,7 @@ func newResolver(pods PodLookup, cg *cgroupHierarchy, hostNet uint64, log *slog.
 		log:      log,
 		byCgroup: make(map[uint64]CgroupPod),
 		byNetNS:  make(map[uint64]netnsEntry),
+		pending:  make(map[uint64]uint64),
 	}
 	if n, ok := pods.(NetNSLookup); ok {
 		r.netnsPod = n
@@ -71,10 +78,29 @@ func (r *resolver) cgroupPod(id uint64) CgroupPod {
 	var p CgroupPod
 	if r.cgroups != nil {
 		path, err := r.cgroups.Path(id)
-		if err != nil {
+		switch {
+		case errors.Is(err, errNotIndexed):
+			gen := r.cgroups.generation()
+			first, ok := r.pending[id]
+			if !ok {
+				if len(r.pending) >= maxCacheEntries {
+					clear(r.pending)
+				}
+				r.pending[id] = gen
+				return p
+			}
+			if gen < first+2 {
+				return p // not cached: looked up again on its next event
+			}
+			delete(r.pending, id)
 			r.misses++
 			r.log.Debug("cgroup not resolved", "cgroup_id", id, "err", err)
-		} else {
+		case err != nil:
+			delete(r.pending, id)
+			r.misses++
+			r.log.Debug("cgroup not resolved", "cgroup_id", id, "err", err)
+		default:
+			delete(r.pending, id)
 			p, _ = ParseCgroupPath(path)
 		}
 	}
