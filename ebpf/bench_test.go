@@ -372,11 +372,11 @@ func BenchmarkDecode(b *testing.B) {
 	}
 }
 
-// BenchmarkReader measures the whole read path on real kernel events: a
+// BenchmarkDecodeReader measures the whole read path on real kernel events: a
 // helper process sends itself signals the programs record, and a Run loop
 // in this process (which does nothing else) delivers them. It reports
 // allocations per delivered event from the runtime's malloc count.
-func BenchmarkReader(b *testing.B) {
+func BenchmarkDecodeReader(b *testing.B) {
 	p := newTestPod(b, false)
 	// No exit window: events pass through the delay line without waiting,
 	// so that the time measured is the reader's work, not the window.
