@@ -106,7 +106,12 @@ func (a *Agent) trackRoots(k *ebpf.Collector) {
 func (a *Agent) rescan(ctx context.Context, k *ebpf.Collector) {
 	t := time.NewTicker(a.cfg.Kernel.Rescan)
 	defer t.Stop()
+	lastCaps := time.Now()
 	for {
+		if time.Since(lastCaps) >= capabilitiesEvery {
+			a.recordCapabilities(k)
+			lastCaps = time.Now()
+		}
 		a.trackRoots(k)
 		if a.netns != nil {
 			if err := a.netns.sync(); err != nil {
@@ -269,7 +274,18 @@ func (a *Agent) reportEvidence(k *ebpf.Collector) {
 		}
 	}
 	a.m.SetKernelEvidence(avail)
-	missing := ebpf.MissingEvidence(st)
+	a.recordCapabilities(k)
+}
+
+// capabilitiesEvery is how often the kernel_capabilities event is recorded
+// again: more often than a report reads history before its window
+// (analysis.Options.Lead, 15 minutes), so that every report sees each
+// running node's, and retention never prunes the last one.
+const capabilitiesEvery = 10 * time.Minute
+
+// recordCapabilities records the node's kernel_capabilities event.
+func (a *Agent) recordCapabilities(k *ebpf.Collector) {
+	missing := ebpf.MissingEvidence(k.Evidence())
 	var feats []string
 	for _, f := range k.Features() {
 		feats = append(feats, string(f))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/drainscope/drainscope/event"
@@ -40,6 +41,18 @@ type Result struct {
 	Totals Totals     `json:"totals"`
 	Rules  []RuleView `json:"rules"`
 	Stats  Stats      `json:"stats"`
+
+	// Kernels lists the nodes whose kernel keeps some kernel evidence
+	// from them (their agents' latest kernel_capabilities event), so that
+	// a failure no kernel event explains there is not read as unproven.
+	Kernels []NodeKernel `json:"kernel_limits,omitempty"`
+}
+
+// NodeKernel is what one node's kernel cannot show.
+type NodeKernel struct {
+	Node    string   `json:"node"`
+	Release string   `json:"kernel_release,omitempty"`
+	Missing []string `json:"missing_evidence"` // e.g. refused_connections
 }
 
 // Totals are exact counts over the window's client-reported failures, for
@@ -230,6 +243,7 @@ type collector struct {
 	unattr map[int64]int
 	// triggers are the workload changes in scope, for the rollouts
 	triggers                    []event.Event
+	kernels                     map[string]NodeKernel // by node: the latest kernel_capabilities
 	fromSigterm, fromExit       hist
 	infFromSigterm, infFromExit hist
 }
@@ -278,6 +292,16 @@ func (c *collector) inScope(ns string, wl event.Workload) bool {
 // see keeps what the collector needs of the raw stream, beside what the
 // aligner reports: the workload changes that begin rollouts.
 func (c *collector) see(e *event.Event) {
+	if e.Kind == event.KernelCapabilities && (c.q.Window.To == 0 || e.Time < c.q.Window.To) {
+		if c.kernels == nil {
+			c.kernels = map[string]NodeKernel{}
+		}
+		nk := NodeKernel{Node: e.Node, Release: e.Attrs[event.AttrKernelRelease]}
+		if e.Reason != "" {
+			nk.Missing = strings.Split(e.Reason, ",")
+		}
+		c.kernels[e.Node] = nk
+	}
 	if e.Kind == event.WorkloadChanged && c.inScope(e.Pod.Namespace, e.Workload) {
 		c.triggers = append(c.triggers, e.Clone())
 	}
@@ -420,6 +444,12 @@ func (c *collector) pod(t *PodTimeline) {
 
 func (c *collector) result(st Stats) *Result {
 	r := &Result{From: c.q.Window.From, To: c.q.Window.To, Stats: st, Truncated: c.trunc}
+	for _, nk := range c.kernels {
+		if len(nk.Missing) > 0 {
+			r.Kernels = append(r.Kernels, nk)
+		}
+	}
+	sort.Slice(r.Kernels, func(i, j int) bool { return r.Kernels[i].Node < r.Kernels[j].Node })
 	if c.q.Namespace != "" || !c.q.Workload.IsZero() {
 		r.Scope = c.q.Namespace
 		if w := c.q.Workload; !w.IsZero() {

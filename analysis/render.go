@@ -161,9 +161,6 @@ func connPhrase(c *ConnSummary) string {
 	if c.RacedAfterClose > 0 {
 		s += fmt.Sprintf("; %d then reset when the client sent data on them", c.RacedAfterClose)
 	}
-	if c.AfterSigterm > 0 {
-		s += fmt.Sprintf("; %d more ended after SIGTERM while the listener still accepted, opened before or after it", c.AfterSigterm)
-	}
 	return s
 }
 
@@ -231,6 +228,37 @@ func proofPhrase(m map[string]int) string {
 	return strings.Join(parts, ", ")
 }
 
+// missingPhrases say what a node cannot see, by evidence name (the agent's
+// drainscope_kernel_evidence_available labels).
+var missingPhrases = map[string]string{
+	"refused_connections":   "refused connections cannot be seen on this node's kernel",
+	"resets_without_socket": "resets for connections the kernel already forgot cannot be seen",
+	"unread_data_resets":    "resets with unread data (in-flight requests cut) cannot be told from others",
+}
+
+// KernelLines are the report header's lines for nodes whose kernel cannot
+// show some evidence: "kernel of node-a (5.15.0): refused connections
+// cannot be seen on this node's kernel; …".
+func KernelLines(ks []NodeKernel) []string {
+	var out []string
+	for _, k := range ks {
+		var ph []string
+		for _, m := range k.Missing {
+			if s, ok := missingPhrases[m]; ok {
+				ph = append(ph, s)
+			} else {
+				ph = append(ph, strings.ReplaceAll(m, "_", " ")+" cannot be seen on this node's kernel")
+			}
+		}
+		node := k.Node
+		if k.Release != "" {
+			node += " (" + k.Release + ")"
+		}
+		out = append(out, "kernel of "+node+": "+strings.Join(ph, "; "))
+	}
+	return out
+}
+
 // WriteText writes the report for a terminal.
 func WriteText(w io.Writer, r *Result) error {
 	b := &strings.Builder{}
@@ -240,6 +268,9 @@ func WriteText(w io.Writer, r *Result) error {
 		head += " (" + r.Scope + ")"
 	}
 	p("%s", head)
+	for _, l := range KernelLines(r.Kernels) {
+		p("%s", l)
+	}
 	p("")
 	p("ROLLOUTS")
 	if len(r.Rollouts) == 0 {
@@ -441,6 +472,12 @@ func WriteMarkdown(w io.Writer, r *Result) error {
 	p("")
 	p("%s → %s", stamp(r.From), stamp(r.To))
 	p("")
+	if ks := KernelLines(r.Kernels); len(ks) > 0 {
+		for _, l := range ks {
+			p("- %s", mdEscape(l))
+		}
+		p("")
+	}
 	causes, label := r.Causes, "client-reported"
 	if len(causes) == 0 && len(r.InferredCauses) > 0 {
 		causes, label = r.InferredCauses, "inferred from kernel evidence"

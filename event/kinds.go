@@ -30,7 +30,7 @@ import "fmt"
 //	client_failure         Local (client), Remote (target dialled), Service, Code (HTTP status),
 //	                       Duration, Reason (error class), Attrs[backend], Flags(Inferred)
 //	kernel_capabilities    Node; Reason (the kernel evidence the node cannot see, comma-separated, "" for none),
-//	                       Attrs[kernel_release, kernel_features]: recorded by an agent when its capture starts
+//	                       Attrs[kernel_release, kernel_features]: recorded by an agent when its capture starts, and every 10 minutes
 //	workload_changed       Workload, Pod.Namespace only; Reason (template, scale, created, deleted),
 //	                       Attrs[generation, replicas_from, replicas_to]: what set pods ending or starting
 type Kind string
