@@ -640,6 +640,22 @@ func TestOpenWithoutPrivileges(t *testing.T) {
 	if !strings.Contains(string(out), "needs root, or CAP_BPF and CAP_PERFMON") {
 		t.Errorf("unprivileged Open: %s", out)
 	}
+	// Each of the chart's two BPF capabilities withheld in turn: Open
+	// fails and names what is missing, rather than loading nothing quietly.
+	for _, tc := range []struct{ caps, want string }{
+		{"-all,+perfmon,+sys_resource", "loading BPF programs needs root, or CAP_BPF and CAP_PERFMON"},
+		{"-all,+bpf,+sys_resource", "no kernel program could run: signal_generate: loading needs root, or CAP_BPF and CAP_PERFMON"},
+	} {
+		cmd := exec.Command(setpriv, "--bounding-set="+tc.caps, "--inh-caps=-all", self)
+		cmd.Env = append(os.Environ(), helperEnv+"=open")
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("helper with %s: %v\n%s", tc.caps, err, out)
+		}
+		if !strings.Contains(string(out), tc.want) {
+			t.Errorf("Open with capabilities %s: %s, want %q", tc.caps, out, tc.want)
+		}
+	}
 	if _, err := Open(Config{}); err == nil || !strings.Contains(err.Error(), "Node is empty") {
 		t.Errorf("Open without a node: %v", err)
 	}
