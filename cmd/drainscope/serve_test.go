@@ -6,10 +6,14 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/drainscope/drainscope/event"
+	"github.com/drainscope/drainscope/store"
 )
 
 func TestServeRefusesAnOpenAddressWithoutAToken(t *testing.T) {
@@ -101,6 +105,104 @@ func TestServe(t *testing.T) {
 			t.Errorf("serve returned %v after its context ended", err)
 		}
 	case <-time.After(10 * time.Second):
+		t.Fatal("serve did not stop")
+	}
+}
+
+// TestServeExportsRolloutSignals: with --metrics-listen the server tails
+// the store and exports the rollout signals of what the agents store, here
+// a pod on node-b whose endpoint node-a (the leader) recorded leaving
+// rotation 250 ms after node-b's SIGTERM: the endpoint race.
+func TestServeExportsRolloutSignals(t *testing.T) {
+	free := func() string {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		return ln.Addr().String()
+	}
+	addr, maddr := free(), free()
+	db := filepath.Join(t.TempDir(), "e.db")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		done <- runServe(ctx, fs, []string{"--listen", addr, "--metrics-listen", maddr, "--store", db,
+			"--signals-delay", "500ms", "--signals-after", "1s"})
+	}()
+	scrape := func() string {
+		res, err := http.Get("http://" + maddr + "/metrics")
+		if err != nil {
+			return ""
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return string(b)
+	}
+	for deadline := time.Now().Add(20 * time.Second); scrape() == ""; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no /metrics")
+		}
+	}
+
+	// The agents' events, stored as they happen (the store is the server's).
+	st, err := store.OpenSQLite(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	base := time.Now().Add(200 * time.Millisecond).UnixNano()
+	pod := event.PodRef{Namespace: "shop", Name: "web-b1", UID: "uid-b1"}
+	wl := event.Workload{Kind: "Deployment", Name: "web"}
+	ep := netip.MustParseAddrPort("10.244.1.11:8080")
+	var batch []event.Event
+	for _, x := range []struct {
+		ms   int64
+		kind event.Kind
+		node string
+	}{
+		{0, event.PodDeletion, "node-b"}, {50, event.Signal, "node-b"}, {61, event.ProcessExit, "node-b"},
+		{300, event.EndpointNotReady, "node-a"}, {310, event.EndpointTerminating, "node-a"}, {1000, event.EndpointRemoved, "node-a"},
+	} {
+		e := event.Event{Time: base + x.ms*int64(time.Millisecond), Kind: x.kind, Node: x.node, Source: event.SourceWatcher, Pod: pod, Workload: wl}
+		switch {
+		case x.kind.IsKernel():
+			e.Source, e.PID = event.SourceKernel, 42
+			if x.kind == event.Signal {
+				e.Signal = 15
+			}
+		case x.kind.IsEndpoint():
+			e.Local, e.Service, e.Slice = ep, "web", "web-abcde"
+		case x.kind == event.PodDeletion:
+			e.Duration = int64(30 * time.Second)
+		}
+		e.Seal()
+		batch = append(batch, e)
+	}
+	if err := st.Append(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	want := `drainscope_rollout_sigterm_minus_endpoint_removal_seconds_bucket{namespace="shop",workload="Deployment/web",le="0"} 1`
+	var body string
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(body, want); time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the server's metrics never showed the race:\n%s", body)
+		}
+		body = scrape()
+	}
+	if !strings.Contains(body, `drainscope_rollout_pod_terminations_total{namespace="shop",workload="Deployment/web"} 1`) {
+		t.Errorf("no termination counted")
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("serve returned %v", err)
+		}
+	case <-time.After(15 * time.Second):
 		t.Fatal("serve did not stop")
 	}
 }
