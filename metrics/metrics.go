@@ -4,8 +4,10 @@
 // on (per workload: SIGTERM versus endpoint removal, connections cut at
 // exit, SIGKILLs after the grace period, failures inferred from the
 // kernel). New builds one registry; Handler serves it; the agent feeds
-// events to Observe and a Rollouts, and registers scrape-time readers of
-// its components' counters with the Watch* methods. Catalog lists every
+// events to Observe and registers scrape-time readers of its components'
+// counters with the Watch* methods; the server computes the rollout
+// signals with a Rollouts tailing the store (Rollouts.Tail), where every
+// node's events meet. Catalog lists every
 // metric name, which the alert rules in deploy/ are checked
 // against.
 package metrics

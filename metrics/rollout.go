@@ -15,8 +15,10 @@ import (
 type RolloutOptions struct {
 	// Delay is how long events wait to be put in time order before they
 	// are analysed: the kernel capture emits its events up to ~150 ms late
-	// and the watcher at once. Default 3 s. Events later than that are
-	// left out of the signals and counted (drainscope_rollout_late_events_total).
+	// and the watcher at once, and the agents store them in batches (Tail
+	// reads them from the store). Default 3 s; drainscope serve uses 10 s.
+	// Events later than that are left out of the signals and counted
+	// (drainscope_rollout_late_events_total).
 	Delay time.Duration
 	// Tick is how often held events are analysed. Default 500 ms.
 	Tick time.Duration
@@ -27,8 +29,8 @@ type RolloutOptions struct {
 	Now func() time.Time
 }
 
-// Rollouts turns a live stream of events into the per-workload rollout
-// signals. It runs the analysis's streaming aligner on the events in time
+// Rollouts turns a stream of every node's events (Tail reads it from the
+// store) into the per-workload rollout signals. It runs the analysis's streaming aligner on the events in time
 // order: each terminated pod's timeline (reported once the pod has been
 // quiet for Analysis.Retain) gives the SIGTERM-versus-endpoint-removal gap,
 // the connections cut at exit and a SIGKILL after deletion; each failure
