@@ -4,7 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/drainscope/drainscope/event"
@@ -22,7 +21,6 @@ type recorder struct {
 	once   sync.Once
 	sendMu sync.RWMutex // Add holds it shared, Close exclusively
 	closed bool
-	paused atomic.Bool
 
 	mu     sync.Mutex
 	counts map[event.Kind]int
@@ -44,9 +42,6 @@ func newRecorder(st store.Store, log *slog.Logger) *recorder {
 
 // Add queues one event (sealed by the caller).
 func (r *recorder) Add(e event.Event) {
-	if r.paused.Load() {
-		return
-	}
 	if e.ID == 0 {
 		e.Seal()
 	}
@@ -123,9 +118,6 @@ func (r *recorder) Sync() {
 	r.sendMu.RUnlock()
 	<-synced
 }
-
-// Pause drops events until called with false.
-func (r *recorder) Pause(p bool) { r.paused.Store(p) }
 
 // Close flushes and stops. Add must not be called afterwards.
 func (r *recorder) Close() {

@@ -411,12 +411,14 @@ func runPods(ctx context.Context, c *Cluster, r Run) ([]PodRecord, error) {
 	return out, nil
 }
 
-// teardownRun removes the run's Service, Deployment and pods, quickly, with
-// recording paused: it is housekeeping, not an experiment.
+// teardownRun removes the run's Service, Deployment and pods, quickly. It is
+// recorded like everything else, as an agent would record it: the
+// Deployment's deletion is a disruption of its own, begun by that trigger,
+// apart from the run's rollout. (Pausing the recording here once dropped
+// the deletion but not the kernel's later events of the same pods, which
+// then joined the rollout as four more pods replaced.)
 func teardownRun(ctx context.Context, c *Cluster, name string, r Run) error {
 	c.Sync()
-	c.rec.Pause(true)
-	defer c.rec.Pause(false)
 	cs := c.Client
 	var errs []error
 	if err := cs.CoreV1().Services(Namespace).Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {

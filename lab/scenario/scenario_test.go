@@ -142,6 +142,7 @@ func TestLabEndToEnd(t *testing.T) {
 			t.Errorf("run %s: %d pods replaced by %d, want 4 by 4", r.Run.Name, len(r.Replaced), len(r.New))
 		}
 	}
+	checkRolloutBounds(ctx, t, st, exit, graceful, prestop, drain)
 
 	// Every failure of the exit run was served by a pod that the rollout
 	// replaced, and happened while that pod was terminating.
@@ -399,4 +400,68 @@ type testWriter struct{ t *testing.T }
 func (w testWriter) Write(b []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(b), "\n"))
 	return len(b), nil
+}
+
+// checkRolloutBounds reads the rollouts as the report and the web UI do
+// and checks that each run's rollout begins at its pod template change
+// (after the lab asked for it, before the first old pod's deletion),
+// counts the four pods it brought up, and that the lab's deletion of the
+// Deployment afterwards is a disruption of its own.
+func checkRolloutBounds(ctx context.Context, t *testing.T, st store.Store, runs ...scenario.RunResult) {
+	t.Helper()
+	res, err := analysis.Analyze(ctx, st, store.Query{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deletion := map[string]int64{}
+	for _, tl := range res.Timelines {
+		deletion[tl.Pod.UID] = tl.Deletion
+	}
+	stored, err := store.Rollouts(ctx, st, store.Query{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range runs {
+		wl := event.Workload{Kind: "Deployment", Name: "sample-" + r.Run.Name}
+		var mine []analysis.Rollout
+		for _, ro := range res.Rollouts {
+			if ro.Kind == wl.Kind && ro.Name == wl.Name {
+				mine = append(mine, ro)
+			}
+		}
+		if len(mine) != 2 {
+			t.Errorf("run %s: %d rollouts of %v, want 2 (the rollout, then the deletion): %+v", r.Run.Name, len(mine), wl, mine)
+			continue
+		}
+		ro, del := mine[0], mine[1]
+		firstDeletion := int64(0)
+		for _, p := range ro.Replaced {
+			if d := deletion[p.UID]; d != 0 && (firstDeletion == 0 || d < firstDeletion) {
+				firstDeletion = d
+			}
+		}
+		t.Logf("run %s: rollout %s at +%v after the lab's patch, first deletion +%v, %d replaced, %d new; then %s, %d replaced, %d new",
+			r.Run.Name, ro.Trigger, time.Duration(ro.From-r.RolloutStart.UnixNano()), time.Duration(firstDeletion-r.RolloutStart.UnixNano()),
+			len(ro.Replaced), len(ro.NewPods), del.Trigger, len(del.Replaced), len(del.NewPods))
+		if ro.Trigger != event.ChangeTemplate || ro.From < r.RolloutStart.UnixNano() || firstDeletion == 0 || ro.From > firstDeletion {
+			t.Errorf("run %s: rollout %q from %d; want the template change, after the patch (%d) and before the first deletion (%d)",
+				r.Run.Name, ro.Trigger, ro.From, r.RolloutStart.UnixNano(), firstDeletion)
+		}
+		if len(ro.Replaced) != 4 || len(ro.NewPods) != 4 {
+			t.Errorf("run %s: rollout replaced %d with %d new pods, want 4 with 4", r.Run.Name, len(ro.Replaced), len(ro.NewPods))
+		}
+		if del.Trigger != event.ChangeDeleted || len(del.Replaced) != 4 || len(del.NewPods) != 0 {
+			t.Errorf("run %s: after the rollout %q replacing %d with %d new, want the deletion of the 4 new pods", r.Run.Name, del.Trigger, len(del.Replaced), len(del.NewPods))
+		}
+		// The store's grouping (the rollouts list) agrees.
+		n := 0
+		for _, g := range stored {
+			if g.Workload == wl && g.From == ro.From && g.Trigger == ro.Trigger && len(g.Terminations) == len(ro.Replaced) {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Errorf("run %s: the store's rollouts of %v do not hold the analysed one (%d matching)", r.Run.Name, wl, n)
+		}
+	}
 }
