@@ -1,12 +1,14 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"math"
 	"net/netip"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -317,6 +319,10 @@ func (s *Postgres) PruneDetail(ctx context.Context, before int64) (Pruned, error
 		return fail(err)
 	}
 	concurrent := parts.version >= 140000 && !parts.hasDefault
+	// While one detach is pending no other can begin: finish it first.
+	slices.SortStableFunc(parts.list, func(a, b pgPartition) int {
+		return cmp.Compare(b2i(b.pending), b2i(a.pending))
+	})
 	for _, pt := range parts.list {
 		if pt.upper > before {
 			continue // it can hold times at or after the cut
@@ -357,6 +363,13 @@ func (s *Postgres) PruneDetail(ctx context.Context, before int64) (Pruned, error
 		return fail(err)
 	}
 	return p, nil
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // pgPartition is one partition of events, with its range [lower, upper);

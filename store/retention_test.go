@@ -508,3 +508,52 @@ func BenchmarkSQLitePruneWriteLatency(b *testing.B) {
 		})
 	}
 }
+
+// TestPostgresPruneFinishesAnInterruptedDetach: a pass stopped while it
+// waited to detach a partition concurrently (the server shut down) leaves
+// the partition "detach pending"; the next pass finishes and drops it, and
+// the other old partitions with it.
+func TestPostgresPruneFinishesAnInterruptedDetach(t *testing.T) {
+	ctx := context.Background()
+	s := openPostgres(t)
+	if err := s.Append(ctx, append(eventgen.Rollout(50, day0, 41, "checkout"), eventgen.Rollout(70, day0.AddDate(0, 0, 1), 42, "checkout")...)); err != nil {
+		t.Fatal(err)
+	}
+	reader, err := s.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Rollback(ctx)
+	var n int
+	if err := reader.QueryRow(ctx, "SELECT count(*) FROM events").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	part := partitionName(partitionStart(day0.UnixNano()))
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The server cancels it, as it would a pass whose process went away.
+	if _, err := conn.Exec(ctx, "SET statement_timeout = '300ms'"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = conn.Exec(ctx, "ALTER TABLE events DETACH PARTITION "+part+" CONCURRENTLY")
+	conn.Exec(ctx, "RESET statement_timeout")
+	conn.Release()
+	if err == nil {
+		t.Fatal("the detach did not wait for the reader")
+	}
+	reader.Rollback(ctx)
+	var pending bool
+	if err := s.pool.QueryRow(ctx, `SELECT i.inhdetachpending FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+		WHERE c.relname = $1`, part).Scan(&pending); err != nil || !pending {
+		t.Fatalf("partition %s: detach pending %v, %v; the test needs it interrupted", part, pending, err)
+	}
+	p, err := s.PruneDetail(ctx, day0.AddDate(0, 0, 2).UnixNano())
+	if err != nil || p.Partitions != 2 || p.Events != 120 {
+		t.Fatalf("PruneDetail = %+v, %v; want both partitions and their 120 events", p, err)
+	}
+	if names := partitionNames(t, s); len(names) != 0 {
+		t.Fatalf("partitions left: %v", names)
+	}
+}
