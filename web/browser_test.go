@@ -135,7 +135,8 @@ func shoot(t *testing.T, ctx context.Context, dir, name string) []byte {
 // the rollouts page lists the rollout (and fills in its counts live), its
 // timeline draws one lane per pod, hovering a failure names its cause and
 // clicking it shows the evidence and the fix. Names that are markup render
-// as text and never run. With -update it also refreshes docs/timeline.png.
+// as text and never run. (The README's picture comes from a recorded lab
+// run: TestLabRunPicture.)
 func TestBrowser(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a browser")
@@ -224,12 +225,7 @@ func TestBrowser(t *testing.T) {
 		t.Errorf("address %q does not link the selection and the range", u)
 	}
 	run(t, ctx, "moving the mouse away", chromedp.MouseEvent(input.DispatchMouseEventTypeMouseMoved, 5, 5), chromedp.Sleep(100*time.Millisecond))
-	png := shoot(t, ctx, dir, "timeline.png")
-	if *update {
-		if err := os.WriteFile("../docs/timeline.png", png, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	shoot(t, ctx, dir, "timeline.png")
 
 	// A deep link opens the same range and selection.
 	link := eval[string](t, ctx, `location.pathname + location.search`)
