@@ -100,7 +100,11 @@ type connKey struct{ local, remote addrKey }
 type connEnd struct {
 	key connKey
 	t   int64
-	how connHow
+	// idle is how long before t the peer last acknowledged this side's
+	// data (conn_closed's Duration; 0 unknown): a connection whose idle
+	// time reaches back before SIGTERM was open at SIGTERM.
+	idle int64
+	how  connHow
 }
 
 type connHow uint8
@@ -358,7 +362,11 @@ func (p *podState) connEnded(e *event.Event) {
 	if p.conns == nil {
 		p.conns = make([]connEnd, 0, 16)
 	}
-	p.conns = append(p.conns, connEnd{key: connKey{keyOf(e.Local), keyOf(e.Remote)}, t: e.Time, how: connHowOf(e)})
+	c := connEnd{key: connKey{keyOf(e.Local), keyOf(e.Remote)}, t: e.Time, how: connHowOf(e)}
+	if e.Kind == event.ConnClosed {
+		c.idle = e.Duration
+	}
+	p.conns = append(p.conns, c)
 }
 
 func (p *podState) endpoint(e *event.Event) {

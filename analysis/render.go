@@ -161,6 +161,9 @@ func connPhrase(c *ConnSummary) string {
 	if c.RacedAfterClose > 0 {
 		s += fmt.Sprintf("; %d then reset when the client sent data on them", c.RacedAfterClose)
 	}
+	if c.AfterSigterm > 0 {
+		s += fmt.Sprintf("; %d more ended after SIGTERM while the listener still accepted, opened before or after it", c.AfterSigterm)
+	}
 	return s
 }
 

@@ -88,16 +88,27 @@ type ExitView struct {
 	Reason string `json:"reason,omitempty"`
 }
 
-// ConnSummary says how the connections that were open at SIGTERM ended:
-// those whose first close or reset came after SIGTERM (after deletion when no
-// SIGTERM was seen). After the listener closed no new connection could be
-// accepted, so these are the connections open at SIGTERM.
+// ConnSummary says how the connections that were open at SIGTERM ended
+// (after deletion when no SIGTERM was seen). The capture records how a
+// connection ends, not when it opened, so a connection whose first close
+// or reset came after SIGTERM counts as open at SIGTERM when nothing could
+// have accepted it since: the listener was closed by then (or within
+// ExitSlack of it, as when the process exits at SIGTERM), or no listener
+// close was seen; or when its last acknowledged data came before SIGTERM.
+// The others, ended after SIGTERM while the listener still accepted, may
+// have been opened after SIGTERM (an app that keeps serving while it
+// drains accepts new ones): they are counted in AfterSigterm and nowhere
+// else.
 type ConnSummary struct {
 	AtSigterm int `json:"open_at_sigterm"`
-	ByApp     int `json:"closed_by_app"`
-	ByExit    int `json:"closed_by_exit"`
-	ByPeer    int `json:"closed_by_peer"`
-	Reset     int `json:"reset"`
+	// AfterSigterm counts the connections that ended after SIGTERM while
+	// the listener was still open, with nothing showing they were open at
+	// SIGTERM.
+	AfterSigterm int `json:"maybe_opened_after_sigterm,omitempty"`
+	ByApp        int `json:"closed_by_app"`
+	ByExit       int `json:"closed_by_exit"`
+	ByPeer       int `json:"closed_by_peer"`
+	Reset        int `json:"reset"`
 	// RacedAfterClose counts connections the pod closed and then reset
 	// because the peer sent data on them: the keep-alive race's signature.
 	RacedAfterClose int `json:"reset_after_close"`
@@ -263,6 +274,21 @@ func (p *podState) timeline(opts *Options) PodTimeline {
 	return t
 }
 
+// acceptedUntil is when the pod's listener stopped accepting, as far as the
+// connections open at SIGTERM are concerned: 0 when it had stopped by
+// SIGTERM (within slack) or no listener close was seen, so that every
+// connection ending after SIGTERM was open then.
+func (p *podState) acceptedUntil(opts *Options) int64 {
+	ref := p.sigterm.Time
+	if ref == 0 {
+		ref = p.deletion.Time
+	}
+	if p.listener.Time == 0 || p.listener.Time <= ref+int64(opts.ExitSlack) {
+		return 0
+	}
+	return p.listener.Time
+}
+
 func sigView(e *event.Event) SignalView {
 	return SignalView{
 		Time: e.Time, Signal: signalName(e.Signal),
@@ -280,6 +306,11 @@ func (p *podState) connSummary(exit *event.Event, opts *Options) *ConnSummary {
 		raced bool // a RST followed this side's close
 	}
 	conns := make(map[connKey]conn, len(p.conns))
+	ref := p.sigterm.Time
+	if ref == 0 {
+		ref = p.deletion.Time
+	}
+	accepting := p.acceptedUntil(opts)
 	for i, e := range p.conns {
 		k, seen := conns[e.key]
 		if !seen {
@@ -293,6 +324,12 @@ func (p *podState) connSummary(exit *event.Event, opts *Options) *ConnSummary {
 	}
 	for _, k := range conns {
 		e := &p.conns[k.first]
+		// While the listener accepted, a connection ending after SIGTERM
+		// may be a new one, unless it carried data before SIGTERM.
+		if accepting != 0 && !(e.idle > 0 && e.t-e.idle < ref) {
+			c.AfterSigterm++
+			continue
+		}
 		c.AtSigterm++
 		switch {
 		case e.how == endRSTSent || e.how == endRSTRecv:

@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/drainscope/drainscope/internal/testenv"
+	"github.com/drainscope/drainscope/lab/lock"
 )
 
 func need(t *testing.T, names ...string) {
@@ -117,18 +118,21 @@ func TestControllerManager(t *testing.T) {
 
 // TestKubeProxy starts kube-proxy in nftables mode against a registered
 // Node and checks that it becomes healthy and programs its table, then that
-// Stop removes the table. It changes the host's packet filter (in this
-// network namespace), so it runs only when asked: with
-// DRAINSCOPE_TEST_KUBE_PROXY=1, as root, with nft installed.
+// Stop removes the table. It needs root and nft (scripts/deps.sh installs
+// nftables), so CI runs it. It changes the host's packet filter: the table
+// ip kube-proxy, which a running lab's kube-proxy also owns, so it holds the
+// lab lock meanwhile.
 func TestKubeProxy(t *testing.T) {
-	if os.Getenv("DRAINSCOPE_TEST_KUBE_PROXY") != "1" {
-		t.Skip("changes the host's nftables; set DRAINSCOPE_TEST_KUBE_PROXY=1 to run it")
-	}
 	testenv.RequireRoot(t)
 	nft := testenv.RequireBinary(t, "nft")
 	need(t, "etcd", "kube-apiserver", "kube-controller-manager", "kube-proxy")
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
+	l, err := lock.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release()
 	cp, err := Start(ctx, Options{Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
 	if err != nil {
 		t.Fatal(err)
