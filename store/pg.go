@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"net/netip"
+	"net/url"
 	"regexp"
 	"slices"
 	"strconv"
@@ -37,16 +38,19 @@ type Postgres struct {
 
 // OpenPostgres connects to dsn, checks it, and brings the schema up to date.
 func OpenPostgres(ctx context.Context, dsn string) (*Postgres, error) {
-	name := redact(dsn)
+	name := Redact(dsn)
 	fail := func(what string, err error) (*Postgres, error) {
-		return nil, fmt.Errorf("store %s: %s: %s", name, what, oneLine(err))
+		return nil, fmt.Errorf("store %s: %s: %s", name, what, Redact(oneLine(err)))
 	}
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
-		// pgx's parse errors quote the whole DSN, password included.
-		msg := strings.ReplaceAll(oneLine(err), dsn, name)
+		// pgx's parse errors quote the DSN, masked by pgx's own rules.
+		msg := Redact(strings.ReplaceAll(oneLine(err), dsn, name))
 		return nil, fmt.Errorf("store %s: bad DSN: %s", name, msg)
 	}
+	// Once parsed, the DSN is named by what it reaches alone: no password,
+	// no query parameters, nothing left to mask.
+	name = describePostgres(cfg.ConnConfig.Config)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return fail("connecting", err)
@@ -102,6 +106,15 @@ func pgCode(err error) string {
 
 // Describe implements Store.
 func (s *Postgres) Describe() string { return s.name }
+
+// describePostgres names a parsed DSN as postgres://USER@HOST:PORT/DATABASE.
+func describePostgres(c pgconn.Config) string {
+	host := c.Host
+	if strings.Contains(host, ":") && !strings.HasPrefix(host, "/") {
+		host = "[" + host + "]"
+	}
+	return fmt.Sprintf("postgres://%s@%s:%d/%s", url.PathEscape(c.User), host, c.Port, url.PathEscape(c.Database))
+}
 
 // Close implements Store.
 func (s *Postgres) Close() error { s.pool.Close(); return nil }

@@ -123,25 +123,8 @@ func Backend(dsn string) (backend, target string, err error) {
 		return BackendSQLite, p, nil
 	case strings.Contains(dsn, "://"):
 		scheme, _, _ := strings.Cut(dsn, "://")
-		return "", "", fmt.Errorf("store %q: unknown scheme %q (want postgres://, postgresql://, sqlite: or a file path)", redact(dsn), scheme)
+		return "", "", fmt.Errorf("store %q: unknown scheme %q (want postgres://, postgresql://, sqlite: or a file path)", Redact(dsn), scheme)
 	default:
 		return BackendSQLite, dsn, nil
 	}
-}
-
-// redact hides a password in a URL-style DSN for error messages.
-func redact(dsn string) string {
-	scheme, rest, ok := strings.Cut(dsn, "://")
-	if !ok {
-		return dsn
-	}
-	userinfo, host, ok := strings.Cut(rest, "@")
-	if !ok {
-		return dsn
-	}
-	user, _, hasPass := strings.Cut(userinfo, ":")
-	if !hasPass {
-		return dsn
-	}
-	return scheme + "://" + user + ":xxxxx@" + host
 }
