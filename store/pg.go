@@ -167,13 +167,17 @@ func (s *Postgres) Append(ctx context.Context, batch []event.Event) error {
 	}
 	if pgCode(err) == "23505" { // unique_violation
 		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, "CREATE TEMP TABLE events_in (LIKE events INCLUDING DEFAULTS) ON COMMIT DROP"); err != nil {
+			src, err := retryTableSource(ctx, tx)
+			if err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, "CREATE TEMP TABLE events_in (LIKE "+src+" INCLUDING DEFAULTS) ON COMMIT DROP"); err != nil {
 				return err
 			}
 			if _, err := tx.CopyFrom(ctx, pgx.Identifier{"events_in"}, columns, newPgRows(batch)); err != nil {
 				return err
 			}
-			_, err := tx.Exec(ctx, "INSERT INTO events SELECT * FROM events_in ON CONFLICT DO NOTHING")
+			_, err = tx.Exec(ctx, "INSERT INTO events SELECT * FROM events_in ON CONFLICT DO NOTHING")
 			return err
 		})
 	}
@@ -218,9 +222,7 @@ func (s *Postgres) ensurePartitions(ctx context.Context, batch []event.Event) er
 		if s.partitions[start] {
 			continue
 		}
-		q := fmt.Sprintf("CREATE TABLE IF NOT EXISTS %s PARTITION OF events FOR VALUES FROM (%d) TO (%d)",
-			partitionName(start), start, start+partitionSpan)
-		_, err := s.pool.Exec(ctx, q)
+		err := createPartition(ctx, s.pool, start)
 		if code := pgCode(err); code == "42P07" || code == "23505" {
 			err = nil // another writer created it between the check and the create
 		}
@@ -340,7 +342,7 @@ func (s *Postgres) PruneDetail(ctx context.Context, before int64) (Pruned, error
 		if pt.upper > before {
 			continue // it can hold times at or after the cut
 		}
-		n, err := dropPartition(ctx, conn.Conn(), parts.parent, pt, concurrent)
+		n, err := dropPartitionAs(ctx, conn.Conn(), parts.parent, pt, concurrent, before)
 		if err != nil {
 			return fail(fmt.Errorf("partition %s: %w", pt.name, err))
 		}
@@ -515,8 +517,16 @@ func (m pgMigrator) lock(ctx context.Context) (func(), error) {
 }
 
 func (m pgMigrator) version(ctx context.Context) (int, error) {
-	if _, err := m.pool.Exec(ctx, "CREATE TABLE IF NOT EXISTS schema_migrations (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"); err != nil {
+	// Only when missing: a role that may not create tables (see SetupRoles)
+	// is refused CREATE … IF NOT EXISTS even when the table is there.
+	var exists bool
+	if err := m.pool.QueryRow(ctx, "SELECT to_regclass('schema_migrations') IS NOT NULL").Scan(&exists); err != nil {
 		return 0, err
+	}
+	if !exists {
+		if _, err := m.pool.Exec(ctx, "CREATE TABLE IF NOT EXISTS schema_migrations (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"); err != nil {
+			return 0, err
+		}
 	}
 	var v int
 	err := m.pool.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM schema_migrations").Scan(&v)

@@ -1,0 +1,170 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/drainscope/drainscope/internal/eventgen"
+	"github.com/drainscope/drainscope/internal/pgtest"
+)
+
+// asRole returns dsn with its user replaced (the throwaway cluster trusts
+// every local connection, so no password is needed).
+func asRole(t *testing.T, dsn, role string) string {
+	t.Helper()
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.User(role)
+	return u.String()
+}
+
+// setupRoles runs SetupRoles as the owner of a fresh schema and returns the
+// owner's, the agent's and the server's DSNs.
+func setupRoles(t *testing.T) (owner, agent, server string) {
+	t.Helper()
+	ctx := context.Background()
+	owner = pgtest.Schema(t)
+	suffix := fmt.Sprintf("%d_%d", time.Now().UnixNano(), rand.IntN(1<<20))
+	r := Roles{Agent: "ds_agent_" + suffix, Server: "ds_server_" + suffix}
+	t.Cleanup(func() {
+		c, err := pgx.Connect(ctx, owner)
+		if err != nil {
+			return
+		}
+		defer c.Close(ctx)
+		for _, role := range []string{r.Agent, r.Server} {
+			c.Exec(ctx, "DROP OWNED BY "+role)
+			c.Exec(ctx, "DROP ROLE "+role)
+		}
+	})
+	if err := SetupRoles(ctx, owner, r); err != nil {
+		t.Fatal(err)
+	}
+	// Twice: after an upgrade it runs again over what it made.
+	if err := SetupRoles(ctx, owner, r); err != nil {
+		t.Fatalf("second run: %v", err)
+	}
+	return owner, asRole(t, owner, r.Agent), asRole(t, owner, r.Server)
+}
+
+// refused runs q as dsn's role and fails t unless Postgres refuses it for
+// want of privilege.
+func refused(t *testing.T, who, dsn, q string) {
+	t.Helper()
+	ctx := context.Background()
+	c, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	_, err = c.Exec(ctx, q)
+	if code := pgCode(err); code != "42501" {
+		t.Errorf("%s ran %q: error %v (code %q), want insufficient_privilege (42501)", who, q, err, code)
+	}
+}
+
+func TestPostgresRoles(t *testing.T) {
+	ctx := context.Background()
+	owner, agentDSN, serverDSN := setupRoles(t)
+	day := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
+	batch := append(eventgen.Rollout(50, day, 1, "checkout"), eventgen.Rollout(50, day.AddDate(0, 0, 1), 2, "checkout")...)
+
+	// The agent writes, creating the day partitions through the owner's
+	// function, and a retried batch goes through the temporary table.
+	agent, err := OpenPostgres(ctx, agentDSN)
+	if err != nil {
+		t.Fatalf("agent opens the store: %v", err)
+	}
+	defer agent.Close()
+	if err := agent.Append(ctx, batch); err != nil {
+		t.Fatalf("agent writes: %v", err)
+	}
+	agent.partitions = map[int64]bool{} // as a restarted agent
+	if err := agent.Append(ctx, batch); err != nil {
+		t.Fatalf("agent writes a batch again: %v", err)
+	}
+	part := partitionName(partitionStart(day.UnixNano()))
+	for _, q := range []string{
+		"SELECT count(*) FROM events",
+		"SELECT * FROM " + part,
+		"COPY events TO STDOUT",
+		"DELETE FROM events",
+		"UPDATE events SET kind = 'x'",
+		"TRUNCATE events",
+		"DROP TABLE " + part,
+		"CREATE TABLE mine (x int)",
+		"CREATE TABLE mine PARTITION OF events FOR VALUES FROM (0) TO (1)",
+		"SELECT drainscope_drop_partition('" + part + "', 9223372036854775807)",
+		"COPY (SELECT 1) TO PROGRAM 'true'",
+		"COPY events FROM PROGRAM 'true'",
+	} {
+		refused(t, "the agent", agentDSN, q)
+	}
+
+	// The server reads, writes what it ingests, and prunes through the
+	// owner's function; it cannot change or empty the schema.
+	server, err := OpenPostgres(ctx, serverDSN)
+	if err != nil {
+		t.Fatalf("server opens the store: %v", err)
+	}
+	defer server.Close()
+	if n := count(t, server, Query{}); n != len(batch) {
+		t.Fatalf("server reads %d events, want %d", n, len(batch))
+	}
+	later := eventgen.Rollout(10, day.AddDate(0, 0, 2), 3, "checkout")
+	if err := server.Append(ctx, later); err != nil {
+		t.Fatalf("server ingests: %v", err)
+	}
+	for _, q := range []string{
+		"UPDATE events SET kind = 'x'",
+		"TRUNCATE events",
+		"DROP TABLE events",
+		"DROP TABLE " + part,
+		"ALTER TABLE events DETACH PARTITION " + part,
+		"CREATE TABLE mine (x int)",
+		"INSERT INTO schema_migrations (version, name) VALUES (99, 'x')",
+		"COPY (SELECT 1) TO PROGRAM 'true'",
+		"COPY events FROM PROGRAM 'true'",
+	} {
+		refused(t, "the server", serverDSN, q)
+	}
+	// The drop function takes nothing that may hold times at or after the cut.
+	c, err := pgx.Connect(ctx, serverDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	if _, err := c.Exec(ctx, "SELECT drainscope_drop_partition($1, $2)", part, day.UnixNano()); err == nil {
+		t.Error("drainscope_drop_partition dropped a partition ending after the cut")
+	}
+	cut := day.AddDate(0, 0, 1).Add(time.Hour).UnixNano()
+	p, err := server.PruneDetail(ctx, cut)
+	if err != nil {
+		t.Fatalf("server prunes: %v", err)
+	}
+	var older int
+	for _, e := range batch {
+		if e.Time < cut {
+			older++
+		}
+	}
+	if p.Partitions != 1 || p.Events != int64(older) {
+		t.Errorf("pruned %+v, want 1 partition and %d events", p, older)
+	}
+	if n := count(t, server, Query{}); n != len(batch)+len(later)-older {
+		t.Errorf("after pruning %d events left, want %d", n, len(batch)+len(later)-older)
+	}
+
+	// Neither role may be one that can run programs.
+	if err := SetupRoles(ctx, owner, Roles{Agent: "postgres", Server: "ds_none"}); err == nil {
+		t.Error("SetupRoles accepted a superuser as the agent's role")
+	}
+}
