@@ -56,6 +56,14 @@ func Describe(e *event.Event) string {
 			s += " (seen on " + e.Node + ")"
 		}
 		return s
+	case event.ServiceChanged:
+		s := "Service " + e.Pod.Namespace + "/" + e.Service + " " + e.Reason
+		if ips := e.Attrs[event.AttrClusterIPs]; ips != "" {
+			s += " (" + ips + ")"
+		}
+		return s
+	case event.WorkloadChanged:
+		return e.Workload.String() + " " + e.Reason
 	case event.Signal:
 		return fmt.Sprintf("%s from %s to %s", signalName(e.Signal), procName(e.PeerComm, e.PeerPID), procName(e.Comm, e.PID))
 	case event.ProcessExit:

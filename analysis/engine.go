@@ -36,6 +36,9 @@ type Aligner struct {
 	ips      map[netip.Addr][]*ipLease
 	svcs     map[string]*svcState
 	svcIdx   map[string][]string // bare service name → keys
+	// svcAddrs holds, per ClusterIP, which Service held it from when, in
+	// time order: what a client that dialled the address reached.
+	svcAddrs map[netip.Addr][]svcClaim
 
 	// Pod-side connection events in time order, each linked to the
 	// previous one on the same client address; kidx holds the latest per
@@ -151,6 +154,7 @@ func NewAligner(opts Options, onFailure func(*Decision), onPod func(*PodTimeline
 		ips:          map[netip.Addr][]*ipLease{},
 		svcs:         map[string]*svcState{},
 		svcIdx:       map[string][]string{},
+		svcAddrs:     map[netip.Addr][]svcClaim{},
 		kidx:         map[addrKey]int64{},
 		inferredSeen: map[connKey]seenInference{},
 		inferredAt:   map[addrKey][]inferMark{},
@@ -198,6 +202,9 @@ func (a *Aligner) Add(e *event.Event) error {
 	}
 	if e.Kind.IsEndpoint() {
 		a.endpoint(e)
+	}
+	if e.Kind == event.ServiceChanged {
+		a.service(e)
 	}
 	switch e.Kind {
 	case event.ConnClosed, event.RSTSent, event.RSTReceived, event.ConnRefused:

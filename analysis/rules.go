@@ -408,7 +408,7 @@ func NoPodServed(f *Facts, dst []Piece) []Piece {
 }
 
 // NoReadyEndpoints holds when every node watching the failure's Service
-// saw it without a ready endpoint.
+// saw it without a ready endpoint when the request began.
 func NoReadyEndpoints(f *Facts, dst []Piece) []Piece {
 	if len(f.svcs) == 0 {
 		return dst
@@ -419,12 +419,16 @@ func NoReadyEndpoints(f *Facts, dst []Piece) []Piece {
 		if s == nil {
 			return dst
 		}
-		ok, why := s.noReadyAt(f.Failure.Time)
+		ok, why := s.noReadyAt(f.Start) // when the request was routed
 		if !ok {
 			return dst
 		}
 		for _, e := range why {
-			out = append(out, piece("last ready endpoint left", e))
+			role := "last ready endpoint left"
+			if e.Kind == event.ServiceChanged {
+				role = "Service created, no endpoint since"
+			}
+			out = append(out, piece(role, e))
 		}
 	}
 	return out

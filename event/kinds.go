@@ -31,6 +31,8 @@ import "fmt"
 //	                       Duration, Reason (error class), Attrs[backend], Flags(Inferred)
 //	kernel_capabilities    Node; Reason (the kernel evidence the node cannot see, comma-separated, "" for none),
 //	                       Attrs[kernel_release, kernel_features]: recorded by an agent when its capture starts, and every 10 minutes
+//	service_changed        Service, Pod.Namespace only; Reason (created, updated, deleted, observed),
+//	                       Attrs[cluster_ips, service_ports, service_type]: what a client dialling the Service reached
 //	workload_changed       Workload, Pod.Namespace only; Reason (template, scale, created, deleted),
 //	                       Attrs[generation, replicas_from, replicas_to]: what set pods ending or starting
 type Kind string
@@ -61,6 +63,7 @@ const (
 	ClientFailure Kind = "client_failure"
 
 	WorkloadChanged Kind = "workload_changed"
+	ServiceChanged  Kind = "service_changed"
 
 	KernelCapabilities Kind = "kernel_capabilities"
 )
@@ -71,7 +74,7 @@ var Kinds = []Kind{
 	EndpointAdded, EndpointReady, EndpointNotReady, EndpointServing, EndpointNotServing,
 	EndpointTerminating, EndpointRemoved,
 	Signal, ProcessExit, ListenerClosed, ConnClosed, RSTSent, RSTReceived, ConnRefused,
-	ClientFailure, WorkloadChanged, KernelCapabilities,
+	ClientFailure, WorkloadChanged, ServiceChanged, KernelCapabilities,
 }
 
 // Attributes of kernel_capabilities.
@@ -130,6 +133,9 @@ const (
 	AttrGeneration            = "generation"    // workload_changed: the workload's metadata.generation after the change
 	AttrReplicasFrom          = "replicas_from" // workload_changed: spec.replicas before
 	AttrReplicasTo            = "replicas_to"   // workload_changed: spec.replicas after
+	AttrClusterIPs            = "cluster_ips"   // service_changed: the ClusterIPs, comma-separated
+	AttrServicePorts          = "service_ports" // service_changed: port/protocol, comma-separated
+	AttrServiceType           = "service_type"  // service_changed: ClusterIP, NodePort, LoadBalancer
 )
 
 // What changed a workload (Reason of workload_changed).
@@ -138,6 +144,8 @@ const (
 	ChangeScale    = "scale"    // spec.replicas changed
 	ChangeCreated  = "created"
 	ChangeDeleted  = "deleted"
+	ChangeUpdated  = "updated"  // service_changed: its addresses or ports changed
+	ChangeObserved = "observed" // service_changed: as it was when the watch began, and every 10 minutes
 )
 
 // Client failure classes (Reason of client_failure).

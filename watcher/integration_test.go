@@ -857,3 +857,69 @@ func TestIntegrationLeaderElection(t *testing.T) {
 		t.Errorf("the stopped leader recorded web-1")
 	}
 }
+
+// TestIntegrationServices: the Services there when the watch starts are
+// recorded as observed, and a Service's creation, change of ports and
+// deletion as they happen, each with its ClusterIPs and ports.
+func TestIntegrationServices(t *testing.T) {
+	cp := controlPlane(t)
+	ns := "services"
+	setup(t, cp, ns) // creates Service web before the watch starts
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	_, c := startWatcherWith(t, cp.Config(), Options{Node: "node-a", Namespace: ns})
+	svcEvents := func(evs []event.Event) []event.Event {
+		var out []event.Event
+		for _, e := range evs {
+			if e.Kind == event.ServiceChanged {
+				out = append(out, e)
+			}
+		}
+		return out
+	}
+	wait := func(n int, what string) []event.Event {
+		t.Helper()
+		return svcEvents(c.waitFor(t, time.Minute, what, func(evs []event.Event) bool { return len(svcEvents(evs)) >= n }))
+	}
+	wait(1, "Service web as observed")
+	svcs := cp.Client().CoreV1().Services(ns)
+	api := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "api", Namespace: ns},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "api"},
+			Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)}}},
+	}
+	created, err := svcs.Create(ctx, api, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait(2, "Service api created")
+	created.Spec.Ports = append(created.Spec.Ports, corev1.ServicePort{Name: "metrics", Port: 9090, TargetPort: intstr.FromInt32(9090)})
+	if _, err := svcs.Update(ctx, created, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	wait(3, "Service api updated")
+	if err := svcs.Delete(ctx, "api", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	got := wait(4, "Service api deleted")
+	want := []struct{ name, reason, ports string }{
+		{"web", event.ChangeObserved, "80/TCP"},
+		{"api", event.ChangeCreated, "80/TCP"},
+		{"api", event.ChangeUpdated, "80/TCP,9090/TCP"},
+		{"api", event.ChangeDeleted, "80/TCP,9090/TCP"},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%d Service events, want %d:\n%s", len(got), len(want), describe(got))
+	}
+	for i, e := range got {
+		w := want[i]
+		ips := e.Attrs[event.AttrClusterIPs]
+		if e.Service != w.name || e.Reason != w.reason || e.Attrs[event.AttrServicePorts] != w.ports || e.Pod.Namespace != ns || ips == "" {
+			t.Errorf("event %d: %s %s/%s ports %q ips %q; want %s %s ports %q with its ClusterIP", i, e.Reason, e.Pod.Namespace, e.Service,
+				e.Attrs[event.AttrServicePorts], ips, w.reason, w.name, w.ports)
+		}
+	}
+	if got[1].Attrs[event.AttrClusterIPs] != strings.Join(created.Spec.ClusterIPs, ",") {
+		t.Errorf("api's ClusterIPs %q, the API says %v", got[1].Attrs[event.AttrClusterIPs], created.Spec.ClusterIPs)
+	}
+}

@@ -7,7 +7,8 @@
 // handler received it (UTC nanoseconds; the API's whole-second timestamps go
 // in Attrs), and hands them to a sink. Beside them it records each
 // Deployment's changes that begin a rollout or end its pods (a new pod
-// template, a change of replicas, its deletion), with the EndpointSlices.
+// template, a change of replicas, its deletion) and each Service's
+// addresses and ports, with the EndpointSlices.
 //
 // A broken watch loses nothing and doubles nothing: the watcher keeps the
 // state it last reported, so an update replayed after a reconnect reports
@@ -261,6 +262,27 @@ func (w *Watcher) Run(ctx context.Context) error {
 		ctrl, done = runInformer(ctx, "deployments", w.deploymentListWatch(), &appsv1.Deployment{}, stripDeployment,
 			&workloadHandler{w: w, known: map[string]workloadState{}}, w.opts.Now, w.watchError("deployments"))
 		waits, running = append(waits, ctrl.HasSynced), append(running, done)
+		// Services: what a client's target (a ClusterIP, a DNS name)
+		// was at the time it failed.
+		svcs := &serviceHandler{w: w, known: map[string]serviceState{}}
+		ctrl, done = runInformer(ctx, "services", w.serviceListWatch(), &corev1.Service{}, stripService,
+			svcs, w.opts.Now, w.watchError("services"))
+		waits, running = append(waits, ctrl.HasSynced), append(running, done)
+		snapshots := make(chan struct{})
+		go func() {
+			defer close(snapshots)
+			tick := time.NewTicker(SnapshotEvery)
+			defer tick.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-tick.C:
+					svcs.snapshot(w.opts.Now())
+				}
+			}
+		}()
+		running = append(running, snapshots)
 	}
 	if w.opts.Mode == Leader && !w.opts.NoSlices {
 		// Run returns after the election ended, so that a leader going
@@ -309,6 +331,13 @@ func (w *Watcher) deploymentListWatch() cache.ListerWatcher {
 	return w.listWatch(func(*metav1.ListOptions) {},
 		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return deps.List(ctx, o) },
 		deps.Watch)
+}
+
+func (w *Watcher) serviceListWatch() cache.ListerWatcher {
+	svcs := w.cs.CoreV1().Services(w.opts.Namespace)
+	return w.listWatch(func(*metav1.ListOptions) {},
+		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return svcs.List(ctx, o) },
+		svcs.Watch)
 }
 
 // listWatch lists and watches with the options mod sets, and counts every

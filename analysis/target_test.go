@@ -1,0 +1,154 @@
+package analysis
+
+import (
+	"net/netip"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/drainscope/drainscope/event"
+	"github.com/drainscope/drainscope/store"
+)
+
+// svc is a service_changed event as the watcher records it.
+func (r *rec) svc(d int64, ns, name, reason, ips string) {
+	r.add(event.Event{Time: r.at(d), Kind: event.ServiceChanged, Node: r.nodes[0], Source: event.SourceWatcher,
+		Pod: event.PodRef{Namespace: ns}, Service: name, Reason: reason,
+		Attrs: map[string]string{event.AttrClusterIPs: ips, event.AttrServicePorts: "80/TCP", event.AttrServiceType: "ClusterIP"}})
+}
+
+// refusedTo is a refused connection as a client that knows only its
+// target logs it: no Service field, no backend.
+func (r *rec) refusedTo(d int64, c netip.AddrPort, target string, remote netip.AddrPort) {
+	r.add(event.Event{Time: r.at(d), Kind: event.ClientFailure, Source: event.SourceClient,
+		Local: c, Remote: remote, Reason: event.FailRefused, Duration: int64(time.Millisecond),
+		Attrs: map[string]string{event.AttrTarget: target}})
+}
+
+// TestTargetResolvesToService: a failure whose client knew only the
+// Service's address or name is judged against that Service's endpoints at
+// the time, for each form a client log holds it in.
+func TestTargetResolvesToService(t *testing.T) {
+	ip := netip.MustParseAddrPort("10.96.0.10:80")
+	none := netip.AddrPort{}
+	for _, tc := range []struct {
+		name   string
+		target string
+		remote netip.AddrPort
+	}{
+		{"ClusterIP:port", "10.96.0.10:80", none},
+		{"URL with a ClusterIP", "http://10.96.0.10/checkout", none},
+		{"dialled ClusterIP only", "", ip},
+		{"name.ns.svc.cluster.local:port", "http://web.default.svc.cluster.local:80/", none},
+		{"name.ns.svc", "web.default.svc", none},
+		{"name.ns", "http://web.default/x?y=1", none},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRec()
+			p := r.pod("web-1", "10.244.0.11")
+			r.svc(-10*s, "default", "web", event.ChangeObserved, "10.96.0.10")
+			r.created(p, -5*s)
+			r.ready(p, -4*s)
+			r.leave(p, 0, ms)
+			r.removed(p, 10*ms, ms)
+			r.refusedTo(500*ms, client(1), tc.target, tc.remote)
+			res, err := AnalyzeEvents(r.events, store.Query{}, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := causesOf(res); len(got) != 1 || got[client(1).String()] != CauseNoReadyEndpoints {
+				t.Errorf("causes %v; want the refusal from %v to be no ready endpoints, the Service having none", got, client(1))
+			}
+		})
+	}
+}
+
+// TestTargetByTime: what an address or a name meant is what it meant when
+// the request began: a Service recreated under its name with a new
+// ClusterIP, and the old ClusterIP given later to another Service.
+func TestTargetByTime(t *testing.T) {
+	r := newRec()
+	r.svc(-20*s, "default", "web", event.ChangeCreated, "10.96.0.10")
+	// web has no endpoint yet: a refusal to its address is "no ready
+	// endpoints", and its evidence is the Service's creation.
+	r.refusedTo(-19*s, client(1), "10.96.0.10:80", netip.AddrPort{})
+	p := r.pod("web-1", "10.244.0.11")
+	r.created(p, -18*s)
+	r.ready(p, -17*s)
+	// Recreated: deleted, then created again with another address.
+	r.svc(-10*s, "default", "web", event.ChangeDeleted, "10.96.0.10")
+	r.svc(-10*s+ms, "default", "web", event.ChangeCreated, "10.96.0.20")
+	// The old address now belongs to api, which has endpoints (a pod on
+	// another workload) until it loses them at 0.
+	r.svc(-5*s, "default", "api", event.ChangeCreated, "10.96.0.10")
+	q := r.pod("api-1", "10.244.0.12")
+	q.svc, q.wl = "api", event.Workload{Kind: "Deployment", Name: "api"}
+	r.created(q, -4*s)
+	r.ready(q, -3*s)
+	r.leave(q, 0, ms)
+	r.removed(q, 10*ms, ms)
+	// web's pod leaves too, at 2 s.
+	r.leave(p, 2*s, ms)
+	r.removed(p, 2*s+10*ms, ms)
+	// At 1 s the old address is api's (no ready endpoint); web's new
+	// address still has one.
+	r.refusedTo(1*s, client(2), "10.96.0.10:80", netip.AddrPort{})
+	r.refusedTo(1*s+ms, client(3), "10.96.0.20:80", netip.AddrPort{})
+	// At 3 s web has none either.
+	r.refusedTo(3*s, client(4), "10.96.0.20:80", netip.AddrPort{})
+	res, err := AnalyzeEvents(r.events, store.Query{}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := causesOf(res)
+	if len(got) != 4 {
+		t.Fatalf("%d client failures reported, want 4: %v", len(got), got)
+	}
+	for _, c := range []netip.AddrPort{client(1), client(2), client(4)} {
+		if got[c.String()] != CauseNoReadyEndpoints {
+			t.Errorf("failure from %v: %s, want %s", c, got[c.String()], CauseNoReadyEndpoints)
+		}
+	}
+	if got[client(3).String()] == CauseNoReadyEndpoints {
+		t.Errorf("failure from %v at 1 s to web's new address: no ready endpoints, but web had one then", client(3))
+	}
+	for _, f := range res.Failures {
+		if f.Failure.Local == client(1).String() {
+			var roles []string
+			for _, e := range f.Evidence {
+				roles = append(roles, e.Role)
+			}
+			if !slices.Contains(roles, "Service created, no endpoint since") {
+				t.Errorf("evidence of the refusal before any endpoint: %v", roles)
+			}
+		}
+	}
+}
+
+// causesOf maps each client-reported failure's client address to its cause.
+func causesOf(res *Result) map[string]Cause {
+	out := map[string]Cause{}
+	for _, f := range res.Failures {
+		if !f.Inferred {
+			out[f.Failure.Local] = f.Cause
+		}
+	}
+	return out
+}
+
+func TestTargetHost(t *testing.T) {
+	for in, want := range map[string]string{
+		"":                                   "",
+		"10.96.0.10:80":                      "10.96.0.10",
+		"http://10.96.0.10/x":                "10.96.0.10",
+		"https://user:pw@web.shop.svc:8443/": "web.shop.svc",
+		"web.shop":                           "web.shop",
+		"[fd00::10]:80":                      "fd00::10",
+		"http://[fd00::10]/":                 "fd00::10",
+		"web.shop.svc.cluster.local?q=1":     "web.shop.svc.cluster.local",
+	} {
+		if got := targetHost(in); got != want {
+			t.Errorf("targetHost(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
