@@ -1,15 +1,17 @@
 package ingest
 
 import (
+	"bytes"
 	"compress/gzip"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"maps"
 	"net/http"
+	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/drainscope/drainscope/event"
@@ -21,21 +23,114 @@ import (
 // ClientFailuresPath is where the web server mounts Handler.
 const ClientFailuresPath = "/api/v1/client-failures"
 
-// DefaultMaxBytes is Handler's body limit unless set otherwise.
+// DefaultMaxBytes is Handler's body limit unless set otherwise (8 MiB), before
+// and after gzip decompression.
 const DefaultMaxBytes = 8 << 20
 
 // DefaultLookback is how long before a request's earliest failure Handler
 // reads pod and endpoint events to resolve pods.
 const DefaultLookback = 24 * time.Hour
 
+// DefaultMaxConcurrent is how many ingest requests Handler serves at once
+// unless set otherwise; more are answered 503 with Retry-After.
+const DefaultMaxConcurrent = 4
+
+// DefaultHandlerBatch is how many failures Handler hands the store in one
+// Append.
+const DefaultHandlerBatch = 2000
+
+// DefaultBodyTimeout bounds how long Handler waits for a request's body.
+const DefaultBodyTimeout = 60 * time.Second
+
+// DefaultMaxPast and DefaultMaxAhead bound the times ingest accepts: from
+// 30 days before the clock to 1 day after it.
+const (
+	DefaultMaxPast  = 30 * 24 * time.Hour
+	DefaultMaxAhead = 24 * time.Hour
+)
+
+// TimeWindow bounds the times accepted, around the clock at the time of
+// reading: a record's time must lie within [now-Past, now+Ahead]. A zero
+// field takes its default (DefaultMaxPast, DefaultMaxAhead); a negative
+// one lifts that side's bound.
+type TimeWindow struct {
+	Past, Ahead time.Duration
+	Now         func() time.Time // nil: time.Now
+}
+
+// check rejects rec when its time lies outside the window, naming the
+// field and the bounds.
+func (w TimeWindow) check(rec *Record) *LineError {
+	if rec.Err != nil || !rec.Failed {
+		return nil // only failures are stored; their times matter
+	}
+	now := time.Now
+	if w.Now != nil {
+		now = w.Now
+	}
+	past, ahead := w.Past, w.Ahead
+	if past == 0 {
+		past = DefaultMaxPast
+	}
+	if ahead == 0 {
+		ahead = DefaultMaxAhead
+	}
+	t := now()
+	ts := time.Unix(0, rec.Time).UTC()
+	switch {
+	case past > 0 && ts.Before(t.Add(-past)):
+		return &LineError{Line: rec.Line, Field: "time", Msg: fmt.Sprintf("%s is %s before now, more than the %s accepted (--max-past)",
+			ts.Format(time.RFC3339), roundAge(t.Sub(ts)), roundAge(past))}
+	case ahead > 0 && ts.After(t.Add(ahead)):
+		return &LineError{Line: rec.Line, Field: "time", Msg: fmt.Sprintf("%s is %s after now, more than the %s accepted (--max-ahead)",
+			ts.Format(time.RFC3339), roundAge(ts.Sub(t)), roundAge(ahead))}
+	}
+	return nil
+}
+
+// roundAge prints d in days past two days, else in time.Duration's form
+// rounded to the second.
+func roundAge(d time.Duration) string {
+	if d >= 48*time.Hour {
+		return fmt.Sprintf("%dd", int64(d/(24*time.Hour)))
+	}
+	return d.Round(time.Second).String()
+}
+
+// Bounded returns p with every failure whose time lies outside w turned
+// into a rejected line (field "time"): an importer or the ingest API then
+// never writes far-off times, each of which would need a partition of its
+// own in Postgres.
+func Bounded(p Parser, w TimeWindow) Parser {
+	return func(r io.Reader, emit Emit) error {
+		return p(r, func(rec *Record) error {
+			if lerr := w.check(rec); lerr != nil {
+				line := rec.Line
+				rec.reset(line)
+				rec.Err = lerr
+			}
+			return emit(rec)
+		})
+	}
+}
+
 // Handler takes client failures over HTTP: POST a body in any import format
 // (?format=NAME, jsonl by default; ?log_format=… for nginx; ?fail_status=…
 // to change which statuses are failures) with "Authorization: Bearer
-// TOKEN". A request is all or nothing: with any bad line nothing is stored
-// and the answer (400) lists the lines; otherwise every failure is stored in
-// one atomic append and the answer (200) counts them. Bodies may be gzip
-// (Content-Encoding: gzip); MaxBytes bounds them before and after
-// decompression.
+// TOKEN". Bodies may be gzip (Content-Encoding: gzip); MaxBytes bounds them
+// before and after decompression.
+//
+// A request with any bad line stores nothing: the body is read and checked
+// whole first (every line parsed, every failure's time within Window and
+// its event valid), answering 400 with the first MaxExamples bad lines and
+// the count of the rest. Only a body with no bad line is parsed again from
+// the copy kept while reading (at most MaxBytes; dropped at the first bad
+// line) and its failures stored in batches of BatchSize, each atomic. When
+// the store fails part way the answer is 503 with the count stored; since
+// the same lines make the same events and the store keeps an event once, a
+// retry of the same body completes it without storing anything twice.
+// Memory per request is thus bounded by MaxBytes plus one batch, whatever
+// the body holds, and at most MaxConcurrent requests are served at once.
 type Handler struct {
 	Store store.Store
 	// Token is the bearer token clients must send. With none set the
@@ -45,6 +140,19 @@ type Handler struct {
 	Lookback time.Duration // 0: DefaultLookback
 	Options  Options       // defaults for FailStatus
 	Log      *slog.Logger  // nil: slog.Default()
+	// Window bounds the failures' times (zero: 30 days back, 1 day ahead).
+	Window TimeWindow
+	// MaxConcurrent bounds requests served at once (0: DefaultMaxConcurrent);
+	// the others are answered 503 with Retry-After at once.
+	MaxConcurrent int
+	// BatchSize is the most failures in one store.Append (0: DefaultHandlerBatch).
+	BatchSize int
+	// BodyTimeout bounds the reading of one body, however slowly the client
+	// sends it (0: DefaultBodyTimeout). The server's ReadTimeout still holds.
+	BodyTimeout time.Duration
+
+	semOnce sync.Once
+	sem     chan struct{}
 }
 
 // IngestResult is the body of a successful answer.
@@ -61,6 +169,8 @@ type IngestError struct {
 	Error    string         `json:"error"`
 	Rejected []RejectedLine `json:"rejected,omitempty"`
 	More     int            `json:"more_rejected,omitempty"`
+	// Stored counts the failures stored before the store failed part way.
+	Stored int `json:"stored,omitempty"`
 }
 
 // RejectedLine is one bad line in an IngestError.
@@ -118,6 +228,24 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, IngestError{Error: err.Error()})
 		return
 	}
+	parse = Bounded(parse, h.Window)
+
+	// Past this point a request holds memory: bound how many do.
+	release, ok := h.acquire()
+	if !ok {
+		w.Header().Set("Retry-After", "5")
+		writeJSON(w, http.StatusServiceUnavailable, IngestError{Error: fmt.Sprintf("%d ingest requests are being served; retry later", cap(h.sem))})
+		return
+	}
+	defer release()
+	timeout := h.BodyTimeout
+	if timeout <= 0 {
+		timeout = DefaultBodyTimeout
+	}
+	// Not every ResponseWriter supports it (a test recorder); the server's
+	// ReadTimeout still holds then.
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(timeout))
+
 	limit := h.MaxBytes
 	if limit <= 0 {
 		limit = DefaultMaxBytes
@@ -137,27 +265,38 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	// Read everything first: the request is all or nothing, and the pods are
-	// resolved over the time range the failures span.
+	// First pass, as the body arrives: check every line, keep a copy of the
+	// body (not of its records: the body is their most compact form) while
+	// no line is bad, and the time range the failures span.
 	var res IngestResult
-	var recs []Record
-	var bad []*LineError
+	var bad []RejectedLine
+	nbad := 0
+	var copy spool
 	from, to := int64(0), int64(0)
-	err = parse(body, func(rec *Record) error {
+	err = parse(io.TeeReader(body, &copy), func(rec *Record) error {
 		res.Lines++
+		if rec.Err == nil && rec.Failed {
+			e := rec.Event()
+			e.Seal()
+			if verr := e.Validate(); verr != nil {
+				rec.Err = &LineError{Line: rec.Line, Field: "(event)", Msg: verr.Error()}
+			}
+		}
 		switch {
 		case rec.Err != nil:
-			bad = append(bad, rec.Err)
+			nbad++
+			copy.drop() // nothing will be stored: only count from here
+			if len(bad) < MaxExamples {
+				bad = append(bad, RejectedLine{Line: rec.Err.Line, Field: rec.Err.Field, Error: rec.Err.Error()})
+			}
 		case !rec.Failed:
 			res.Succeeded++
 		default:
-			c := *rec
-			c.Attrs = maps.Clone(rec.Attrs)
-			recs = append(recs, c)
-			if from == 0 || c.Time < from {
-				from = c.Time
+			res.Failed++
+			if from == 0 || rec.Time < from {
+				from = rec.Time
 			}
-			to = max(to, c.Time)
+			to = max(to, rec.Time)
 		}
 		return nil
 	})
@@ -165,53 +304,140 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.bodyError(w, err)
 		return
 	}
-	if len(bad) > 0 {
-		e := IngestError{Error: fmt.Sprintf("%d of %d lines rejected; nothing was stored", len(bad), res.Lines)}
-		for i, b := range bad {
-			if i == MaxExamples {
-				e.More = len(bad) - i
-				break
-			}
-			e.Rejected = append(e.Rejected, RejectedLine{Line: b.Line, Field: b.Field, Error: b.Error()})
-		}
-		writeJSON(w, http.StatusBadRequest, e)
+	if nbad > 0 {
+		writeJSON(w, http.StatusBadRequest, IngestError{
+			Error:    fmt.Sprintf("%d of %d lines rejected; nothing was stored", nbad, res.Lines),
+			Rejected: bad, More: nbad - len(bad),
+		})
 		return
 	}
-	res.Failed = len(recs)
-	if len(recs) > 0 {
-		lookback := h.Lookback
-		if lookback <= 0 {
-			lookback = DefaultLookback
-		}
-		resolver, err := LoadResolver(r.Context(), h.Store, event.Window{
-			From: max(from-int64(lookback), 0), To: to + int64(DefaultLookahead) + 1,
-		})
-		if err != nil {
-			log.Warn("ingest: resolving pods", "err", err)
-			writeJSON(w, http.StatusServiceUnavailable, IngestError{Error: "reading pod addresses from the store failed; retry later"})
-			return
-		}
-		conv := newConverter(resolver)
-		batch := make([]event.Event, 0, len(recs))
-		for i := range recs {
-			e, lerr := conv.event(&recs[i])
-			if lerr != nil {
-				writeJSON(w, http.StatusBadRequest, IngestError{Error: "nothing was stored", Rejected: []RejectedLine{{Line: lerr.Line, Field: lerr.Field, Error: lerr.Error()}}})
-				return
-			}
-			if !e.Pod.IsZero() {
-				res.Resolved++
-			}
-			batch = append(batch, e)
+	if res.Failed == 0 {
+		writeJSON(w, http.StatusOK, res)
+		return
+	}
+
+	// Second pass, over the copy: resolve pods and store in batches.
+	lookback := h.Lookback
+	if lookback <= 0 {
+		lookback = DefaultLookback
+	}
+	resolver, err := LoadResolver(r.Context(), h.Store, event.Window{
+		From: max(from-int64(lookback), 0), To: to + int64(DefaultLookahead) + 1,
+	})
+	if err != nil {
+		log.Warn("ingest: resolving pods", "err", err)
+		writeJSON(w, http.StatusServiceUnavailable, IngestError{Error: "reading pod addresses from the store failed; nothing was stored, retry later"})
+		return
+	}
+	bs := h.BatchSize
+	if bs <= 0 {
+		bs = DefaultHandlerBatch
+	}
+	conv := newConverter(resolver)
+	batch := make([]event.Event, 0, min(bs, res.Failed))
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
 		}
 		if err := h.Store.Append(r.Context(), batch); err != nil {
-			log.Warn("ingest: storing client failures", "n", len(batch), "err", err)
-			writeJSON(w, http.StatusServiceUnavailable, IngestError{Error: "the store failed; nothing was stored, retry later"})
-			return
+			return err
 		}
-		res.Stored = len(batch)
+		res.Stored += len(batch)
+		clear(batch) // let the strings go
+		batch = batch[:0]
+		return nil
+	}
+	var lineErr *LineError
+	err = parse(copy.reader(), func(rec *Record) error {
+		if rec.Err != nil || !rec.Failed {
+			return nil
+		}
+		e, lerr := conv.event(rec)
+		if lerr != nil {
+			lineErr = lerr // the first pass checked the same: not expected
+			return lerr
+		}
+		if !e.Pod.IsZero() {
+			res.Resolved++
+		}
+		batch = append(batch, e)
+		if len(batch) >= bs {
+			return flush()
+		}
+		return nil
+	})
+	if err == nil {
+		err = flush()
+	}
+	switch {
+	case lineErr != nil:
+		writeJSON(w, http.StatusBadRequest, IngestError{Error: fmt.Sprintf("%d of %d failures were stored before a bad line", res.Stored, res.Failed),
+			Rejected: []RejectedLine{{Line: lineErr.Line, Field: lineErr.Field, Error: lineErr.Error()}}, Stored: res.Stored})
+		return
+	case err != nil:
+		log.Warn("ingest: storing client failures", "stored", res.Stored, "failed", res.Failed, "err", err)
+		msg := "the store failed; nothing was stored, retry later"
+		if res.Stored > 0 {
+			msg = fmt.Sprintf("the store failed after %d of %d failures were stored; retry the same body: nothing is stored twice", res.Stored, res.Failed)
+		}
+		w.Header().Set("Retry-After", "5")
+		writeJSON(w, http.StatusServiceUnavailable, IngestError{Error: msg, Stored: res.Stored})
+		return
 	}
 	writeJSON(w, http.StatusOK, res)
+}
+
+// acquire takes one of MaxConcurrent slots without waiting.
+func (h *Handler) acquire() (release func(), ok bool) {
+	h.semOnce.Do(func() {
+		n := h.MaxConcurrent
+		if n <= 0 {
+			n = DefaultMaxConcurrent
+		}
+		h.sem = make(chan struct{}, n)
+	})
+	select {
+	case h.sem <- struct{}{}:
+		return func() { <-h.sem }, true
+	default:
+		return nil, false
+	}
+}
+
+// spool keeps a body in 64 KiB chunks: no doubling copies while it grows,
+// and dropped at once when it will not be read again.
+type spool struct {
+	chunks  [][]byte
+	dropped bool
+}
+
+const spoolChunk = 64 << 10
+
+func (s *spool) Write(p []byte) (int, error) {
+	if s.dropped {
+		return len(p), nil
+	}
+	n := len(p)
+	for len(p) > 0 {
+		if len(s.chunks) == 0 || len(s.chunks[len(s.chunks)-1]) == spoolChunk {
+			s.chunks = append(s.chunks, make([]byte, 0, spoolChunk))
+		}
+		last := &s.chunks[len(s.chunks)-1]
+		k := min(len(p), spoolChunk-len(*last))
+		*last = append(*last, p[:k]...)
+		p = p[k:]
+	}
+	return n, nil
+}
+
+func (s *spool) drop() { s.chunks, s.dropped = nil, true }
+
+func (s *spool) reader() io.Reader {
+	rs := make([]io.Reader, len(s.chunks))
+	for i, c := range s.chunks {
+		rs[i] = bytes.NewReader(c)
+	}
+	return io.MultiReader(rs...)
 }
 
 // authorized compares the bearer token in constant time (over hashes, so
@@ -221,6 +447,10 @@ func (h *Handler) authorized(r *http.Request) bool {
 }
 
 func (h *Handler) bodyError(w http.ResponseWriter, err error) {
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		writeJSON(w, http.StatusRequestTimeout, IngestError{Error: "the body did not arrive in time; nothing was stored"})
+		return
+	}
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) || errors.Is(err, errTooLarge) {
 		limit := h.MaxBytes

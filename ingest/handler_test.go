@@ -40,7 +40,8 @@ func TestHandler(t *testing.T) {
 	webB := event.PodRef{Namespace: "shop", Name: "web-b", UID: "b"}
 	st := newMemStore(event.Event{Time: mustTime(t, "2026-03-01T08:00:00Z"), Kind: event.PodReady, Node: "n1",
 		Source: event.SourceWatcher, Pod: webB, Local: ap("10.244.0.6:0")})
-	h := &Handler{Store: st, Token: testToken, MaxBytes: 4096}
+	// The fixtures are of fixed dates: lift the window around the clock.
+	h := &Handler{Store: st, Token: testToken, MaxBytes: 4096, Window: TimeWindow{Past: -1, Ahead: -1}}
 
 	t.Run("stores jsonl", func(t *testing.T) {
 		res, body := post(t, h, "", testToken, strings.NewReader(jsonl), nil)
@@ -155,7 +156,7 @@ func TestHandler(t *testing.T) {
 	t.Run("store failure", func(t *testing.T) {
 		bad := newMemStore()
 		bad.failAt = 1
-		res, _ := post(t, &Handler{Store: bad, Token: testToken}, "", testToken, strings.NewReader(jsonl), nil)
+		res, _ := post(t, &Handler{Store: bad, Token: testToken, Window: TimeWindow{Past: -1, Ahead: -1}}, "", testToken, strings.NewReader(jsonl), nil)
 		if res.StatusCode != http.StatusServiceUnavailable {
 			t.Errorf("status %d", res.StatusCode)
 		}
