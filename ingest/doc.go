@@ -51,4 +51,14 @@
 // A request failed when it has an error, no response (status 0), or a status
 // in Options.FailStatus (500–599 by default). Envoy lines also fail on the
 // upstream response flags (UF, UC, UR, UT, UH, URX, NR, UO …).
+//
+// # Hostile input
+//
+// Every format reads through one line reader: it drops a leading UTF-8
+// byte order mark, refuses UTF-16 and binary inputs at line 1 (an input is
+// binary when its first line and most lines of its first 4 KiB are not
+// text), and rejects alone each line longer than MaxLineBytes or holding a
+// NUL byte. A CSV record is one line: a quote left open is that line's
+// error. A JSON string holding \u0000 rejects its record; invalid UTF-8 is
+// stored as U+FFFD.
 package ingest

@@ -7,6 +7,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/drainscope/drainscope/event"
 )
@@ -208,11 +209,30 @@ func jsonScalar(raw json.RawMessage) (string, error) {
 		if err := json.Unmarshal(raw, &s); err != nil {
 			return "", err
 		}
+		if err := checkJSONString(s); err != nil {
+			return "", err
+		}
 		return s, nil
 	case '{', '[':
 		return "", fmt.Errorf("JSON %s where a string or number was expected", map[byte]string{'{': "object", '[': "array"}[raw[0]])
 	}
 	return string(raw), nil
+}
+
+// checkJSONString rejects a decoded JSON string holding a NUL (\u0000).
+// A line with a raw NUL byte is rejected as binary (scanLines); an escaped
+// one is the same corruption, or a crafted value, and no client or proxy
+// logs it in a URL, an address or an error. Storing it cleaned (U+FFFD, as
+// event.CleanString would) keeps a target nobody requested, so the record
+// is rejected, naming its field. Invalid UTF-8 is not rejected: the JSON
+// decoder already turns each bad byte into U+FFFD, which is what
+// event.CleanString does too, and a proxy's escape=json output carries a
+// request's non-UTF-8 bytes as they came, on a failure worth keeping.
+func checkJSONString(s string) error {
+	if i := strings.IndexByte(s, 0); i >= 0 {
+		return fmt.Errorf("the string holds a NUL character (\\u0000) at character %d: not a logged value", utf8.RuneCountInString(s[:i])+1)
+	}
+	return nil
 }
 
 // envoyUpstreamFailure lists response flags that mean the request failed

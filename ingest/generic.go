@@ -147,55 +147,29 @@ func ParseJSONLines(r io.Reader, opts Options, emit Emit) error {
 // ParseCSV reads generic CSV whose first line names the columns (any of
 // GenericColumns, in any order; others are ignored).
 func ParseCSV(r io.Reader, opts Options, emit Emit) error {
-	var rec Record
-	cr, off := openCSV(r)
-	if off >= 0 {
-		rec.reset(1)
-		rec.Err = binaryError(off)
-		return emit(&rec)
-	}
-	header, err := cr.Read()
-	if err == io.EOF {
-		return nil
-	}
-	if err != nil {
-		rec.reset(1)
-		rec.Err = lineErr(1, FieldLine, "header: not CSV: %v", err)
-		return emit(&rec)
-	}
-	col := map[string]int{}
-	for i, h := range header {
-		h = strings.ToLower(strings.TrimSpace(strings.TrimPrefix(h, "\ufeff")))
-		if h == "" {
-			continue // an unnamed column is one drainscope does not read
+	var sp csvSplitter
+	var header []string
+	var col map[string]int
+	return scanLines(r, emit, func(line []byte, rec *Record) *LineError {
+		fields, bad, why := sp.split(line)
+		if header == nil {
+			if lerr := readCSVHeader(fields, bad, why, &header, &col); lerr != nil {
+				lerr.final = true // without its header no line can be read
+				return lerr
+			}
+			return skipLine
 		}
-		if _, dup := col[h]; dup {
-			rec.reset(1)
-			rec.Err = lineErr(1, h, "header names the column twice")
-			return emit(&rec)
+		if bad >= 0 {
+			name := FieldLine
+			if bad < len(header) {
+				name = columnName(header, bad)
+			}
+			return lineErr(0, name, "not CSV: %s", why)
 		}
-		col[h] = i
-	}
-	hasTime := false
-	for _, tc := range timeColumns {
-		if _, ok := col[tc.name]; ok {
-			hasTime = true
-		}
-	}
-	if !hasTime {
-		rec.reset(1)
-		rec.Err = lineErr(1, "time", "the header (first line) names no time column; it must name the columns, e.g. time,target,error,status (nothing else read)")
-		return emit(&rec)
-	}
-	cr.ReuseRecord = true
-	return scanCSV(cr, emit, &rec, func(fields []string, rec *Record) *LineError {
 		if len(fields) != len(header) {
 			name := FieldLine
 			if len(fields) < len(header) {
-				name = strings.TrimSpace(header[len(fields)])
-				if name == "" {
-					name = fmt.Sprintf("column %d", len(fields)+1)
-				}
+				name = columnName(header, len(fields))
 			}
 			return lineErr(0, name, "%d columns where the header has %d", len(fields), len(header))
 		}
@@ -207,4 +181,41 @@ func ParseCSV(r io.Reader, opts Options, emit Emit) error {
 			return strings.TrimSpace(fields[i]), true
 		})
 	})
+}
+
+// readCSVHeader reads the first line of a generic CSV: the columns' names.
+func readCSVHeader(fields []string, bad int, why string, header *[]string, col *map[string]int) *LineError {
+	if bad >= 0 {
+		return lineErr(0, FieldLine, "header: not CSV: %s (nothing else read)", why)
+	}
+	names := map[string]int{}
+	for i, h := range fields {
+		h = strings.ToLower(strings.TrimSpace(h))
+		if h == "" {
+			continue // an unnamed column is one drainscope does not read
+		}
+		if _, dup := names[h]; dup {
+			return lineErr(0, h, "header names the column twice (nothing else read)")
+		}
+		names[h] = i
+	}
+	hasTime := false
+	for _, tc := range timeColumns {
+		if _, ok := names[tc.name]; ok {
+			hasTime = true
+		}
+	}
+	if !hasTime {
+		return lineErr(0, "time", "the header (first line) names no time column; it must name the columns, e.g. time,target,error,status (nothing else read)")
+	}
+	*header, *col = append([]string(nil), fields...), names
+	return nil
+}
+
+// columnName names the i-th column of a generic CSV for a rejection.
+func columnName(header []string, i int) string {
+	if name := strings.TrimSpace(header[i]); name != "" {
+		return name
+	}
+	return fmt.Sprintf("column %d", i+1)
 }

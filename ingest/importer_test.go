@@ -55,7 +55,7 @@ var badInputs = []struct {
 	{
 		name: "truncated csv", format: "vegeta-csv",
 		input: "1772355600000000000,503,1,0,0,503 Service Unavailable,,a,0,GET,http://x/,\n1772355601000000000,0,1,0,0,\"Get \\\"http://x/\\\": conn",
-		line:  2, field: FieldLine, good: 1,
+		line:  2, field: "error", good: 1,
 	},
 	{
 		name: "wrong format", format: "nginx",
@@ -97,7 +97,90 @@ var badInputs = []struct {
 		input: goodNginx + "10.0.0.9 - - [10/Oct/2025:13:55:39 +0200] \"GET /c\x00\x00 HTTP/1.1\" 502\n",
 		line:  4, field: FieldLine, good: 2,
 	},
+	{
+		name: "garbage line in a small file", format: "jsonl",
+		input: goodJSONL + "\x01\x02\x03\x04\x05\x06\x07\x08\x0e\x0f\x10\x11\x12\x13\x14\x15\x16\x17\x18\x19\x1a\x1c\x1d\n" + goodJSONL,
+		line:  2, field: FieldLine, good: 2,
+	},
+	{
+		name: "NUL line in a small file", format: "jsonl",
+		input: goodJSONL + strings.Repeat("\x00", 40) + "\n" + goodJSONL,
+		line:  2, field: FieldLine, good: 2,
+	},
+	{
+		name: "garbage first line", format: "csv",
+		input: "\x01\x00\x00\x02garbage\ntime,status\n2026-03-01T09:00:00Z,503\n2026-03-01T09:00:01Z,503\n",
+		line:  1, field: FieldLine, good: 2,
+	},
+	{
+		name: "unterminated quote in vegeta csv", format: "vegeta-csv",
+		input: "1772355600000000000,0,1,0,0,\"dial tcp: connection refused,,a,0,GET,http://x/,\n1772355601000000000,503,1,0,0,,,a,1,GET,http://x/,\n",
+		line:  1, field: "error", good: 1,
+	},
+	{
+		name: "unterminated quote in csv", format: "csv",
+		input: "time,status,error\n2026-03-01T09:00:00Z,0,\"connection reset\n2026-03-01T09:00:01Z,503,ok\n",
+		line:  2, field: "error", good: 1,
+	},
+	{
+		name: "escaped NUL in a jsonl target", format: "jsonl",
+		input: `{"time":"2026-03-01T09:00:00Z","status":503,"target":"http://web/a\u0000b"}` + "\n" + goodJSONL,
+		line:  1, field: "target", good: 1,
+	},
+	{
+		name: "escaped NUL in a vegeta error", format: "vegeta-json",
+		input: `{"code":0,"timestamp":"2026-03-01T09:00:00Z","latency":1,"error":"EOF\u0000"}` + "\n" + `{"code":503,"timestamp":"2026-03-01T09:00:01Z","latency":1}` + "\n",
+		line:  1, field: "error", good: 1,
+	},
+	{
+		name: "escaped NUL in an envoy-json host", format: "envoy-json",
+		input: `{"start_time":"2026-03-01T09:00:00Z","response_code":503,"upstream_host":"\u00001.2.3.4:80"}` + "\n" + `{"start_time":"2026-03-01T09:00:01Z","response_code":503}` + "\n",
+		line:  1, field: "upstream_host", good: 1,
+	},
+	{
+		name: "deeply nested json", format: "jsonl",
+		input: `{"time":"2026-03-01T09:00:00Z","status":503,"x":` + strings.Repeat("[", 20000) + strings.Repeat("]", 20000) + "}\n" + goodJSONL,
+		line:  1, field: "x", good: 1,
+	},
+	{
+		name: "huge status", format: "jsonl",
+		input: `{"time":"2026-03-01T09:00:00Z","status":1e400}` + "\n" + goodJSONL,
+		line:  1, field: "status", good: 1,
+	},
+	{
+		name: "huge duration", format: "jsonl",
+		input: `{"time":"2026-03-01T09:00:00Z","status":503,"duration_ms":1e30}` + "\n" + goodJSONL,
+		line:  1, field: "duration_ms", good: 1,
+	},
+	{
+		name: "NaN duration", format: "envoy-json",
+		input: `{"start_time":"2026-03-01T09:00:00Z","response_code":503,"duration":NaN}` + "\n" + `{"start_time":"2026-03-01T09:00:01Z","response_code":503}` + "\n",
+		line:  1, field: "duration", good: 1,
+	},
+	{
+		name: "huge latency", format: "vegeta-json",
+		input: `{"code":503,"timestamp":"2026-03-01T09:00:00Z","latency":1e300}` + "\n" + `{"code":503,"timestamp":"2026-03-01T09:00:01Z","latency":1}` + "\n",
+		line:  1, field: "latency", good: 1,
+	},
+	{
+		name: "year far off", format: "jsonl",
+		input: `{"time":"9999-12-31T23:59:59Z","status":503}` + "\n" + `{"time_s":"99999999999","status":503}` + "\n" + goodJSONL,
+		line:  1, field: "time", good: 1,
+	},
+	{
+		name: "year before 1971", format: "vegeta-csv",
+		input: "1000000000,503,1,0,0,,,a,0,GET,http://x/,\n1772355601000000000,503,1,0,0,,,a,1,GET,http://x/,\n",
+		line:  1, field: "timestamp", good: 1,
+	},
+	{
+		name: "huge epoch", format: "csv",
+		input: "time_ms,status\n1e30,503\n99999999999999999999,503\n1772355602000,503\n",
+		line:  2, field: "time_ms", good: 1,
+	},
 }
+
+// goodJSONL is one line of generic JSON lines: a failure.
+const goodJSONL = `{"time":"2026-03-01T09:00:00Z","status":503,"target":"http://web/"}` + "\n"
 
 func TestBadInput(t *testing.T) {
 	ctx := context.Background()

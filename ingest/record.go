@@ -80,6 +80,9 @@ type LineError struct {
 	// Unterminated marks the last line of an input that did not end with a
 	// newline: a likely sign of a truncated file.
 	Unterminated bool
+	// final marks a rejection after which nothing more of the input is
+	// read (a binary input, a CSV header that names no time column).
+	final bool
 }
 
 // FieldLine is the Field of a LineError about the line as a whole.

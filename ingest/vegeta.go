@@ -1,9 +1,7 @@
 package ingest
 
 import (
-	"bufio"
 	"bytes"
-	"encoding/csv"
 	"encoding/json"
 	"errors"
 	"io"
@@ -39,6 +37,17 @@ func ParseVegetaJSON(r io.Reader, opts Options, emit Emit) error {
 		if err := json.Unmarshal(line, &v); err != nil {
 			return jsonError(line, err)
 		}
+		for _, f := range [...]struct {
+			name string
+			s    *string
+		}{{"attack", &v.Attack}, {"error", &v.Error}, {"method", &v.Method}, {"url", &v.URL}, {"timestamp", v.Timestamp}} {
+			if f.s == nil {
+				continue
+			}
+			if err := checkJSONString(*f.s); err != nil {
+				return lineErr(0, f.name, "%v", err)
+			}
+		}
 		switch {
 		case v.Timestamp == nil:
 			return lineErr(0, "timestamp", "missing")
@@ -65,15 +74,16 @@ var vegetaCSVColumns = [...]string{"timestamp", "code", "latency", "bytes_out", 
 // ParseVegetaCSV reads `vegeta encode --to csv` output. Older vegeta
 // versions wrote fewer columns; the first six are required.
 func ParseVegetaCSV(r io.Reader, opts Options, emit Emit) error {
-	var rec Record
-	cr, off := openCSV(r)
-	if off >= 0 {
-		rec.reset(1)
-		rec.Err = binaryError(off)
-		return emit(&rec)
-	}
-	cr.ReuseRecord = true
-	return scanCSV(cr, emit, &rec, func(fields []string, rec *Record) *LineError {
+	var sp csvSplitter
+	return scanLines(r, emit, func(line []byte, rec *Record) *LineError {
+		fields, bad, why := sp.split(line)
+		if bad >= 0 {
+			name := FieldLine
+			if bad < len(vegetaCSVColumns) {
+				name = vegetaCSVColumns[bad]
+			}
+			return lineErr(0, name, "not CSV: %s", why)
+		}
 		if len(fields) < 6 {
 			return lineErr(0, vegetaCSVColumns[len(fields)], "missing (the line has %d of vegeta's 12 columns)", len(fields))
 		}
@@ -154,60 +164,6 @@ func urlRemote(raw string) netip.AddrPort {
 		return netip.AddrPort{}
 	}
 	return netip.AddrPortFrom(a.Unmap(), uint16(p))
-}
-
-// scanCSV drives a CSV parser, numbering records by the line they start on.
-// openCSV wraps r in a lenient CSV reader (records may differ in length,
-// leading spaces trimmed), or returns the offset of binary content in r
-// (-1 when r is text), which no CSV parser should try to read.
-func openCSV(r io.Reader) (*csv.Reader, int) {
-	br := bufio.NewReaderSize(r, 64<<10)
-	if off := sniffBinary(br); off >= 0 {
-		return nil, off
-	}
-	cr := csv.NewReader(br)
-	cr.FieldsPerRecord = -1
-	cr.TrimLeadingSpace = true
-	return cr, -1
-}
-
-func scanCSV(cr *csv.Reader, emit Emit, rec *Record, parse func(fields []string, rec *Record) *LineError) error {
-	for n := 0; ; n++ {
-		fields, err := cr.Read()
-		if err == io.EOF {
-			return nil
-		}
-		var pe *csv.ParseError
-		switch {
-		case errors.As(err, &pe):
-			rec.reset(pe.StartLine)
-			rec.Err = lineErr(pe.StartLine, FieldLine, "not CSV: %v at line %d column %d", pe.Err, pe.Line, pe.Column)
-			if pe.Err == csv.ErrQuote {
-				rec.Err.Msg += " (a quoted field never ends: truncated file?)"
-			}
-		case err != nil:
-			return err
-		default:
-			line, _ := cr.FieldPos(0)
-			rec.reset(line)
-			for i, f := range fields {
-				if j := bytes.IndexByte([]byte(f), 0); j >= 0 {
-					rec.Err = lineErr(line, FieldLine, "binary data (NUL byte in column %d)", i+1)
-					break
-				}
-			}
-			if rec.Err == nil {
-				if lerr := parse(fields, rec); lerr != nil {
-					rec.reset(line)
-					lerr.Line = line
-					rec.Err = lerr
-				}
-			}
-		}
-		if err := emit(rec); err != nil {
-			return err
-		}
-	}
 }
 
 // jsonError turns a decoding error into a LineError naming the field being
