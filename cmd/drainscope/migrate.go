@@ -5,14 +5,30 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/drainscope/drainscope/store"
 )
 
 func runMigrate(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	dsn := fs.String("store", os.Getenv("DRAINSCOPE_STORE"), "store DSN: postgres://… or a SQLite file path (default: "+store.DefaultPath()+"; env DRAINSCOPE_STORE)")
+	roles := fs.String("roles", "", "Postgres only: agent=ROLE,server=ROLE — create these login roles if missing and grant each only what it needs (the agent writes, the server reads, ingests and prunes); passwords from env DRAINSCOPE_AGENT_PASSWORD and DRAINSCOPE_SERVER_PASSWORD when set. Run as the role that owns the schema")
 	if err := parseFlags(fs, args, false); err != nil {
 		return err
+	}
+	if *roles != "" {
+		r, err := parseRoles(*roles)
+		if err != nil {
+			return err
+		}
+		if backend, _, err := store.Backend(*dsn); err != nil {
+			return err
+		} else if backend != store.BackendPostgres {
+			return fmt.Errorf("%w: --roles needs a Postgres store", errUsage)
+		}
+		if err := store.SetupRoles(ctx, *dsn, r.FromEnv()); err != nil {
+			return err
+		}
 	}
 	s, err := store.Open(ctx, *dsn)
 	if err != nil {
@@ -24,5 +40,30 @@ func runMigrate(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		return err
 	}
 	fmt.Fprintf(os.Stdout, "%s: schema version %d (latest known %d)\n", s.Describe(), v, store.LatestVersion)
+	if *roles != "" {
+		fmt.Fprintf(os.Stdout, "roles granted: %s\n", *roles)
+	}
 	return nil
+}
+
+// parseRoles reads --roles: agent=NAME,server=NAME.
+func parseRoles(s string) (store.Roles, error) {
+	var r store.Roles
+	for _, kv := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
+		switch {
+		case !ok || v == "":
+			return r, fmt.Errorf("%w: --roles %q: want agent=ROLE,server=ROLE", errUsage, s)
+		case k == "agent":
+			r.Agent = v
+		case k == "server":
+			r.Server = v
+		default:
+			return r, fmt.Errorf("%w: --roles: unknown role %q (want agent and server)", errUsage, k)
+		}
+	}
+	if r.Agent == "" || r.Server == "" {
+		return r, fmt.Errorf("%w: --roles %q: want agent=ROLE,server=ROLE", errUsage, s)
+	}
+	return r, nil
 }
