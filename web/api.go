@@ -17,6 +17,9 @@ import (
 
 type apiError struct {
 	Error string `json:"error"`
+	// RequestID names a 5xx answer in the server's log, which has the
+	// details the answer leaves out.
+	RequestID string `json:"request_id,omitempty"`
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -39,14 +42,31 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		status = http.StatusServiceUnavailable
 	}
-	if status >= 500 {
-		s.log.Error("request failed", "path", r.URL.Path, "err", err)
-	}
-	if isAPI(r) {
-		writeJSON(w, status, apiError{Error: err.Error()})
+	if status < 500 {
+		msg := store.Redact(err.Error())
+		if isAPI(r) {
+			writeJSON(w, status, apiError{Error: msg})
+			return
+		}
+		s.render(w, r, status, "error.html", errorData{Status: status, Message: msg})
 		return
 	}
-	s.render(w, r, status, "error.html", errorData{Status: status, Message: err.Error()})
+	// A server error's text is the store's or the analysis's: it may name
+	// the database, its tables or worse. It goes to the log, under an id
+	// the client is given instead.
+	id := newRequestID()
+	s.log.Error("request failed", "request_id", id, "path", r.URL.Path, "status", status, "err", store.Redact(err.Error()))
+	msg := "internal error"
+	if status == http.StatusServiceUnavailable {
+		msg = "the store took too long to answer; retry later"
+	}
+	msg += "; the server logged it as request " + id
+	w.Header().Set("X-Request-Id", id)
+	if isAPI(r) {
+		writeJSON(w, status, apiError{Error: msg, RequestID: id})
+		return
+	}
+	s.render(w, r, status, "error.html", errorData{Status: status, Message: msg})
 }
 
 var errBadRequest = errors.New("bad request")

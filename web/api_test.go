@@ -399,7 +399,7 @@ func TestIngestMounted(t *testing.T) {
 	st := fixtureStore(t)
 	s := newTestServer(t, st, func(o *Options) {
 		o.AuthToken = "ui-token"
-		o.Ingest = &ingest.Handler{Store: st, Token: "ingest-token"}
+		o.Ingest = &ingest.Handler{Store: st, Token: "ingest-token", Window: ingest.TimeWindow{Now: func() time.Time { return fixtureNow }}}
 	})
 	body := `{"time":"2026-03-14T12:00:40Z","target":"http://checkout/","error":"EOF","backend":"10.244.0.13:8080"}` + "\n"
 	for _, tc := range []struct {
@@ -533,7 +533,9 @@ func TestUpdates(t *testing.T) {
 
 func TestUpdatesLimit(t *testing.T) {
 	s := newTestServer(t, fixtureStore(t), func(o *Options) { o.MaxStreams = 1 })
-	s.streams.Add(1)
+	s.streamMu.Lock()
+	s.streamsTotal++ // another client's stream
+	s.streamMu.Unlock()
 	if b := do(t, s, "GET", "/api/v1/updates"); b.code != http.StatusServiceUnavailable || b.header.Get("Retry-After") == "" {
 		t.Errorf("over the limit: %d", b.code)
 	}

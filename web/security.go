@@ -68,19 +68,15 @@ func (s *Server) hostCheck(next http.Handler) http.Handler {
 
 const tokenCookie = "drainscope_token"
 
-// authorized compares the token in constant time (of its hash, so the
-// length does not leak either).
-func (s *Server) authorized(r *http.Request) bool {
-	if s.opts.AuthToken == "" {
-		return true
-	}
+// presented is the token r carries: a bearer header, else the cookie.
+func presented(r *http.Request) string {
 	got := httpauth.Bearer(r)
 	if got == "" {
 		if c, err := r.Cookie(tokenCookie); err == nil {
 			got = c.Value
 		}
 	}
-	return s.tokenOK(got)
+	return got
 }
 
 func (s *Server) tokenOK(got string) bool { return httpauth.TokenOK(got, s.opts.AuthToken) }
@@ -101,8 +97,17 @@ func (s *Server) auth(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		if t := r.URL.Query().Get("token"); t != "" && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
+		t := r.URL.Query().Get("token")
+		if t != "" && r.Method != http.MethodGet && r.Method != http.MethodHead {
+			t = ""
+		}
+		got := presented(r)
+		if (t != "" || got != "") && s.tooManyFailures(w, r) {
+			return
+		}
+		if t != "" {
 			if !s.tokenOK(t) {
+				s.failed(r)
 				s.unauthorized(w, r)
 				return
 			}
@@ -114,7 +119,10 @@ func (s *Server) auth(next http.Handler) http.Handler {
 			http.Redirect(w, r, u.RequestURI(), http.StatusSeeOther)
 			return
 		}
-		if !s.authorized(r) {
+		if !s.tokenOK(got) {
+			if got != "" { // no token at all is not a guess
+				s.failed(r)
+			}
 			s.unauthorized(w, r)
 			return
 		}
@@ -149,7 +157,11 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, next, http.StatusSeeOther)
 		return
 	}
+	if s.tooManyFailures(w, r) {
+		return
+	}
 	if !s.tokenOK(r.PostForm.Get("token")) {
+		s.failed(r)
 		s.render(w, r, http.StatusUnauthorized, "login.html", loginData{Next: next, Enabled: true, Failed: true})
 		return
 	}
@@ -157,12 +169,40 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, next, http.StatusSeeOther)
 }
 
-// safeNext keeps a redirect target on this server.
+// safeNext keeps a redirect target on this server: a path on this origin
+// and nothing a browser could read as another. Browsers drop tabs and
+// newlines from a Location and read '\' as '/', so "/\t/evil.example" and
+// "/\evil.example" lead off-site just as "//evil.example" does; anything
+// but printable ASCII is refused outright (the server's own addresses are
+// escaped), and so is a path that turns into one of those once decoded,
+// in case something on the way decodes it.
 func safeNext(next string) string {
-	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.HasPrefix(next, "/\\") {
-		return "/rollouts"
+	const home = "/rollouts"
+	if !localPath(next) {
+		return home
+	}
+	u, err := url.Parse(next)
+	if err != nil || u.Scheme != "" || u.Host != "" || u.Opaque != "" || u.User != nil {
+		return home
+	}
+	if dec, err := url.PathUnescape(u.EscapedPath()); err != nil || !localPath(dec) {
+		return home
 	}
 	return next
+}
+
+// localPath reports whether p is "/…" in printable ASCII, without a
+// backslash, and not "//…".
+func localPath(p string) bool {
+	if len(p) == 0 || p[0] != '/' || (len(p) > 1 && p[1] == '/') {
+		return false
+	}
+	for i := 0; i < len(p); i++ {
+		if c := p[i]; c <= ' ' || c >= 0x7f || c == '\\' {
+			return false
+		}
+	}
+	return true
 }
 
 type loginData struct {

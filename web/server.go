@@ -15,6 +15,7 @@ import (
 
 	"github.com/drainscope/drainscope/analysis"
 	"github.com/drainscope/drainscope/event"
+	"github.com/drainscope/drainscope/internal/httpauth"
 	"github.com/drainscope/drainscope/store"
 )
 
@@ -61,8 +62,20 @@ type Options struct {
 	Context context.Context
 	// ListLimit is the most rollouts one list answer carries (default 200).
 	ListLimit int
-	// MaxStreams bounds concurrent update streams (default 64).
-	MaxStreams int
+	// MaxStreams bounds concurrent update streams (default 64);
+	// MaxClientStreams bounds those of one client address (default 8), so
+	// that one client cannot take them all. StreamLifetime ends each
+	// stream after a while (default 10 min, less up to a tenth so that
+	// clients do not come back together): the browser reconnects, and a
+	// stream no one reads does not hold its slot for ever.
+	MaxStreams       int
+	MaxClientStreams int
+	StreamLifetime   time.Duration
+	// AuthFailures limits wrong tokens per client address, at /login, in
+	// bearer headers, cookies and ?token= and at the ingest endpoint
+	// (nil: 10 at once, then one more every 6 s). A blocked address is
+	// answered 429 with Retry-After.
+	AuthFailures *httpauth.FailureLimiter
 	// UpdateEvery is how often update streams look for changes (default 2 s).
 	UpdateEvery time.Duration
 }
@@ -85,10 +98,15 @@ type Server struct {
 	queued  map[RolloutKey]bool
 	working bool
 	builds  chan struct{} // one token per concurrent build
-	streams atomic.Int32
 	version atomic.Uint64 // bumped when a summary lands
 	statics map[string]staticFile
 	pages   *pageTemplates
+
+	failures *httpauth.FailureLimiter
+
+	streamMu     sync.Mutex
+	streamsTotal int
+	streamsBy    map[string]int // client address → open streams
 
 	ctx    context.Context // ends background reads; Close cancels it
 	cancel context.CancelFunc
@@ -152,6 +170,13 @@ func New(opts Options) *Server {
 	if opts.MaxStreams <= 0 {
 		opts.MaxStreams = 64
 	}
+	if opts.MaxClientStreams <= 0 {
+		opts.MaxClientStreams = 8
+	}
+	def(&opts.StreamLifetime, 10*time.Minute)
+	if opts.AuthFailures == nil {
+		opts.AuthFailures = &httpauth.FailureLimiter{}
+	}
 	if opts.Context == nil {
 		opts.Context = context.Background()
 	}
@@ -160,7 +185,7 @@ func New(opts Options) *Server {
 		models: map[RolloutKey]*cached{}, flight: map[RolloutKey]*flight{},
 		sums: map[RolloutKey]keptSummary{}, lists: map[listFilter]*listEntry{},
 		queued: map[RolloutKey]bool{}, builds: make(chan struct{}, 1),
-		statics: loadStatics(),
+		statics: loadStatics(), failures: opts.AuthFailures, streamsBy: map[string]int{},
 	}
 	s.pages = mustTemplates(s.staticVersion)
 	s.ctx, s.cancel = context.WithCancel(opts.Context)
@@ -191,7 +216,7 @@ func (s *Server) routes() chi.Router {
 		fmt.Fprintln(w, "ok")
 	})
 	if s.opts.Ingest != nil {
-		r.Post("/api/v1/client-failures", s.opts.Ingest.ServeHTTP)
+		r.Post("/api/v1/client-failures", s.guardIngest(s.opts.Ingest))
 	}
 	r.Get("/login", s.loginPage)
 	r.Post("/login", s.login)
@@ -434,7 +459,7 @@ func (s *Server) work() {
 		s.mu.Unlock()
 		s.fly(k, f, &r, false)
 		if f.err != nil {
-			s.log.Warn("summarising rollout", "rollout", k.String(), "err", f.err)
+			s.log.Warn("summarising rollout", "rollout", k.String(), "err", store.Redact(f.err.Error()))
 		}
 	}
 }

@@ -2,28 +2,35 @@ package web
 
 import (
 	"fmt"
+	mathrand "math/rand/v2"
 	"net/http"
 	"time"
+
+	"github.com/drainscope/drainscope/store"
 )
 
 // apiUpdates streams server-sent events: "rollouts" with the list's version
 // whenever the rollouts matching the filter (the list API's parameters)
 // change or their analysis lands. The page then fetches the list again.
 // Browsers without EventSource, or behind a proxy that buffers, poll the
-// list instead; the version makes that cheap to compare.
+// list instead; the version makes that cheap to compare. Each client
+// address has its share of the streams, and each stream a lifetime.
 func (s *Server) apiUpdates(w http.ResponseWriter, r *http.Request) {
 	f, err := parseListFilter(r.URL.Query(), s.opts.Now())
 	if err != nil {
 		s.fail(w, r, bad(err))
 		return
 	}
-	if n := s.streams.Add(1); int(n) > s.opts.MaxStreams {
-		s.streams.Add(-1)
-		w.Header().Set("Retry-After", "10")
-		writeJSON(w, http.StatusServiceUnavailable, apiError{Error: "too many update streams; poll /api/v1/rollouts instead"})
+	release, ok := s.streamSlot(w, r)
+	if !ok {
 		return
 	}
-	defer s.streams.Add(-1)
+	defer release()
+	// The stream ends after its lifetime, less up to a tenth; the browser
+	// connects again after the retry below.
+	life := s.opts.StreamLifetime - time.Duration(mathrand.Int64N(int64(s.opts.StreamLifetime)/10+1))
+	end := time.NewTimer(life)
+	defer end.Stop()
 	rc := http.NewResponseController(w)
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
@@ -57,7 +64,11 @@ func (s *Server) apiUpdates(w http.ResponseWriter, r *http.Request) {
 			if r.Context().Err() != nil {
 				return
 			}
-			if !send("event: error\ndata: %q\n\n", err.Error()) {
+			// The store's error stays in the log: it may name the
+			// database, or worse.
+			id := newRequestID()
+			s.log.Error("update stream: reading rollouts", "request_id", id, "err", store.Redact(err.Error()))
+			if !send("event: error\ndata: %q\n\n", "reading the rollouts failed; the server logged it as request "+id) {
 				return
 			}
 		} else if list.Version != last {
@@ -75,6 +86,8 @@ func (s *Server) apiUpdates(w http.ResponseWriter, r *http.Request) {
 		case <-r.Context().Done():
 			return
 		case <-s.ctx.Done():
+			return
+		case <-end.C:
 			return
 		case <-tick.C:
 		}

@@ -134,7 +134,10 @@
       if (d.version !== version) refresh();
     });
     es.onerror = function () {
-      if (++failures >= 3) { es.close(); poll(); }
+      // A refused stream (429, 503) is not retried by the browser: poll.
+      // One the server ended after its lifetime is retried, and the
+      // first event on the new one resets the count.
+      if (es.readyState === EventSource.CLOSED || ++failures >= 3) { es.close(); poll(); }
     };
   } else {
     poll();
