@@ -48,6 +48,14 @@ func OpenPostgres(ctx context.Context, dsn string) (*Postgres, error) {
 		msg := Redact(strings.ReplaceAll(oneLine(err), dsn, name))
 		return nil, fmt.Errorf("store %s: bad DSN: %s", name, msg)
 	}
+	// pgx ends the userinfo at the first '@': the rest of a password with
+	// an unencoded '@' becomes the host, to be looked up and echoed in
+	// every error. No host holds an '@'.
+	for _, h := range append([]string{cfg.ConnConfig.Host}, fallbackHosts(cfg)...) {
+		if strings.Contains(h, "@") {
+			return nil, fmt.Errorf("store %s: bad DSN: the host holds an '@': write an '@' in the password as %%40", name)
+		}
+	}
 	// Once parsed, the DSN is named by what it reaches alone: no password,
 	// no query parameters, nothing left to mask.
 	name = describePostgres(cfg.ConnConfig.Config)
@@ -106,6 +114,14 @@ func pgCode(err error) string {
 
 // Describe implements Store.
 func (s *Postgres) Describe() string { return s.name }
+
+func fallbackHosts(cfg *pgxpool.Config) []string {
+	var hs []string
+	for _, f := range cfg.ConnConfig.Fallbacks {
+		hs = append(hs, f.Host)
+	}
+	return hs
+}
 
 // describePostgres names a parsed DSN as postgres://USER@HOST:PORT/DATABASE.
 func describePostgres(c pgconn.Config) string {
