@@ -199,6 +199,11 @@ func checkAgentPod(t *testing.T, where string, ds *appsv1.DaemonSet, kernel bool
 	if sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
 		t.Errorf("%s: root filesystem writable", where)
 	}
+	// Root only for the capabilities the capture needs: watching the API
+	// server alone runs as an unprivileged user.
+	if !kernel && (sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot || sc.RunAsUser == nil || *sc.RunAsUser == 0) {
+		t.Errorf("%s: without the kernel capture the agent runs as root (runAsNonRoot %v, runAsUser %v)", where, sc.RunAsNonRoot, sc.RunAsUser)
+	}
 	var mounts []string
 	for _, m := range spec.Containers[0].VolumeMounts {
 		mounts = append(mounts, m.MountPath)

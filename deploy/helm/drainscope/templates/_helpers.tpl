@@ -29,8 +29,31 @@ app.kubernetes.io/name: {{ include "drainscope.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
+{{/* repository:tag, or repository@digest when image.digest is set (a
+     tag can be moved; a digest names one image). */}}
 {{- define "drainscope.image" -}}
+{{- if .Values.image.digest -}}
+{{ .Values.image.repository }}@{{ .Values.image.digest }}
+{{- else -}}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+{{- end -}}
+
+{{- define "drainscope.postgresImage" -}}
+{{- if .Values.postgres.image.digest -}}
+{{ .Values.postgres.image.repository }}@{{ .Values.postgres.image.digest }}
+{{- else -}}
+{{ .Values.postgres.image.repository }}:{{ .Values.postgres.image.tag }}
+{{- end -}}
+{{- end -}}
+
+{{/* Whether the chart runs the bundled Postgres with a role each for the
+     agents and the server (made by the migrate Job), rather than one DSN
+     given for both. */}}
+{{- define "drainscope.bundledRoles" -}}
+{{- if and .Values.postgres.enabled (not .Values.store.existingSecret) (not .Values.store.dsn) -}}
+true
+{{- end -}}
 {{- end -}}
 
 {{/* The Secret and key holding the store DSN. */}}
@@ -47,6 +70,29 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- .Values.store.existingSecretKey -}}
 {{- else -}}
 dsn
+{{- end -}}
+{{- end -}}
+
+{{/* The key of the store Secret each component's DSN is under: with the
+     bundled Postgres each has its own role; an existing Secret may hold a
+     DSN per component (store.agentSecretKey, store.serverSecretKey). */}}
+{{- define "drainscope.agentStoreKey" -}}
+{{- if include "drainscope.bundledRoles" . -}}
+agent-dsn
+{{- else if and .Values.store.existingSecret .Values.store.agentSecretKey -}}
+{{- .Values.store.agentSecretKey -}}
+{{- else -}}
+{{- include "drainscope.storeKey" . -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "drainscope.serverStoreKey" -}}
+{{- if include "drainscope.bundledRoles" . -}}
+server-dsn
+{{- else if and .Values.store.existingSecret .Values.store.serverSecretKey -}}
+{{- .Values.store.serverSecretKey -}}
+{{- else -}}
+{{- include "drainscope.storeKey" . -}}
 {{- end -}}
 {{- end -}}
 
@@ -77,5 +123,32 @@ dsn
 {{- $pw := include "drainscope.keep" (dict "ns" .Release.Namespace "name" (printf "%s-postgres" (include "drainscope.fullname" .)) "key" "password") -}}
 {{- $_ := set .Values.postgres "password" $pw -}}
 {{- end -}}
+{{- if lt (len .Values.postgres.password) 32 -}}
+{{- fail "postgres.password must be at least 32 characters (leave it empty to have one generated)" -}}
+{{- end -}}
 {{- .Values.postgres.password -}}
+{{- end -}}
+
+{{/* The passwords of the bundled Postgres's agent and server roles:
+     generated once and kept, like the owner's. */}}
+{{- define "drainscope.rolePassword" -}}
+{{- $key := printf "%s-password" .role -}}
+{{- $cache := .root.Values.postgres -}}
+{{- if not (hasKey $cache $key) -}}
+{{- $pw := include "drainscope.keep" (dict "ns" .root.Release.Namespace "name" (printf "%s-postgres" (include "drainscope.fullname" .root)) "key" $key) -}}
+{{- $_ := set $cache $key $pw -}}
+{{- end -}}
+{{- index $cache $key -}}
+{{- end -}}
+
+
+{{/* The server Secret's key of the ingest token: server.ingestTokenKey, or
+     when the chart makes the Secret, ingest-token (generated). With an
+     existing Secret and no key the server uses the auth token. */}}
+{{- define "drainscope.ingestTokenKey" -}}
+{{- if .Values.server.ingestTokenKey -}}
+{{- .Values.server.ingestTokenKey -}}
+{{- else if not .Values.server.existingSecret -}}
+ingest-token
+{{- end -}}
 {{- end -}}

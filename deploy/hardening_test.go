@@ -1,0 +1,385 @@
+package deploy_test
+
+import (
+	"bufio"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/yaml"
+)
+
+// manifest is a rendering's objects of the kinds these tests look into.
+type manifest struct {
+	secrets  map[string]map[string]string // name → key → value
+	pods     map[string]corev1.PodTemplateSpec
+	policies []networkingv1.NetworkPolicy
+	pdbs     []policyv1.PodDisruptionBudget
+}
+
+func parseManifest(t *testing.T, b []byte) manifest {
+	t.Helper()
+	m := manifest{secrets: map[string]map[string]string{}, pods: map[string]corev1.PodTemplateSpec{}}
+	for _, d := range docs(b) {
+		var obj struct {
+			Kind     string            `json:"kind"`
+			Metadata metav1.ObjectMeta `json:"metadata"`
+			Spec     struct {
+				Template corev1.PodTemplateSpec `json:"template"`
+			} `json:"spec"`
+			StringData map[string]string `json:"stringData"`
+		}
+		if err := yaml.Unmarshal(d, &obj); err != nil {
+			t.Fatalf("%v in\n%s", err, d)
+		}
+		switch obj.Kind {
+		case "Secret":
+			m.secrets[obj.Metadata.Name] = obj.StringData
+		case "Deployment", "DaemonSet", "StatefulSet", "Job":
+			m.pods[obj.Kind+"/"+obj.Metadata.Name] = obj.Spec.Template
+		case "NetworkPolicy":
+			var np networkingv1.NetworkPolicy
+			if err := yaml.UnmarshalStrict(d, &np); err != nil {
+				t.Fatal(err)
+			}
+			m.policies = append(m.policies, np)
+		case "PodDisruptionBudget":
+			var pdb policyv1.PodDisruptionBudget
+			if err := yaml.UnmarshalStrict(d, &pdb); err != nil {
+				t.Fatal(err)
+			}
+			m.pdbs = append(m.pdbs, pdb)
+		}
+	}
+	return m
+}
+
+// secretRefs lists the Secret keys a pod's containers read, as name/key.
+func secretRefs(p corev1.PodTemplateSpec) []string {
+	var out []string
+	for _, c := range p.Spec.Containers {
+		for _, e := range c.Env {
+			if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+				out = append(out, e.ValueFrom.SecretKeyRef.Name+"/"+e.ValueFrom.SecretKeyRef.Key)
+			}
+		}
+	}
+	return out
+}
+
+func envKey(t *testing.T, p corev1.PodTemplateSpec, name string) string {
+	t.Helper()
+	for _, e := range p.Spec.Containers[0].Env {
+		if e.Name == name && e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+			return e.ValueFrom.SecretKeyRef.Key
+		}
+	}
+	return ""
+}
+
+// TestChartSecretKeysExist: every key a pod reads from a Secret the chart
+// makes is in that Secret, or the pod would not start
+// (CreateContainerConfigError).
+func TestChartSecretKeysExist(t *testing.T) {
+	helm := tool(t, "helm")
+	vs := append(slices.Clone(variants),
+		variant{"ingest key", []string{"server.ingestTokenKey=push-token"}},
+		variant{"ingest key is the auth key", []string{"server.ingestTokenKey=auth-token"}})
+	for _, v := range vs {
+		m := parseManifest(t, render(t, helm, v))
+		for name, p := range m.pods {
+			for _, ref := range secretRefs(p) {
+				secret, key, _ := strings.Cut(ref, "/")
+				data, made := m.secrets[secret]
+				if made {
+					if _, ok := data[key]; !ok {
+						t.Errorf("%s: %s reads %s, which the chart's Secret %s lacks", v.name, name, ref, secret)
+					}
+				}
+			}
+		}
+	}
+	m := parseManifest(t, render(t, helm, variant{set: []string{"server.ingestTokenKey=push-token"}}))
+	if k := envKey(t, m.pods["Deployment/drainscope-server"], "DRAINSCOPE_INGEST_TOKEN"); k != "push-token" {
+		t.Errorf("with server.ingestTokenKey=push-token the server reads its ingest token from %q", k)
+	}
+}
+
+// TestChartGeneratesSecrets: no secret is fixed in the chart: each is
+// random (two renders differ), at least 32 characters, the ingest token is
+// not the UI's, and the agents and the server log in to the bundled
+// Postgres as roles of their own, not as its superuser.
+func TestChartGeneratesSecrets(t *testing.T) {
+	helm := tool(t, "helm")
+	a, b := parseManifest(t, render(t, helm, variant{})), parseManifest(t, render(t, helm, variant{}))
+	checked := 0
+	for name, data := range a.secrets {
+		for key, v := range data {
+			if strings.HasSuffix(key, "dsn") {
+				continue // made of the passwords below
+			}
+			checked++
+			if len(v) < 32 {
+				t.Errorf("%s/%s: %d characters", name, key, len(v))
+			}
+			if b.secrets[name][key] == v {
+				t.Errorf("%s/%s: the same in two renders: fixed", name, key)
+			}
+		}
+	}
+	if checked != 5 {
+		t.Errorf("%d generated secrets, want 5 (postgres, agent and server passwords, auth and ingest tokens)", checked)
+	}
+	server := a.secrets["drainscope-server"]
+	if server["auth-token"] == server["ingest-token"] {
+		t.Error("the ingest token is the UI's token")
+	}
+	store, pg := a.secrets["drainscope-store"], a.secrets["drainscope-postgres"]
+	for who, want := range map[string]string{"agent": "drainscope_agent", "server": "drainscope_server"} {
+		dsn := store[who+"-dsn"]
+		if !strings.HasPrefix(dsn, "postgres://"+want+":"+pg[who+"-password"]+"@") {
+			t.Errorf("%s DSN %q: want role %s with its generated password", who, dsn, want)
+		}
+	}
+	if k := envKey(t, a.pods["DaemonSet/drainscope-agent"], "DRAINSCOPE_STORE"); k != "agent-dsn" {
+		t.Errorf("the agents use the store key %q, want agent-dsn", k)
+	}
+	if k := envKey(t, a.pods["Deployment/drainscope-server"], "DRAINSCOPE_STORE"); k != "server-dsn" {
+		t.Errorf("the server uses the store key %q, want server-dsn", k)
+	}
+	job, ok := a.pods["Job/drainscope-migrate-1"]
+	if !ok {
+		t.Fatal("no migrate Job making the roles")
+	}
+	if args := job.Spec.Containers[0].Args; !slices.Contains(args, "--roles=agent=drainscope_agent,server=drainscope_server") {
+		t.Errorf("migrate Job args %v", args)
+	}
+
+	_, err := run(t, helm, "template", "drainscope", chart, "--set", "postgres.password=short-password")
+	if err == nil || !strings.Contains(err.Error(), "at least 32 characters") {
+		t.Errorf("a short postgres.password: %v", err)
+	}
+}
+
+// TestChartNetworkPolicies: every pod the chart runs is selected by a
+// NetworkPolicy limiting both directions; Postgres takes connections only
+// from the release's agents, server and migrate Job; an external store is
+// reached on its port.
+func TestChartNetworkPolicies(t *testing.T) {
+	helm := tool(t, "helm")
+	for _, v := range variants {
+		m := parseManifest(t, render(t, helm, v))
+		for name, p := range m.pods {
+			var types []networkingv1.PolicyType
+			for _, np := range m.policies {
+				sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if sel.Matches(labels.Set(p.Labels)) {
+					types = append(types, np.Spec.PolicyTypes...)
+				}
+			}
+			if !slices.Contains(types, networkingv1.PolicyTypeIngress) || !slices.Contains(types, networkingv1.PolicyTypeEgress) {
+				t.Errorf("%s: %s is not limited both ways by a NetworkPolicy (%v)", v.name, name, types)
+			}
+		}
+		for _, np := range m.policies {
+			switch np.Spec.PodSelector.MatchLabels["app.kubernetes.io/component"] {
+			case "postgres":
+				if len(np.Spec.Egress) != 0 || len(np.Spec.Ingress) != 1 || len(np.Spec.Ingress[0].From) != 1 {
+					t.Fatalf("%s: postgres policy %+v", v.name, np.Spec)
+				}
+				sel, _ := metav1.LabelSelectorAsSelector(np.Spec.Ingress[0].From[0].PodSelector)
+				for comp, want := range map[string]bool{"agent": true, "server": true, "migrate": true, "other": false} {
+					if got := sel.Matches(labels.Set{"app.kubernetes.io/instance": "drainscope", "app.kubernetes.io/component": comp}); got != want {
+						t.Errorf("%s: postgres reachable from %s: %v", v.name, comp, got)
+					}
+				}
+				if sel.Matches(labels.Set{"app.kubernetes.io/instance": "other", "app.kubernetes.io/component": "server"}) {
+					t.Errorf("%s: postgres reachable from another release", v.name)
+				}
+			case "agent":
+				var ports []int32
+				for _, r := range np.Spec.Egress {
+					for _, p := range r.Ports {
+						ports = append(ports, p.Port.IntVal)
+					}
+				}
+				for _, want := range []int32{443, 5432, 53} {
+					if !slices.Contains(ports, want) {
+						t.Errorf("%s: the agents may not reach port %d (egress ports %v)", v.name, want, ports)
+					}
+				}
+			}
+		}
+	}
+	m := parseManifest(t, render(t, helm, variant{set: []string{"networkPolicy.enabled=false"}}))
+	if len(m.policies) != 0 {
+		t.Errorf("networkPolicy.enabled=false renders %d policies", len(m.policies))
+	}
+}
+
+// TestChartImageDigests: every image of the chart can be pinned by digest.
+func TestChartImageDigests(t *testing.T) {
+	helm := tool(t, "helm")
+	const d = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	m := parseManifest(t, render(t, helm, variant{set: []string{"image.digest=" + d, "postgres.image.digest=" + d}}))
+	n := 0
+	for name, p := range m.pods {
+		for _, c := range append(p.Spec.InitContainers, p.Spec.Containers...) {
+			n++
+			if !strings.HasSuffix(c.Image, "@"+d) {
+				t.Errorf("%s: %s runs %s, not by digest", name, c.Name, c.Image)
+			}
+		}
+	}
+	if n < 4 {
+		t.Errorf("%d containers checked", n)
+	}
+}
+
+// TestChartServerPDB: a PodDisruptionBudget covers the server's pods.
+func TestChartServerPDB(t *testing.T) {
+	helm := tool(t, "helm")
+	m := parseManifest(t, render(t, helm, variant{set: []string{"server.replicas=2"}}))
+	server := m.pods["Deployment/drainscope-server"]
+	found := false
+	for _, pdb := range m.pdbs {
+		sel, _ := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
+		if sel.Matches(labels.Set(server.Labels)) {
+			found = true
+			if pdb.Spec.MaxUnavailable == nil || pdb.Spec.MaxUnavailable.IntValue() != 1 {
+				t.Errorf("server PDB %+v", pdb.Spec)
+			}
+		}
+	}
+	if !found {
+		t.Error("no PodDisruptionBudget for the server")
+	}
+}
+
+// TestKustomizeNoFixedSecrets: the overlays ship no secret: the Secrets are
+// made by the commands deploy/README.md gives, from random bytes.
+func TestKustomizeNoFixedSecrets(t *testing.T) {
+	err := filepath.WalkDir("kustomize", func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		low := strings.ToLower(string(b))
+		for _, bad := range []string{"change-me", "try-only", "secretgenerator", "password=", "auth-token="} {
+			if strings.Contains(low, bad) {
+				t.Errorf("%s: %q", p, bad)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubectl := tool(t, "kubectl")
+	for _, dir := range []string{"kustomize/overlays/try", "kustomize/overlays/external-postgres"} {
+		out, err := run(t, kubectl, "kustomize", dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := parseManifest(t, out)
+		if len(m.secrets) > 0 {
+			t.Errorf("%s renders Secrets %v", dir, m.secrets)
+		}
+		for name, p := range m.pods {
+			selected := false
+			for _, np := range m.policies {
+				sel, _ := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
+				selected = selected || sel.Matches(labels.Set(p.Labels))
+			}
+			if !selected {
+				t.Errorf("%s: no NetworkPolicy selects %s", dir, name)
+			}
+		}
+		if len(m.pdbs) != 1 {
+			t.Errorf("%s: %d PodDisruptionBudgets, want the server's", dir, len(m.pdbs))
+		}
+	}
+}
+
+// TestDockerignore: .git and build output stay out of the image build's
+// context, and nothing the binary is built from is left out.
+func TestDockerignore(t *testing.T) {
+	f, err := os.Open("../.dockerignore")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var patterns []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if l := strings.TrimSpace(sc.Text()); l != "" && !strings.HasPrefix(l, "#") {
+			patterns = append(patterns, strings.TrimPrefix(l, "/"))
+		}
+	}
+	// Docker's rule for a path: a pattern matches it or one of its parents;
+	// **/ matches any number of leading directories.
+	ignored := func(rel string) bool {
+		parts := strings.Split(rel, "/")
+		for _, p := range patterns {
+			for i := 1; i <= len(parts); i++ {
+				prefix := strings.Join(parts[:i], "/")
+				cands := []string{prefix}
+				if rest, ok := strings.CutPrefix(p, "**/"); ok {
+					for j := 0; j < i; j++ {
+						if m, _ := path.Match(rest, strings.Join(parts[j:i], "/")); m {
+							return true
+						}
+					}
+					continue
+				}
+				for _, c := range cands {
+					if m, _ := path.Match(p, c); m {
+						return true
+					}
+				}
+			}
+		}
+		return false
+	}
+	for _, rel := range []string{".git", ".git/config", "drainscope", "bin/drainscope", "store/store.test", ".cache/x"} {
+		if !ignored(rel) {
+			t.Errorf("%s enters the build context", rel)
+		}
+	}
+	out, err := exec.Command("go", "list", "-deps", "-f", `{{if .Module}}{{if .Module.Main}}{{.Dir}}|{{join .GoFiles ","}},{{join .EmbedFiles ","}}{{end}}{{end}}`, "../cmd/drainscope").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, _ := filepath.Abs("..")
+	needed := []string{"go.mod", "go.sum"}
+	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		dir, files, _ := strings.Cut(l, "|")
+		rel, _ := filepath.Rel(root, dir)
+		for _, f := range strings.Split(files, ",") {
+			if f != "" {
+				needed = append(needed, filepath.ToSlash(filepath.Join(rel, f)))
+			}
+		}
+	}
+	for _, rel := range needed {
+		if ignored(rel) {
+			t.Errorf("%s is needed for the build but left out of the context", rel)
+		}
+	}
+	t.Logf("%d files the build needs, all in the context", len(needed))
+}
