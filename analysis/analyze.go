@@ -563,6 +563,9 @@ func (c *collector) rollouts() []Rollout {
 			ByCause: map[Cause]int{}, InferredByCause: map[Cause]int{},
 			Replaced: []PodView{}, NewPods: []NewPod{},
 		}
+		if r.Trigger == "" {
+			r.Trigger = podTrigger(g, c.tls)
+		}
 		replaced := map[string]bool{}
 		for _, t := range g.Terminations {
 			k := podKey(t.Pod.UID, t.Pod.Namespace, t.Pod.Name)
@@ -611,6 +614,50 @@ func (c *collector) rollouts() []Rollout {
 		out = append(out, r)
 	}
 	return out
+}
+
+// Triggers the pods themselves show, when no workload change was recorded
+// before them (Rollout.Trigger).
+const (
+	TriggerEviction     = "eviction"   // the Eviction API: a node drain, kubectl evict
+	TriggerPreemption   = "preemption" // the scheduler made room for another pod
+	TriggerTaint        = "taint"      // the taint manager: a NoExecute taint
+	TriggerNodePressure = "node-pressure"
+	TriggerPodDeleted   = "pod-deleted" // deleted with no reason given: kubectl delete, or a controller whose change was not recorded
+	TriggerOOM          = "oom"         // a container killed for memory, the pod kept
+	TriggerRestart      = "restart"     // a container ended and restarted, the pod kept: a failed liveness probe, a crash
+)
+
+// podTrigger says what ended the pods of g when no workload change did: the
+// API's reason for a disruption, a plain deletion, or a container's end
+// without one (an OOM kill, a restart).
+func podTrigger(g event.Rollout, tls map[string]*PodTimeline) string {
+	deleted, oom := false, false
+	for _, t := range g.Terminations {
+		tl := tls[podKey(t.Pod.UID, t.Pod.Namespace, t.Pod.Name)]
+		if tl == nil {
+			continue
+		}
+		switch tl.Disruption {
+		case "EvictionByEvictionAPI":
+			return TriggerEviction
+		case "PreemptionByScheduler":
+			return TriggerPreemption
+		case "DeletionByTaintManager":
+			return TriggerTaint
+		case "TerminationByKubelet":
+			return TriggerNodePressure
+		}
+		deleted = deleted || tl.Deletion != 0
+		oom = oom || (tl.Terminated != nil && tl.Terminated.Reason == "OOMKilled")
+	}
+	switch {
+	case deleted:
+		return TriggerPodDeleted
+	case oom:
+		return TriggerOOM
+	}
+	return TriggerRestart
 }
 
 // triggerSlack allows for the clocks of the nodes that saw a workload change

@@ -24,6 +24,10 @@ type PodTimeline struct {
 	// GracePeriod is the pod_deletion's grace period; it counts from the
 	// deletion, before preStop.
 	GracePeriod int64 `json:"grace_period_ns,omitempty"`
+	// Disruption is why the API says the pod was deleted, when it says:
+	// its DisruptionTarget condition's reason (EvictionByEvictionAPI,
+	// PreemptionByScheduler, DeletionByTaintManager, TerminationByKubelet).
+	Disruption string `json:"disruption,omitempty"`
 
 	// Endpoint transitions across the nodes that observed them: first and
 	// last observation, i.e. the propagation spread.
@@ -168,7 +172,7 @@ func (p *podState) timeline(opts *Options) PodTimeline {
 		Workload: p.wl.String(), Kind: p.wl.Kind, Name: p.wl.Name, Node: p.node,
 		Services: append([]string(nil), p.services...),
 		Created:  p.created, Ready: p.ready, NotReady: p.notReady,
-		Deletion: p.deletion.Time, GracePeriod: p.deletion.Duration,
+		Deletion: p.deletion.Time, GracePeriod: p.deletion.Duration, Disruption: p.deletion.Attrs[event.AttrDisruption],
 		ListenerClosed: p.listener.Time,
 		events:         p.landmarks,
 	}

@@ -90,9 +90,10 @@ func TestRolloutBeginsAtItsTrigger(t *testing.T) {
 	}
 }
 
-// Without a recorded trigger (an agent that does not watch Deployments, or
-// events from before it did), the rollout starts at its first pod's end and
-// the new pods are those ready from RolloutLead before it.
+// Without a recorded workload change (an agent that does not watch
+// Deployments, or events from before it did), the rollout starts at its
+// first pod's end, its trigger is the pods' deletion, and the new pods are
+// those ready from RolloutLead before it.
 func TestRolloutWithoutTrigger(t *testing.T) {
 	r := surgeRollout(4, 20*s)
 	var evs []event.Event
@@ -109,10 +110,64 @@ func TestRolloutWithoutTrigger(t *testing.T) {
 		t.Fatalf("rollouts = %d, want 1: without triggers the deletion joins the rollout", len(res.Rollouts))
 	}
 	ro := res.Rollouts[0]
-	if ro.Trigger != "" || ro.From != r.at(2*s+100*ms) {
-		t.Errorf("trigger %q from %d; want none, from the first deletion %d", ro.Trigger, ro.From, r.at(2*s+100*ms))
+	if ro.Trigger != TriggerPodDeleted || ro.TriggerAt != 0 || ro.From != r.at(2*s+100*ms) {
+		t.Errorf("trigger %q at %d from %d; want the pods' own deletion, from the first one %d", ro.Trigger, ro.TriggerAt, ro.From, r.at(2*s+100*ms))
 	}
 	if len(ro.Replaced) != 8 || len(ro.NewPods) != 0 {
 		t.Errorf("replaced %d, new %d; want 8, 0", len(ro.Replaced), len(ro.NewPods))
+	}
+}
+
+// TestPodTriggers: with no workload change before them, what the pods
+// show names the disruption: the API's DisruptionTarget reason on the
+// deletion, a plain deletion, or a container's end with the pod kept.
+func TestPodTriggers(t *testing.T) {
+	for _, tc := range []struct {
+		name, disruption, termReason string
+		deleted                      bool
+		want                         string
+	}{
+		{"node drain", "EvictionByEvictionAPI", "", true, TriggerEviction},
+		{"preemption", "PreemptionByScheduler", "", true, TriggerPreemption},
+		{"taint", "DeletionByTaintManager", "", true, TriggerTaint},
+		{"node pressure", "TerminationByKubelet", "", true, TriggerNodePressure},
+		{"kubectl delete", "", "", true, TriggerPodDeleted},
+		{"OOM kill", "", "OOMKilled", false, TriggerOOM},
+		{"liveness restart", "", "Error", false, TriggerRestart},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRec()
+			p := r.pod("web-1", "10.244.0.11")
+			r.created(p, -10*s)
+			r.ready(p, -9*s)
+			if tc.deleted {
+				e := r.podEvent(p, 0, event.PodDeletion)
+				e.Duration = int64(30 * time.Second)
+				if tc.disruption != "" {
+					e.Attrs = map[string]string{event.AttrDisruption: tc.disruption}
+				}
+				r.add(e)
+				r.signal(p, 10*ms, 15)
+			} else {
+				r.signal(p, 10*ms, 9)
+			}
+			r.exit(p, 20*ms, 0, 9)
+			if tc.termReason != "" {
+				e := r.podEvent(p, 30*ms, event.ContainerTerminated)
+				e.Reason, e.Code = tc.termReason, 137
+				r.add(e)
+			}
+			res, err := AnalyzeEvents(r.events, store.Query{}, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(res.Rollouts) != 1 || res.Rollouts[0].Trigger != tc.want {
+				var got []string
+				for _, ro := range res.Rollouts {
+					got = append(got, ro.Trigger)
+				}
+				t.Fatalf("triggers %q, want one %q", got, tc.want)
+			}
+		})
 	}
 }

@@ -8,7 +8,7 @@ import "fmt"
 //
 //	kind                   fields
 //	pod_created            Attrs[creation_timestamp]
-//	pod_deletion           Duration (grace period), Attrs[deletion_timestamp]
+//	pod_deletion           Duration (grace period), Attrs[deletion_timestamp, disruption]
 //	pod_ready              Local (pod IP, port 0)
 //	pod_not_ready          Local
 //	container_terminated   Code (exit code), Signal, Reason (Completed, Error, OOMKilled …)
@@ -134,6 +134,7 @@ const (
 	AttrReplicasFrom          = "replicas_from" // workload_changed: spec.replicas before
 	AttrReplicasTo            = "replicas_to"   // workload_changed: spec.replicas after
 	AttrClusterIPs            = "cluster_ips"   // service_changed: the ClusterIPs, comma-separated
+	AttrDisruption            = "disruption"    // pod_deletion: the reason of the pod's DisruptionTarget condition (EvictionByEvictionAPI, PreemptionByScheduler …)
 	AttrServicePorts          = "service_ports" // service_changed: port/protocol, comma-separated
 	AttrServiceType           = "service_type"  // service_changed: ClusterIP, NodePort, LoadBalancer
 )

@@ -200,9 +200,15 @@ func stripPod(obj any) (any, error) {
 		},
 	}
 	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
+		switch c.Type {
+		case corev1.PodReady:
 			out.Status.Conditions = append(out.Status.Conditions, corev1.PodCondition{
 				Type: c.Type, Status: c.Status, LastTransitionTime: c.LastTransitionTime})
+		case corev1.DisruptionTarget:
+			// Why the pod is going: eviction, preemption, a taint, the
+			// kubelet's node-pressure eviction.
+			out.Status.Conditions = append(out.Status.Conditions, corev1.PodCondition{
+				Type: c.Type, Status: c.Status, Reason: c.Reason})
 		}
 	}
 	if n := len(p.Status.ContainerStatuses); n > 0 {

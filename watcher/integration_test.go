@@ -22,6 +22,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -921,5 +922,36 @@ func TestIntegrationServices(t *testing.T) {
 	}
 	if got[1].Attrs[event.AttrClusterIPs] != strings.Join(created.Spec.ClusterIPs, ",") {
 		t.Errorf("api's ClusterIPs %q, the API says %v", got[1].Attrs[event.AttrClusterIPs], created.Spec.ClusterIPs)
+	}
+}
+
+// TestIntegrationEviction: a pod evicted through the Eviction API (what a
+// node drain does) carries the reason the API server set in its
+// DisruptionTarget condition on its pod_deletion; a plain deletion carries
+// none.
+func TestIntegrationEviction(t *testing.T) {
+	cp := controlPlane(t)
+	ns := "eviction"
+	k := setup(t, cp, ns)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	_, c := startWatcher(t, cp.Config(), ns)
+	k.start(ctx, "evicted", "web", "10.244.0.31")
+	k.start(ctx, "deleted", "web", "10.244.0.32")
+	ev := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: "evicted", Namespace: ns}}
+	if err := cp.Client().CoreV1().Pods(ns).EvictV1(ctx, ev); err != nil {
+		t.Fatal(err)
+	}
+	if err := cp.Client().CoreV1().Pods(ns).Delete(ctx, "deleted", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	evs := c.waitFor(t, time.Minute, "both deletions", func(evs []event.Event) bool {
+		return first(ofPod(evs, "evicted"), event.PodDeletion) != nil && first(ofPod(evs, "deleted"), event.PodDeletion) != nil
+	})
+	if r := first(ofPod(evs, "evicted"), event.PodDeletion).Attrs[event.AttrDisruption]; r != "EvictionByEvictionAPI" {
+		t.Errorf("evicted pod's deletion: disruption %q, want EvictionByEvictionAPI", r)
+	}
+	if r, ok := first(ofPod(evs, "deleted"), event.PodDeletion).Attrs[event.AttrDisruption]; ok {
+		t.Errorf("deleted pod's deletion: disruption %q, want none", r)
 	}
 }

@@ -246,10 +246,27 @@ func (t *podTracker) emitDeletion(st *podState, p *corev1.Pod, flags event.Flags
 		if p.DeletionGracePeriodSeconds != nil {
 			e.Duration = *p.DeletionGracePeriodSeconds * int64(time.Second)
 		}
+		e.Attrs = map[string]string{}
 		if p.DeletionTimestamp != nil {
-			e.Attrs = map[string]string{event.AttrDeletionTimestamp: rfc3339(*p.DeletionTimestamp)}
+			e.Attrs[event.AttrDeletionTimestamp] = rfc3339(*p.DeletionTimestamp)
+		}
+		if r := disruptionReason(p); r != "" {
+			e.Attrs[event.AttrDisruption] = r
 		}
 	}, flags)
+}
+
+// disruptionReason is the reason of the pod's DisruptionTarget condition,
+// which the eviction API, the scheduler's preemption, the taint manager and
+// the kubelet's node-pressure eviction set before they delete the pod; ""
+// for a plain deletion (kubectl delete, a controller scaling down).
+func disruptionReason(p *corev1.Pod) string {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.DisruptionTarget && c.Status == corev1.ConditionTrue {
+			return c.Reason
+		}
+	}
+	return ""
 }
 
 // remove handles a pod gone from the API. p is its final state, or nil when

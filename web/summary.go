@@ -77,6 +77,9 @@ func summarize(r event.Rollout, res *analysis.Result, live bool) RolloutSummary 
 		if ro.To < r.From || ro.From > r.To {
 			continue
 		}
+		if s.Trigger == "" {
+			s.Trigger = ro.Trigger // what the pods show, when no workload change was recorded
+		}
 		s.NewPods += len(ro.NewPods)
 		s.Failures += ro.Failures
 		s.Inferred += ro.Inferred
