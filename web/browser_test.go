@@ -235,7 +235,11 @@ func TestBrowser(t *testing.T) {
 	)
 
 	// Zoom in on the rollout's first second: marks split out of the density.
-	run(t, ctx, "zooming", chromedp.Click(chromedp.CSS(`#zoom-in`)), chromedp.Sleep(600*time.Millisecond))
+	// The zoomed range is read from the server; on a loaded machine that
+	// takes a while, so wait for the status to settle (the test's own
+	// timeout bounds it) rather than a fixed time.
+	run(t, ctx, "zooming", chromedp.Click(chromedp.CSS(`#zoom-in`)),
+		chromedp.Poll[chromedp.Void](`!document.getElementById("status").textContent.includes("loading")`, chromedp.WithPollingInterval(100*time.Millisecond)))
 	if s := eval[string](t, ctx, `document.getElementById("status").textContent`); !strings.Contains(s, "events in view") {
 		t.Errorf("after zooming the status says %q", s)
 	}
