@@ -18,6 +18,8 @@ import (
 	"os/signal"
 	"sort"
 	"syscall"
+
+	"github.com/drainscope/drainscope/store"
 )
 
 // command is one subcommand: its flags are registered on fs, run does the work.
@@ -62,7 +64,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	slog.SetDefault(slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo})))
+	slog.SetDefault(slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo, ReplaceAttr: redactAttr})))
 	err := cmd.run(ctx, fs, args[1:])
 	switch {
 	case err == nil:
@@ -70,12 +72,26 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case errors.Is(err, flag.ErrHelp):
 		return 0
 	case errors.Is(err, errUsage):
-		fmt.Fprintf(stderr, "drainscope %s: %v\n", name, err)
+		fmt.Fprintf(stderr, "drainscope %s: %s\n", name, store.Redact(err.Error()))
 		return 2
 	default:
-		fmt.Fprintf(stderr, "drainscope %s: %v\n", name, err)
+		fmt.Fprintf(stderr, "drainscope %s: %s\n", name, store.Redact(err.Error()))
 		return 1
 	}
+}
+
+// redactAttr masks DSN passwords in every logged string and error, from
+// any package: a DSN may reach a log line inside an error.
+func redactAttr(_ []string, a slog.Attr) slog.Attr {
+	switch v := a.Value.Any().(type) {
+	case string:
+		if r := store.Redact(v); r != v {
+			a.Value = slog.StringValue(r)
+		}
+	case error:
+		a.Value = slog.StringValue(store.Redact(v.Error()))
+	}
+	return a
 }
 
 func usage(w io.Writer) {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/drainscope/drainscope/analysis"
 	"github.com/drainscope/drainscope/ingest"
+	"github.com/drainscope/drainscope/internal/httpauth"
 	"github.com/drainscope/drainscope/metrics"
 	"github.com/drainscope/drainscope/store"
 	"github.com/drainscope/drainscope/web"
@@ -29,7 +30,9 @@ client failures at POST /api/v1/client-failures.
 It listens on 127.0.0.1 unless told otherwise. Any other address needs
 --auth-token (every request must then carry it, as a bearer token or the
 cookie the login page sets), or --insecure, which serves without one and
-says so in the log.
+says so in the log. Ingest needs --ingest-token, a token of its own:
+without it ingest is off. Each token is at least 32 characters (openssl
+rand -hex 32); wrong tokens are limited per client address (429).
 
 --retention (default 14 days) deletes older events at start and then every
 hour (Postgres: whole day partitions, and the older rows of the day the cut
@@ -44,9 +47,9 @@ Flags:
 
 func runServe(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	listen := fs.String("listen", "127.0.0.1:8080", "address to listen on, host:port")
-	token := fs.String("auth-token", os.Getenv("DRAINSCOPE_AUTH_TOKEN"), "token every request must carry (env DRAINSCOPE_AUTH_TOKEN); required unless listening on loopback")
+	token := fs.String("auth-token", os.Getenv("DRAINSCOPE_AUTH_TOKEN"), "token every request must carry, at least 32 characters (env DRAINSCOPE_AUTH_TOKEN); required unless listening on loopback")
 	insecure := fs.Bool("insecure", false, "allow a non-loopback address without --auth-token (anyone who can reach it can read the store)")
-	ingestToken := fs.String("ingest-token", os.Getenv("DRAINSCOPE_INGEST_TOKEN"), "bearer token for POST /api/v1/client-failures (env DRAINSCOPE_INGEST_TOKEN; default: --auth-token; with neither, ingest is refused)")
+	ingestToken := fs.String("ingest-token", os.Getenv("DRAINSCOPE_INGEST_TOKEN"), "bearer token for POST /api/v1/client-failures, at least 32 characters and not --auth-token (env DRAINSCOPE_INGEST_TOKEN; without it ingest is off)")
 	metricsListen := fs.String("metrics-listen", "", "address for /metrics, host:port, apart from the token-guarded UI (default: none)")
 	dsn := fs.String("store", os.Getenv("DRAINSCOPE_STORE"), "store DSN: postgres://… or a SQLite file path (default: "+store.DefaultPath()+"; env DRAINSCOPE_STORE)")
 	retention := registerRetention(fs, "delete events older than `AGE`, at start and then hourly: a duration or days (336h, 14d); 0 keeps everything")
@@ -70,8 +73,8 @@ func runServe(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	if !loopback && *token == "" {
 		slog.Warn("serving without a token on a non-loopback address: anyone who can reach it can read every event in the store", "listen", *listen)
 	}
-	if *ingestToken == "" {
-		*ingestToken = *token
+	if err := checkServeTokens(*token, *ingestToken); err != nil {
+		return err
 	}
 
 	opened, err := store.Open(ctx, *dsn)
@@ -135,6 +138,24 @@ func runServe(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	defer cancel()
 	if err := srv.Shutdown(shutdown); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("shutting down: %w", err)
+	}
+	return nil
+}
+
+// checkServeTokens refuses a token shorter than httpauth.MinTokenLength,
+// and one ingest token equal to the UI's: the ingest token is handed to
+// load generators and CI jobs, and must not open the UI (nor the UI's the
+// ingest). An empty ingest token turns ingest off; it never falls back to
+// the UI's.
+func checkServeTokens(token, ingestToken string) error {
+	if err := httpauth.CheckToken("--auth-token (env DRAINSCOPE_AUTH_TOKEN)", token); err != nil {
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	if err := httpauth.CheckToken("--ingest-token (env DRAINSCOPE_INGEST_TOKEN)", ingestToken); err != nil {
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	if token != "" && ingestToken == token {
+		return fmt.Errorf("%w: --ingest-token (env DRAINSCOPE_INGEST_TOKEN) equals --auth-token: give ingest a token of its own", errUsage)
 	}
 	return nil
 }
