@@ -156,6 +156,11 @@ func TestChartGeneratesSecrets(t *testing.T) {
 	if k := envKey(t, a.pods["Deployment/drainscope-server"], "DRAINSCOPE_STORE"); k != "server-dsn" {
 		t.Errorf("the server uses the store key %q, want server-dsn", k)
 	}
+	// Without a server the agents prune, which the agent role may not.
+	noServer := parseManifest(t, render(t, helm, variant{set: []string{"server.enabled=false"}}))
+	if k := envKey(t, noServer.pods["DaemonSet/drainscope-agent"], "DRAINSCOPE_STORE"); k != "server-dsn" {
+		t.Errorf("with server.enabled=false the agents, which then prune, use the store key %q, want server-dsn", k)
+	}
 	job, ok := a.pods["Job/drainscope-migrate-1"]
 	if !ok {
 		t.Fatal("no migrate Job making the roles")

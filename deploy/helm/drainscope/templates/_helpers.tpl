@@ -77,7 +77,10 @@ dsn
      bundled Postgres each has its own role; an existing Secret may hold a
      DSN per component (store.agentSecretKey, store.serverSecretKey). */}}
 {{- define "drainscope.agentStoreKey" -}}
-{{- if include "drainscope.bundledRoles" . -}}
+{{- if and (include "drainscope.bundledRoles" .) (not .Values.server.enabled) -}}
+{{- /* No server to prune: the agents do (--retention), as the role that may. */ -}}
+server-dsn
+{{- else if include "drainscope.bundledRoles" . -}}
 agent-dsn
 {{- else if and .Values.store.existingSecret .Values.store.agentSecretKey -}}
 {{- .Values.store.agentSecretKey -}}
