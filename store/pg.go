@@ -166,14 +166,17 @@ func (s *Postgres) Append(ctx context.Context, batch []event.Event) error {
 	if err := checkBatch(batch); err != nil {
 		return fmt.Errorf("store %s: %w", s.name, err)
 	}
-	if err := s.ensurePartitions(ctx, batch); err != nil {
-		return fail(err)
+	missing, err := s.missingPartitions(batch)
+	if err != nil {
+		return fmt.Errorf("store %s: %w", s.name, err)
 	}
-	var err error
 	// A connection the server dropped while idle fails on first use; one
 	// more try on a fresh connection is safe because writes are idempotent.
 	for attempt := 0; attempt < 2; attempt++ {
 		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			if err := createPartitions(ctx, tx, missing); err != nil {
+				return err
+			}
 			_, err := tx.CopyFrom(ctx, pgx.Identifier{"events"}, columns, newPgRows(batch))
 			return err
 		})
@@ -183,6 +186,9 @@ func (s *Postgres) Append(ctx context.Context, batch []event.Event) error {
 	}
 	if pgCode(err) == "23505" { // unique_violation
 		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			if err := createPartitions(ctx, tx, missing); err != nil {
+				return err
+			}
 			src, err := retryTableSource(ctx, tx)
 			if err != nil {
 				return err
@@ -200,6 +206,11 @@ func (s *Postgres) Append(ctx context.Context, batch []event.Event) error {
 	if err != nil {
 		return fail(err)
 	}
+	s.mu.Lock()
+	for _, start := range missing {
+		s.partitions[start] = true
+	}
+	s.mu.Unlock()
 	return nil
 }
 
@@ -229,23 +240,93 @@ func partitionName(start int64) string {
 	return "events_p" + time.Unix(0, start).UTC().Format("20060102")
 }
 
-// ensurePartitions creates the day partitions the batch needs.
-func (s *Postgres) ensurePartitions(ctx context.Context, batch []event.Event) error {
+// MaxBatchDays is the most distinct days (day partitions in Postgres) one
+// batch may span. Every partition a statement touches takes a lock, and
+// thousands of them exhaust the lock table (out of shared memory) for every
+// later query; a batch spanning more is refused whole (a row-level error, so
+// a Writer splits it), before any partition is created.
+const MaxBatchDays = 64
+
+// missingPartitions returns the starts of the day partitions the batch
+// needs that are not known to exist, refusing a batch of more than
+// MaxBatchDays days.
+func (s *Postgres) missingPartitions(batch []event.Event) ([]int64, error) {
+	days := map[int64]bool{}
+	lo, hi := batch[0].Time, batch[0].Time
+	for i := range batch {
+		days[partitionStart(batch[i].Time)] = true
+		lo, hi = min(lo, batch[i].Time), max(hi, batch[i].Time)
+	}
+	if len(days) > MaxBatchDays {
+		return nil, fmt.Errorf("batch of %d events spans %d days (%s to %s), more than the %d one batch may: %w",
+			len(batch), len(days), time.Unix(0, lo).UTC().Format(time.DateOnly), time.Unix(0, hi).UTC().Format(time.DateOnly),
+			MaxBatchDays, errInvalidEvent)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for i := range batch {
-		start := partitionStart(batch[i].Time)
-		if s.partitions[start] {
-			continue
+	var missing []int64
+	for start := range days {
+		if !s.partitions[start] {
+			missing = append(missing, start)
 		}
-		err := createPartition(ctx, s.pool, start)
+	}
+	slices.Sort(missing)
+	return missing, nil
+}
+
+// ensurePartitions creates the day partitions the batch needs in a
+// transaction of their own (for a benchmark's raw COPY baseline).
+func (s *Postgres) ensurePartitions(ctx context.Context, batch []event.Event) error {
+	missing, err := s.missingPartitions(batch)
+	if err != nil {
+		return err
+	}
+	if err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return createPartitions(ctx, tx, missing) }); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, start := range missing {
+		s.partitions[start] = true
+	}
+	return nil
+}
+
+// createPartitions creates the day partitions in tx, the transaction that
+// then copies the batch: should the batch be refused, its partitions go
+// with the rollback and no empty schema is left behind.
+// A role that does not own events (the agent's or the server's, see
+// roles.go) creates them through the owner's drainscope_create_partition,
+// in the same transaction.
+func createPartitions(ctx context.Context, tx pgx.Tx, starts []int64) error {
+	if len(starts) == 0 {
+		return nil
+	}
+	owns, err := ownsEvents(ctx, tx)
+	if err != nil {
+		return fmt.Errorf("checking who owns events: %w", err)
+	}
+	for _, start := range starts {
+		q := fmt.Sprintf("CREATE TABLE IF NOT EXISTS %s PARTITION OF events FOR VALUES FROM (%d) TO (%d)",
+			partitionName(start), start, start+partitionSpan)
+		if !owns {
+			q = fmt.Sprintf("SELECT drainscope_create_partition(%d)", start)
+		}
+		// In a savepoint: a writer creating the same partition at the same
+		// moment makes this fail, which must not abort the transaction.
+		sp, err := tx.Begin(ctx)
+		if err != nil {
+			return fmt.Errorf("creating partition %s: %w", partitionName(start), err)
+		}
+		_, err = sp.Exec(ctx, q)
 		if code := pgCode(err); code == "42P07" || code == "23505" {
-			err = nil // another writer created it between the check and the create
+			err = sp.Rollback(ctx) // another writer created it between the check and the create
+		} else if err == nil {
+			err = sp.Commit(ctx)
 		}
 		if err != nil {
 			return fmt.Errorf("creating partition %s: %w", partitionName(start), err)
 		}
-		s.partitions[start] = true
 	}
 	return nil
 }
