@@ -35,6 +35,7 @@ func runImport(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	failStatus := fs.String("fail-status", "500-599", "HTTP statuses that count as failures, e.g. 500-599,429")
 	dsn := fs.String("store", os.Getenv("DRAINSCOPE_STORE"), "store DSN: postgres://… or a SQLite file path (default: "+store.DefaultPath()+"; env DRAINSCOPE_STORE)")
 	dryRun := fs.Bool("dry-run", false, "read and count, store nothing")
+	window := registerWindow(fs)
 	fs.Usage = func() {
 		w := fs.Output()
 		fmt.Fprint(w, importUsage)
@@ -73,6 +74,7 @@ func runImport(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	if err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
+	parse = ingest.Bounded(parse, window.window())
 	stdin := 0
 	for _, name := range files {
 		if name == "-" {

@@ -59,6 +59,9 @@ func runServe(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		fmt.Fprint(fs.Output(), serveUsage)
 		fs.PrintDefaults()
 	}
+	window := registerWindow(fs)
+	ingestMax := fs.Int64("ingest-max-bytes", ingest.DefaultMaxBytes, "largest body POST /api/v1/client-failures takes, before and after gzip decompression")
+	ingestConc := fs.Int("ingest-concurrency", ingest.DefaultMaxConcurrent, "client-failure posts served at once; more are answered 503 with Retry-After")
 	if err := parseFlags(fs, args, false); err != nil {
 		return err
 	}
@@ -109,9 +112,10 @@ func runServe(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	opts := web.Options{
 		Store:     st,
 		AuthToken: *token,
-		Ingest:    &ingest.Handler{Store: st, Token: *ingestToken, Log: slog.Default()},
-		Log:       slog.Default(),
-		Context:   ctx,
+		Ingest: &ingest.Handler{Store: st, Token: *ingestToken, Log: slog.Default(),
+			MaxBytes: *ingestMax, MaxConcurrent: *ingestConc, Window: window.window()},
+		Log:     slog.Default(),
+		Context: ctx,
 	}
 	if loopback && *token == "" {
 		// Without a token the Host header is the only thing keeping a web
