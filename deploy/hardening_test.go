@@ -93,7 +93,7 @@ func TestChartSecretKeysExist(t *testing.T) {
 	helm := tool(t, "helm")
 	vs := append(slices.Clone(variants),
 		variant{"ingest key", []string{"server.ingestTokenKey=push-token"}},
-		variant{"ingest key is the auth key", []string{"server.ingestTokenKey=auth-token"}})
+		variant{"ingest key in an existing Secret", []string{"server.existingSecret=mine", "server.ingestTokenKey=push-token"}})
 	for _, v := range vs {
 		m := parseManifest(t, render(t, helm, v))
 		for name, p := range m.pods {
@@ -111,6 +111,11 @@ func TestChartSecretKeysExist(t *testing.T) {
 	m := parseManifest(t, render(t, helm, variant{set: []string{"server.ingestTokenKey=push-token"}}))
 	if k := envKey(t, m.pods["Deployment/drainscope-server"], "DRAINSCOPE_INGEST_TOKEN"); k != "push-token" {
 		t.Errorf("with server.ingestTokenKey=push-token the server reads its ingest token from %q", k)
+	}
+	// The server refuses an ingest token equal to the UI's: so does the chart.
+	_, err := run(t, helm, "template", "drainscope", chart, "--set", "server.ingestTokenKey=auth-token")
+	if err == nil || !strings.Contains(err.Error(), "a token of its own") {
+		t.Errorf("server.ingestTokenKey=auth-token: %v", err)
 	}
 }
 

@@ -147,8 +147,11 @@ server-dsn
 
 {{/* The server Secret's key of the ingest token: server.ingestTokenKey, or
      when the chart makes the Secret, ingest-token (generated). With an
-     existing Secret and no key the server uses the auth token. */}}
+     existing Secret and no key, ingest is off. */}}
 {{- define "drainscope.ingestTokenKey" -}}
+{{- if and .Values.server.ingestTokenKey (eq .Values.server.ingestTokenKey .Values.server.authTokenKey) -}}
+{{- fail "server.ingestTokenKey must name a token of its own, not server.authTokenKey's: the server refuses an ingest token equal to the UI's" -}}
+{{- end -}}
 {{- if .Values.server.ingestTokenKey -}}
 {{- .Values.server.ingestTokenKey -}}
 {{- else if not .Values.server.existingSecret -}}
