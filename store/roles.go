@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Roles names the Postgres roles that SetupRoles grants to. The role that
@@ -174,29 +173,14 @@ func (r Roles) FromEnv() Roles {
 }
 
 // ownsEvents says whether the connected role may change events' schema
-// itself; a role SetupRoles made goes through the owner's functions.
+// itself (create, detach and drop partitions); a role SetupRoles made goes
+// through the owner's functions instead.
 func ownsEvents(ctx context.Context, q interface {
 	QueryRow(context.Context, string, ...any) pgx.Row
 }) (bool, error) {
 	var owns bool
 	err := q.QueryRow(ctx, "SELECT pg_has_role((SELECT relowner FROM pg_class WHERE oid = 'events'::regclass), 'USAGE')").Scan(&owns)
 	return owns, err
-}
-
-// createPartition adds the day partition starting at start, itself when
-// it owns events, else through drainscope_create_partition.
-func createPartition(ctx context.Context, pool *pgxpool.Pool, start int64) error {
-	owns, err := ownsEvents(ctx, pool)
-	if err != nil {
-		return err
-	}
-	if !owns {
-		_, err := pool.Exec(ctx, "SELECT drainscope_create_partition($1)", start)
-		return err
-	}
-	_, err = pool.Exec(ctx, fmt.Sprintf("CREATE TABLE IF NOT EXISTS %s PARTITION OF events FOR VALUES FROM (%d) TO (%d)",
-		partitionName(start), start, start+partitionSpan))
-	return err
 }
 
 // retryTableSource is the table a retried batch's temporary table is made
