@@ -323,6 +323,19 @@ func TestKustomizeNoFixedSecrets(t *testing.T) {
 		if len(m.pdbs) != 1 {
 			t.Errorf("%s: %d PodDisruptionBudgets, want the server's", dir, len(m.pdbs))
 		}
+		// A DSN each: the agents' role may only write (drainscope migrate --roles).
+		if k := envKey(t, m.pods["DaemonSet/drainscope-agent"], "DRAINSCOPE_STORE"); k != "agent-dsn" {
+			t.Errorf("%s: the agents use the store key %q, want agent-dsn", dir, k)
+		}
+		if k := envKey(t, m.pods["Deployment/drainscope-server"], "DRAINSCOPE_STORE"); k != "server-dsn" {
+			t.Errorf("%s: the server uses the store key %q, want server-dsn", dir, k)
+		}
+		job, ok := m.pods["Job/drainscope-migrate"]
+		if withPostgres := dir == "kustomize/overlays/try"; withPostgres != ok {
+			t.Errorf("%s: a migrate Job: %v", dir, ok)
+		} else if ok && !slices.Contains(job.Spec.Containers[0].Args, "--roles=agent=drainscope_agent,server=drainscope_server") {
+			t.Errorf("%s: migrate Job args %v", dir, job.Spec.Containers[0].Args)
+		}
 	}
 }
 
