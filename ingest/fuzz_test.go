@@ -50,6 +50,16 @@ func checkParse(t *testing.T, parse Parser, data []byte) {
 		if !validReason(r.Reason) {
 			t.Fatalf("failure with reason %q", r.Reason)
 		}
+		// A NUL, raw or escaped, rejects its line: no record carries one.
+		texts := []string{r.Target, r.Error, r.Backend, r.Service}
+		for k, v := range r.Attrs {
+			texts = append(texts, k, v)
+		}
+		for _, s := range texts {
+			if strings.IndexByte(s, 0) >= 0 {
+				t.Fatalf("failure with a NUL in %q", s)
+			}
+		}
 		e, lerr := conv.event(r)
 		if lerr != nil {
 			t.Fatalf("failure makes an invalid event: %v", lerr)
@@ -67,6 +77,13 @@ func checkParse(t *testing.T, parse Parser, data []byte) {
 func fuzzParser(f *testing.F, format string, seeds ...string) {
 	for _, s := range seeds {
 		f.Add([]byte(s))
+		f.Add([]byte("\ufeff" + s)) // a UTF-8 byte order mark, as Windows tools write
+	}
+	if s, ok := goodLines[format]; ok {
+		f.Add([]byte("\ufeff" + s))
+		// A damaged line between good ones, and a garbage first line.
+		f.Add([]byte(s + "\x01\x02\x03\x04\x05\x06\x07\x08\x0e\x0f\x10\x11\n" + s))
+		f.Add([]byte("\x01\x00\x00\x02garbage\n" + s))
 	}
 	for _, c := range badInputs {
 		if c.format == format {
@@ -76,6 +93,9 @@ func fuzzParser(f *testing.F, format string, seeds ...string) {
 	f.Add([]byte{})
 	f.Add([]byte("\n\n\r\n"))
 	f.Add([]byte("\x00\x01\x02binary"))
+	f.Add([]byte("\xff\xfe{\x00\"\x00"))  // UTF-16
+	f.Add([]byte("\ufeff\ufeff\n\ufeff")) // more than one mark
+	f.Add([]byte("\"open quote, \"\n\"\"\"\n,\",\n"))
 	parse, err := mustFormat(format).Parser(Options{})
 	if err != nil {
 		f.Fatal(err)
@@ -96,7 +116,8 @@ func FuzzVegetaJSON(f *testing.F) {
 	fuzzParser(f, "vegeta-json",
 		`{"code":0,"timestamp":"2026-03-01T09:00:01Z","latency":2500000,"error":"Get \"http://10.1.2.3:8080/x\": dial tcp 10.1.2.3:8080: connect: connection refused","url":"http://10.1.2.3:8080/x"}`,
 		`{"code":503,"timestamp":"2026-03-01T09:00:01+14:00","latency":-1}`,
-		`{"code":70000,"timestamp":"9999-03-01T09:00:01Z","latency":9223372036854775807}`)
+		`{"code":70000,"timestamp":"9999-03-01T09:00:01Z","latency":9223372036854775807}`,
+		`{"code":0,"timestamp":"2026-03-01T09:00:00Z\u0000","latency":1,"error":"EOF\u0000","url":"`+"\xff"+`"}`)
 }
 
 func FuzzVegetaCSV(f *testing.F) {
@@ -104,7 +125,9 @@ func FuzzVegetaCSV(f *testing.F) {
 	fuzzParser(f, "vegeta-csv",
 		"1772355601000000000,0,5000,0,0,\"read tcp 10.0.0.9:5555->10.1.2.3:8080: read: connection reset by peer\",,a,1,GET,http://10.1.2.3:8080/x,\n",
 		"1772355602000000000,0,5000,0,0,EOF,\n",
-		"9223372036854775807,0,9223372036854775807,0,0,EOF,\n\"unterminated")
+		"9223372036854775807,0,9223372036854775807,0,0,EOF,\n\"unterminated",
+		"1772355600000000000,0,1,0,0,\"dial tcp: connection refused,,a,0,GET,http://x/,\n1772355601000000000,503,1,0,0,,,a,1,GET,http://x/,\n",
+		"1772355600000000000,0,1,0,0,\"a\"\"b\"x,\n1772355600000000000,0,1,0,0,a\"b,\n")
 }
 
 func FuzzNginx(f *testing.F) {
@@ -142,19 +165,26 @@ func FuzzEnvoy(f *testing.F) {
 func FuzzEnvoyJSON(f *testing.F) {
 	fuzzParser(f, "envoy-json",
 		`{"start_time":"2026-03-01T09:00:01.000Z","method":"GET","path":"/a","response_code":503,"response_flags":"UF,URX","duration":25,"upstream_host":"10.244.0.6:8080","authority":"web","downstream_remote_address":"10.0.0.9:5555"}`+"\n",
-		`{"timestamp":"2026-03-01T09:00:03.000Z","status":"0","flags":"UC","duration":"1.5"}`+"\n")
+		`{"timestamp":"2026-03-01T09:00:03.000Z","status":"0","flags":"UC","duration":"1.5"}`+"\n",
+		`{"start_time":"2026-03-01T09:00:00Z","response_code":503,"upstream_host":"\u0000","duration":1e300}`+"\n")
 }
 
 func FuzzJSONLines(f *testing.F) {
 	fuzzParser(f, "jsonl",
 		`{"time_ns":1772355601123456789,"target":"http://web/","error":"RemoteDisconnected","client":"10.0.0.9:5555","backend":"10.244.0.5:8080","duration_ms":12.5}`+"\n",
 		`{"time":"2026-03-01T09:00:00.25Z","status":503,"reason":"refused","service":"web"}`+"\n",
-		`{"time_s":"1772355603.5","error":"boom","remote":"[fd00::1]:80"}`+"\n")
+		`{"time_s":"1772355603.5","error":"boom","remote":"[fd00::1]:80"}`+"\n",
+		`{"time":"2026-03-01T09:00:00Z","status":503,"target":"a\u0000","error":"\ud800\udfff`+"\xff\xc3"+`"}`+"\n",
+		`{"time_ns":-1,"time_ms":1e400,"status":NaN,"duration_ms":-0.5}`+"\n",
+		`{"time":"0001-01-01T00:00:00Z","status":503}`+"\n"+`{"time":"2262-04-12T00:00:00Z","status":503}`+"\n")
 }
 
 func FuzzCSV(f *testing.F) {
 	fuzzParser(f, "csv",
 		"time,target,error,status,backend,duration_ms\n2026-03-01T09:00:01Z,http://web/,\"connection reset by peer\",,10.244.0.5:8080,12.5\n",
 		"time_ms,status\n1772355602000,503\n1772355602001,200\n",
-		"time,time\nx,y\n")
+		"time,time\nx,y\n",
+		"time,status,error\n2026-03-01T09:00:00Z,0,\"connection reset\n2026-03-01T09:00:01Z,503,ok\n",
+		"\ufefftime,\"status\"\n2026-03-01T09:00:00Z,\"503\"\"\"\n2026-03-01T09:00:00Z,503\n",
+		"\"time\nstatus\"\n")
 }
