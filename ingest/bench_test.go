@@ -134,3 +134,41 @@ func BenchmarkImportNginxSQLite(b *testing.B) {
 	}
 	b.ReportMetric(float64(benchLines)*float64(b.N)/b.Elapsed().Seconds(), "lines/s")
 }
+
+// BenchmarkParseVegetaCSV parses 200,000 lines of `vegeta encode --to csv`
+// (every 50th a failure), to weigh the one-line-per-record CSV splitter:
+//
+//	go test ./ingest -run '^$' -bench BenchmarkParseVegetaCSV -benchtime 5x
+func BenchmarkParseVegetaCSV(b *testing.B) {
+	const lines = 200_000
+	var buf bytes.Buffer
+	for i := range lines {
+		code, errText := 200, ""
+		if i%50 == 0 {
+			code, errText = 0, `"Get ""http://10.1.2.3:8080/x"": dial tcp 10.1.2.3:8080: connect: connection refused"`
+		}
+		fmt.Fprintf(&buf, "%d,%d,2500000,0,%d,%s,aGVsbG8=,bench,%d,GET,http://10.1.2.3:8080/x,Q29udGVudC1UeXBlOiB0ZXh0L3BsYWluDQo=\n",
+			1772355600000000000+int64(i)*1e6, code, 5*boolInt(code == 200), errText, i)
+	}
+	data := buf.Bytes()
+	parse := parserFor(b, "vegeta-csv", Options{})
+	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
+	for b.Loop() {
+		n, failed := 0, 0
+		err := parse(bytes.NewReader(data), func(r *Record) error {
+			if r.Err != nil {
+				return r.Err
+			}
+			n++
+			if r.Failed {
+				failed++
+			}
+			return nil
+		})
+		if err != nil || n != lines || failed != lines/50 {
+			b.Fatalf("%d lines, %d failed: %v", n, failed, err)
+		}
+	}
+	b.ReportMetric(float64(lines)*float64(b.N)/b.Elapsed().Seconds(), "lines/s")
+}
