@@ -12,6 +12,7 @@ packages=(
 	iproute2 nftables # the lab's network namespaces and kube-proxy's rules
 	nginx             # real nginx access logs for the importer's tests
 	chromium          # the web UI's browser test
+	python3           # the lab's end-to-end test loads it with an independent client (http.client)
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -1,7 +1,7 @@
 // Package load is the lab's traffic: HTTP/1.1 clients that each keep one
 // connection alive and reuse it, as connection pools and load balancers do,
-// and record every failure with its time, its class and the backend pod
-// when known.
+// and record every failure with its time, its class and, for the lab's own
+// table, the backend pod when known (never stored: see Failure.Event).
 //
 // It deliberately does not use net/http's Transport: the Transport retries
 // a request that failed on a reused idle connection and hides exactly the
@@ -326,8 +326,14 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// Event turns a failure into the client_failure event the store keeps.
-func (f Failure) Event(node, service string) event.Event {
+// Event turns a failure into the client_failure event the store keeps. It
+// carries only what a real client knows: the URL it asked for (target),
+// the Service address it dialled (Remote), its own local address, the
+// request's end and duration, and what went wrong. The backend and pod a
+// response named (Backend, Pod) stay the lab's own truth and are not
+// stored: drainscope must find the pod as it would for any client, through
+// the Service and the kernel's record of the client's connection.
+func (f Failure) Event(node, target string) event.Event {
 	e := event.Event{
 		Time:     f.Time.UnixNano(),
 		Kind:     event.ClientFailure,
@@ -335,17 +341,13 @@ func (f Failure) Event(node, service string) event.Event {
 		Source:   event.SourceLab,
 		Local:    f.Local,
 		Remote:   f.Remote,
-		Service:  service,
 		Code:     int32(f.Status),
 		Duration: int64(f.Duration),
 		Reason:   f.Class,
 		Attrs:    map[string]string{"error": f.Err, "client": fmt.Sprint(f.Client)},
 	}
-	if f.Backend.IsValid() {
-		e.Attrs[event.AttrBackend] = f.Backend.String()
-	}
-	if f.Pod != "" {
-		e.Attrs["backend_pod"] = f.Pod
+	if target != "" {
+		e.Attrs[event.AttrTarget] = target
 	}
 	if f.Reused {
 		e.Attrs["conn"] = "reused"

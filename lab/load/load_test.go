@@ -230,12 +230,18 @@ func TestFailureEvent(t *testing.T) {
 		Local: netip.MustParseAddrPort("10.244.0.1:40000"), Remote: netip.MustParseAddrPort("10.96.0.10:80"),
 		Backend: netip.MustParseAddrPort("10.244.0.7:8080"), Pod: "sample-abc", Reused: true, Duration: time.Millisecond,
 	}
-	e := f.Event("lab-node", "lab/sample")
+	e := f.Event("lab-node", "http://sample.lab.svc/")
 	if err := e.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if e.Kind != event.ClientFailure || e.Reason != event.FailEOF || e.Attrs[event.AttrBackend] != "10.244.0.7:8080" ||
-		e.Source != event.SourceLab || e.Time != f.Time.UnixNano() || e.Service != "lab/sample" {
+	if e.Kind != event.ClientFailure || e.Reason != event.FailEOF || e.Attrs[event.AttrTarget] != "http://sample.lab.svc/" ||
+		e.Source != event.SourceLab || e.Time != f.Time.UnixNano() || e.Local != f.Local || e.Remote != f.Remote ||
+		e.Duration != int64(time.Millisecond) {
 		t.Errorf("%+v", e)
+	}
+	// A real client knows neither the pod nor its address: the event
+	// must not carry what only the lab's headers and conntrack told it.
+	if e.Service != "" || !e.Pod.IsZero() || e.Attrs[event.AttrBackend] != "" || e.Attrs["backend_pod"] != "" {
+		t.Errorf("the stored failure carries what the client could not know: service %q pod %+v attrs %v", e.Service, e.Pod, e.Attrs)
 	}
 }

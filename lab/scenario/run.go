@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/netip"
 	"slices"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -33,6 +34,13 @@ type Config struct {
 	Runs     []Run
 	Progress io.Writer
 	Log      *slog.Logger
+	// OnService is called as each run's Service is created, before its
+	// Deployment: a client of one's own can start loading the ClusterIP
+	// (RunResult.ClusterIP) from the Service's first moment. Optional.
+	OnService func(RunResult)
+	// OnTeardown is called when a run is over, before its Service and
+	// Deployment are deleted; the deletion waits for it. Optional.
+	OnTeardown func(RunResult)
 }
 
 // PodRecord names one pod of a run.
@@ -56,6 +64,14 @@ type RunResult struct {
 	New                      []PodRecord
 	Load                     load.Result
 	Note                     string
+}
+
+// ServiceName is the run's Service as a client names it: name.ns.svc. (The
+// lab runs no DNS: a client of one's own dials the ClusterIP and may log
+// this name, or the ClusterIP, as its target.)
+func (r RunResult) ServiceName() string {
+	ns, name, _ := strings.Cut(r.Service, "/")
+	return name + "." + ns + ".svc"
 }
 
 // Window is the run's time range for queries: from the start of the load
@@ -138,6 +154,9 @@ func runOne(ctx context.Context, c *Cluster, cfg Config, r Run) (res RunResult, 
 		return res, fmt.Errorf("creating the Service: %w", err)
 	}
 	defer func() {
+		if cfg.OnTeardown != nil {
+			cfg.OnTeardown(res)
+		}
 		if derr := teardownRun(context.WithoutCancel(ctx), c, name, r); derr != nil && err == nil {
 			err = derr
 		}
@@ -147,6 +166,10 @@ func runOne(ctx context.Context, c *Cluster, cfg Config, r Run) (res RunResult, 
 		return res, fmt.Errorf("service %s has no ClusterIP: %w", name, err)
 	}
 	res.ClusterIP = netip.AddrPortFrom(ip, 80)
+	c.opts.progress("  Service %s: %s (%s)", res.Service, res.ClusterIP, res.ServiceName())
+	if cfg.OnService != nil {
+		cfg.OnService(res)
+	}
 	if _, err := cs.AppsV1().Deployments(Namespace).Create(ctx, deployment(name, r, p), metav1.CreateOptions{}); err != nil {
 		return res, fmt.Errorf("creating the Deployment: %w", err)
 	}
@@ -171,17 +194,21 @@ func runOne(ctx context.Context, c *Cluster, cfg Config, r Run) (res RunResult, 
 	defer lcancel()
 	loadDone := make(chan load.Result, 1)
 	res.Start = time.Now()
+	host := res.ServiceName()
+	url := "http://" + host + "/"
 	go func() {
 		lr, _ := load.Run(lctx, load.Config{
 			Target:   res.ClusterIP,
-			Host:     name + "." + Namespace + ".svc",
+			Host:     host,
 			Clients:  p.Clients,
 			Interval: p.Interval,
 			Timeout:  p.Timeout,
 			Source:   c.net.Gateway.Addr(),
-			Backend:  load.ConntrackBackend,
+			// The backend conntrack names is the lab's own truth, for its
+			// table and tests; the stored failure carries only the URL.
+			Backend: load.ConntrackBackend,
 			OnFailure: func(f load.Failure) {
-				c.Record(f.Event(NodeName, res.Service))
+				c.Record(f.Event(NodeName, url))
 			},
 		})
 		loadDone <- lr
@@ -464,3 +491,45 @@ func teardownRun(ctx context.Context, c *Cluster, name string, r Run) error {
 	c.Sync()
 	return errors.Join(errs...)
 }
+
+// Own is the Deployment `drainscope lab --keep` leaves up for a client of
+// one's own: the sample service exiting at SIGTERM, to be rolled out at will.
+var Own = Run{Name: "own", Behaviour: sampleapp.Exit, Rollout: true, What: "yours to load and roll out"}
+
+// Deploy creates r's Service and Deployment (sample-NAME) with p's shape,
+// waits until every replica is ready and answers through the ClusterIP, and
+// returns what it made. Unlike a run's, they stay until the cluster goes.
+func Deploy(ctx context.Context, c *Cluster, r Run, p Profile) (RunResult, error) {
+	name := "sample-" + r.Name
+	res := RunResult{Run: r, Deployment: name, Service: Namespace + "/" + name}
+	svc, err := c.Client.CoreV1().Services(Namespace).Create(ctx, service(name, r), metav1.CreateOptions{})
+	if err != nil {
+		return res, fmt.Errorf("creating the Service: %w", err)
+	}
+	ip, err := netip.ParseAddr(svc.Spec.ClusterIP)
+	if err != nil {
+		return res, fmt.Errorf("service %s has no ClusterIP: %w", name, err)
+	}
+	res.ClusterIP = netip.AddrPortFrom(ip, 80)
+	if _, err := c.Client.AppsV1().Deployments(Namespace).Create(ctx, deployment(name, r, p), metav1.CreateOptions{}); err != nil {
+		return res, fmt.Errorf("creating the Deployment: %w", err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if err := waitRolledOut(wctx, c, name, p.Replicas, nil); err != nil {
+		return res, fmt.Errorf("waiting for %d ready replicas: %w", p.Replicas, err)
+	}
+	if err := waitServed(wctx, c, res.ClusterIP, int(p.Replicas)); err != nil {
+		return res, fmt.Errorf("waiting for the ClusterIP %s to reach every replica: %w", res.ClusterIP, err)
+	}
+	return res, nil
+}
+
+// ClientSource is the address a client on this machine reaches the lab's
+// Services from: the bridge's, which the route to the Service network
+// uses. The pods see it as the client's address, as the kernel capture
+// records it.
+func (c *Cluster) ClientSource() netip.Addr { return c.net.Gateway.Addr() }
+
+// ServiceCIDR is the lab's Service network.
+func (c *Cluster) ServiceCIDR() netip.Prefix { return c.net.ServiceCIDR }
