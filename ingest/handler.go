@@ -182,6 +182,10 @@ type RejectedLine struct {
 
 var errTooLarge = errors.New("body too large")
 
+// maxEventTime is the first time event.Validate refuses (2262: past it a
+// day partition's bound overflows int64).
+var maxEventTime = time.Date(2262, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
+
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	log := h.Log
 	if log == nil {
@@ -275,12 +279,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	from, to := int64(0), int64(0)
 	err = parse(io.TeeReader(body, &copy), func(rec *Record) error {
 		res.Lines++
-		if rec.Err == nil && rec.Failed {
-			e := rec.Event()
-			e.Seal()
-			if verr := e.Validate(); verr != nil {
-				rec.Err = &LineError{Line: rec.Line, Field: "(event)", Msg: verr.Error()}
-			}
+		// What event.Validate could refuse of a client failure is only its
+		// time (the rest is set by Record.Event and Seal): check that here,
+		// without building the event, so the second pass cannot meet a
+		// bad line after storing some batches.
+		if rec.Err == nil && rec.Failed && (rec.Time <= 0 || rec.Time >= maxEventTime) {
+			rec.Err = &LineError{Line: rec.Line, Field: "time", Msg: fmt.Sprintf("%d ns is outside 1970–2261, the range events are stored in", rec.Time)}
 		}
 		switch {
 		case rec.Err != nil:
