@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -19,7 +20,7 @@ import (
 
 const labUsage = `usage: drainscope lab [--profile short|seed000|ci] [--runs control,exit,graceful,prestop,drain]
                       [--store DSN] [--duration D] [--rollout-at D] [--no-kernel]
-                      [--serve ADDR] [-v]
+                      [--serve ADDR] [--keep] [-v]
        drainscope lab cleanup
 
 Runs a real single-node Kubernetes on this machine (etcd, kube-apiserver,
@@ -39,7 +40,15 @@ service shutting down its own way:
 drainscope records the pods, endpoints, kernel events and the clients'
 failures into the store, then prints per run the requests, failures by class
 and the causes it found, tears the cluster down and serves the web UI over
-the recorded runs until interrupted (--serve '' to exit instead). Needs root. Everything the lab creates (bridge
+the recorded runs until interrupted (--serve '' to exit instead). Needs root.
+
+To load the lab with a client of your own: each run prints its Service's
+ClusterIP:port and name.ns.svc as the Service is created (the lab has no DNS:
+dial the ClusterIP), and the lab prints its admin kubeconfig. With --keep,
+after the runs the cluster stays up, still recording, with the Deployment
+sample-own (the sample service exiting at SIGTERM) behind its Service, until
+Ctrl-C: load its ClusterIP, roll it out with kubectl, then import your
+client's log with 'drainscope import'. Everything the lab creates (bridge
 dslab0, namespaces dslab-*, cgroup drainscope-lab, kube-proxy's nftables
 tables, processes, working files in /run/drainscope-lab) is removed on exit,
 on Ctrl-C and by 'drainscope lab cleanup'; only an empty lock file stays. Traffic goes only to loopback, the pod network
@@ -67,6 +76,7 @@ func runLab(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	wait := fs.Bool("wait", false, "wait for another lab on this machine to finish instead of failing")
 	verbose := fs.Bool("v", false, "log what the lab node and the control plane do")
 	serve := fs.String("serve", "127.0.0.1:8080", "after the runs, serve the web UI on this address until interrupted (empty: exit)")
+	keep := fs.Bool("keep", false, "after the runs, keep the cluster up and recording, with the Deployment sample-own behind a Service, until Ctrl-C (instead of --serve)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), labUsage)
 		fs.PrintDefaults()
@@ -132,6 +142,7 @@ func runLab(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	if err != nil {
 		return err
 	}
+	fmt.Fprintf(progress, "admin kubeconfig: %s (kubectl: %s)\n", c.CP.Kubeconfig(), filepath.Join(c.CP.BinDir(), "kubectl"))
 	down := func() {
 		fmt.Fprintln(progress, "tearing the lab down …")
 		c.Down()
@@ -160,6 +171,9 @@ func runLab(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	if errors.Is(err, context.Canceled) || ctx.Err() != nil {
 		return errors.New("interrupted; cleaned up")
 	}
+	if err == nil && *keep {
+		return labKeep(ctx, c, p, *dsn)
+	}
 	if err != nil || *serve == "" || len(results) == 0 {
 		return err
 	}
@@ -172,6 +186,34 @@ func runLab(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		sargs = append(sargs, "--store", *dsn)
 	}
 	return runServe(ctx, flag.NewFlagSet("drainscope serve", flag.ContinueOnError), sargs)
+}
+
+// labKeep leaves the cluster up, recording, with a Deployment of the
+// sample service for the user's own client, until ctx ends.
+func labKeep(ctx context.Context, c *scenario.Cluster, p scenario.Profile, dsn string) error {
+	own, err := scenario.Deploy(ctx, c, scenario.Own, p)
+	if ctx.Err() != nil {
+		return nil // Ctrl-C while deploying: the deferred teardown follows
+	}
+	if err != nil {
+		return fmt.Errorf("deploying %s for --keep: %w", scenario.Own.Name, err)
+	}
+	kubectl := filepath.Join(c.CP.BinDir(), "kubectl") + " --kubeconfig " + c.CP.Kubeconfig() + " -n " + scenario.Namespace
+	storeFlag := ""
+	if dsn != "" {
+		storeFlag = " --store '" + dsn + "'"
+	}
+	fmt.Printf(`
+the lab stays up and recording until Ctrl-C:
+  Service   %s at %s (%s; no DNS in the lab: dial the ClusterIP, from this
+            machine: the route to %s uses source %s, which the pods see)
+  kubectl   %s get pods,svc
+  roll out  %s rollout restart deployment/%s
+  import    drainscope import --format jsonl%s CLIENT.jsonl   (or vegeta-json, nginx, …)
+  report    drainscope report --since 30m%s
+`, own.Service, own.ClusterIP, own.ServiceName(), c.ServiceCIDR(), c.ClientSource(), kubectl, kubectl, own.Deployment, storeFlag, storeFlag)
+	<-ctx.Done()
+	return nil
 }
 
 func runNames(rs []scenario.Run) string {
