@@ -58,6 +58,10 @@ class Conn(http.client.HTTPConnection):
             ip, port = s.getsockname()
             self.local = "%s:%d" % (ip, port)
             s.connect((self.host, self.port))
+            # Unbound (0.0.0.0), the address is the route's source, known
+            # once connected.
+            ip, port = s.getsockname()
+            self.local = "%s:%d" % (ip, port)
             s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         except BaseException:
             s.close()
@@ -118,7 +122,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--targets", required=True, help="file of add/del lines, read as it grows")
     ap.add_argument("--log", required=True, help="JSON lines output")
-    ap.add_argument("--source", default="0.0.0.0", help="local address to bind")
+    ap.add_argument("--source", default="0.0.0.0", help="local address to bind (default: the route's, known once connected)")
     ap.add_argument("--conns", type=int, default=10, help="keep-alive connections per target")
     ap.add_argument("--interval", type=float, default=0.1, help="pause after each request, seconds")
     ap.add_argument("--timeout", type=float, default=5.0, help="per request, seconds")
