@@ -595,7 +595,7 @@ func (c *collector) rollouts() []Rollout {
 			if replaced[k] || tl.Pod.Namespace != g.Namespace || tl.Kind != g.Workload.Kind || tl.Name != g.Workload.Name {
 				continue
 			}
-			if !newPodOf(g, tl) {
+			if !newPodOf(g, tl, c.nextChange(g)) {
 				continue
 			}
 			np := NewPod{Pod: tl.Pod, Created: tl.Created, Ready: tl.Ready}
@@ -660,17 +660,38 @@ func podTrigger(g event.Rollout, tls map[string]*PodTimeline) string {
 	return TriggerRestart
 }
 
+// nextChange is the time of the first change of g's workload after its
+// trigger (0 when none): the pods created from then on are that change's.
+func (c *collector) nextChange(g event.Rollout) int64 {
+	if g.TriggerAt == 0 {
+		return 0
+	}
+	next := int64(0)
+	for i := range c.triggers {
+		e := &c.triggers[i]
+		if e.Time > g.TriggerAt && e.Reason != event.ChangeCreated && e.Pod.Namespace == g.Namespace &&
+			e.Workload == g.Workload && (next == 0 || e.Time < next) {
+			next = e.Time
+		}
+	}
+	return next
+}
+
 // triggerSlack allows for the clocks of the nodes that saw a workload change
 // and a pod's creation: the pod cannot be older than the change that made it.
 const triggerSlack = int64(time.Second)
 
 // newPodOf tells whether tl is a pod that rollout g brought up: created
-// since its trigger and before RolloutLead after its last old pod ended (a
+// since its trigger, before the workload's next change (next, 0 for none)
+// and before RolloutLead after its last old pod ended (a
 // pod the watch saw only once running counts by its readiness), or without a recorded trigger, ready from RolloutLead before
 // the first termination. A new pod that was never ready does not count.
-func newPodOf(g event.Rollout, tl *PodTimeline) bool {
+func newPodOf(g event.Rollout, tl *PodTimeline, next int64) bool {
 	if tl.Ready == 0 {
 		return false
+	}
+	if next != 0 && tl.Created >= next {
+		return false // the next change's pod
 	}
 	if g.TriggerAt == 0 {
 		return tl.Ready >= g.From-int64(RolloutLead) && tl.Ready <= g.To

@@ -420,6 +420,17 @@ func NoReadyEndpoints(f *Facts, dst []Piece) []Piece {
 			return dst
 		}
 		ok, why := s.noReadyAt(f.Start) // when the request was routed
+		var first *event.Event
+		if !ok && f.opts.ProxyLag > 0 {
+			// The first ready endpoint came within the proxy lag: the
+			// proxies may not have had it yet, and still rejected.
+			lagged := f.Start - int64(f.opts.ProxyLag)
+			if ok, why = s.noReadyAt(lagged); ok {
+				if first = s.firstReadyIn(lagged, f.Start); first == nil {
+					ok = false
+				}
+			}
+		}
 		if !ok {
 			return dst
 		}
@@ -429,6 +440,9 @@ func NoReadyEndpoints(f *Facts, dst []Piece) []Piece {
 				role = "Service created, no endpoint since"
 			}
 			out = append(out, piece(role, e))
+		}
+		if first != nil {
+			out = append(out, piece("first ready endpoint, within the proxy lag", first))
 		}
 	}
 	return out

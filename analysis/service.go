@@ -118,12 +118,6 @@ func (s *svcState) trim(before int64) {
 // Service the watcher saw created, and never with an endpoint since, had
 // none.
 func (s *svcState) noReadyAt(t int64) (bool, []*event.Event) {
-	if len(s.nodes) == 0 {
-		if s.created != nil && s.created.Time <= t {
-			return true, []*event.Event{s.created}
-		}
-		return false, nil
-	}
 	var why []*event.Event
 	for _, nc := range s.nodes {
 		// hist is in time order: the count in force at t is the last
@@ -138,7 +132,27 @@ func (s *svcState) noReadyAt(t int64) (bool, []*event.Event) {
 		}
 		why = append(why, &cur.ev)
 	}
+	if len(why) == 0 && s.created != nil && s.created.Time <= t {
+		// No node had a view yet, but the Service was seen created.
+		return true, []*event.Event{s.created}
+	}
 	return len(why) > 0, why
+}
+
+// firstReadyIn returns the first transition to a ready endpoint, on any
+// node, in (from, to].
+func (s *svcState) firstReadyIn(from, to int64) *event.Event {
+	var first *event.Event
+	for _, nc := range s.nodes {
+		for i := range nc.hist {
+			h := &nc.hist[i]
+			if h.ev.Time > from && h.ev.Time <= to && h.n > 0 && (first == nil || h.ev.Time < first.Time) {
+				first = &h.ev
+				break
+			}
+		}
+	}
+	return first
 }
 
 // svcClaim is a Service taking a ClusterIP (key set) or letting it go

@@ -152,3 +152,43 @@ func TestTargetHost(t *testing.T) {
 		}
 	}
 }
+
+// TestNoReadyAtAServicesStart: a new Service's clients are refused until
+// its first endpoint is ready and the proxies have it: before any
+// endpoint event (the Service's creation is the evidence, even once later
+// endpoint events exist), and within the proxy lag after the first ready
+// one. Past the lag a refusal is something else.
+func TestNoReadyAtAServicesStart(t *testing.T) {
+	r := newRec()
+	r.svc(0, "default", "web", event.ChangeCreated, "10.96.0.10")
+	r.refusedTo(200*ms, client(1), "10.96.0.10:80", netip.AddrPort{}) // before any endpoint event
+	p := r.pod("web-1", "10.244.0.11")
+	r.created(p, 500*ms)
+	r.endpoint(p, 600*ms, event.EndpointAdded, r.nodes[0]) // added, not ready
+	r.ready(p, 2*s)
+	r.refusedTo(2*s+300*ms, client(2), "10.96.0.10:80", netip.AddrPort{}) // within the proxy lag
+	r.refusedTo(3*s+500*ms, client(3), "10.96.0.10:80", netip.AddrPort{}) // past it
+	res, err := AnalyzeEvents(r.events, store.Query{}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := causesOf(res)
+	if got[client(1).String()] != CauseNoReadyEndpoints || got[client(2).String()] != CauseNoReadyEndpoints {
+		t.Errorf("causes %v; want no ready endpoints for %v and %v", got, client(1), client(2))
+	}
+	if got[client(3).String()] == CauseNoReadyEndpoints {
+		t.Errorf("a refusal 1.5 s after the first ready endpoint: no ready endpoints, but the proxies had had it for longer than their lag")
+	}
+	for _, f := range res.Failures {
+		if f.Failure.Local != client(2).String() {
+			continue
+		}
+		var roles []string
+		for _, e := range f.Evidence {
+			roles = append(roles, e.Role)
+		}
+		if !slices.Contains(roles, "first ready endpoint, within the proxy lag") {
+			t.Errorf("evidence of the refusal within the lag: %v", roles)
+		}
+	}
+}

@@ -171,3 +171,45 @@ func TestPodTriggers(t *testing.T) {
 		})
 	}
 }
+
+// TestBackToBackRollouts: two rollouts of one Deployment 20 s apart (two
+// kubectl rollout restart): each counts the pods it brought up, not the
+// next one's.
+func TestBackToBackRollouts(t *testing.T) {
+	r := newRec()
+	gen := func(prefix string, ip0 int) []*tpod {
+		ps := make([]*tpod, 2)
+		for i := range ps {
+			ps[i] = r.pod(fmt.Sprintf("web-%s-%d", prefix, i), fmt.Sprintf("10.244.0.%d", ip0+i))
+		}
+		return ps
+	}
+	a, b, c := gen("a", 10), gen("b", 20), gen("c", 30)
+	for _, p := range a {
+		r.created(p, -time.Hour.Nanoseconds()/2)
+		r.ready(p, -time.Hour.Nanoseconds()/2+s)
+	}
+	roll := func(at int64, old, fresh []*tpod) {
+		r.change(at, old[0].wl, event.ChangeTemplate)
+		for i := range fresh {
+			step := at + int64(i)*3*s
+			r.created(fresh[i], step+10*ms)
+			r.ready(fresh[i], step+2*s)
+			r.end(old[i], step+2*s+100*ms)
+		}
+	}
+	roll(0, a, b)
+	roll(30*s, b, c)
+	res, err := AnalyzeEvents(r.events, store.Query{}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Rollouts) != 2 {
+		t.Fatalf("%d rollouts, want 2", len(res.Rollouts))
+	}
+	for i, ro := range res.Rollouts {
+		if len(ro.Replaced) != 2 || len(ro.NewPods) != 2 {
+			t.Errorf("rollout %d: %d replaced, %d new; want 2 and 2", i, len(ro.Replaced), len(ro.NewPods))
+		}
+	}
+}
