@@ -217,7 +217,7 @@ func checkAgentPod(t *testing.T, where string, ds *appsv1.DaemonSet, kernel bool
 }
 
 // checkRBAC asserts least privilege: read-only pods, services,
-// endpointslices, replicasets and deployments; leases only in leader mode, only in a Role.
+// endpointslices and the apps workloads; leases only in leader mode, only in a Role.
 func checkRBAC(t *testing.T, where string, o objects, leader bool) {
 	t.Helper()
 	if len(o.roles) != 1 {
@@ -234,7 +234,7 @@ func checkRBAC(t *testing.T, where string, o objects, leader bool) {
 			}
 		}
 		slices.Sort(got)
-		if want := []string{"/pods", "/services", "apps/deployments", "apps/replicasets", "discovery.k8s.io/endpointslices"}; !slices.Equal(got, want) {
+		if want := []string{"/pods", "/services", "apps/daemonsets", "apps/deployments", "apps/replicasets", "apps/statefulsets", "discovery.k8s.io/endpointslices"}; !slices.Equal(got, want) {
 			t.Errorf("%s: ClusterRole covers %v, want %v", where, got, want)
 		}
 	}

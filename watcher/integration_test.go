@@ -955,3 +955,70 @@ func TestIntegrationEviction(t *testing.T) {
 		t.Errorf("deleted pod's deletion: disruption %q, want none", r)
 	}
 }
+
+// TestIntegrationStatefulSetWorkload: a StatefulSet's template change,
+// scale and deletion are recorded as a Deployment's are.
+func TestIntegrationStatefulSetWorkload(t *testing.T) {
+	cp := controlPlane(t)
+	ns := "statefulset"
+	setup(t, cp, ns)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	_, c := startWatcherWith(t, cp.Config(), Options{Node: "node-a", Namespace: ns})
+	labels := map[string]string{"app": "db"}
+	set := &appsv1.StatefulSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: ns},
+		Spec: appsv1.StatefulSetSpec{
+			Replicas: ptr.To(int32(2)), ServiceName: "web",
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "db", Image: "drainscope.invalid/db:1"}}},
+			},
+		},
+	}
+	sets := cp.Client().AppsV1().StatefulSets(ns)
+	if _, err := sets.Create(ctx, set, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	changes := func(evs []event.Event) []event.Event {
+		var out []event.Event
+		for _, e := range evs {
+			if e.Kind == event.WorkloadChanged && e.Workload.Kind == "StatefulSet" {
+				out = append(out, e)
+			}
+		}
+		return out
+	}
+	wait := func(n int, what string) {
+		t.Helper()
+		c.waitFor(t, time.Minute, what, func(evs []event.Event) bool { return len(changes(evs)) >= n })
+	}
+	wait(1, "the StatefulSet's creation")
+	if _, err := sets.Patch(ctx, "db", types.StrategicMergePatchType,
+		[]byte(`{"spec":{"template":{"spec":{"containers":[{"name":"db","image":"drainscope.invalid/db:2"}]}}}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	wait(2, "the template change")
+	if _, err := sets.Patch(ctx, "db", types.StrategicMergePatchType, []byte(`{"spec":{"replicas":1}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	wait(3, "the scale-down")
+	if err := sets.Delete(ctx, "db", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	wait(4, "the deletion")
+	got := changes(c.snapshot())
+	want := []string{event.ChangeCreated, event.ChangeTemplate, event.ChangeScale, event.ChangeDeleted}
+	if len(got) != len(want) {
+		t.Fatalf("%d StatefulSet changes, want %d:\n%s", len(got), len(want), describe(got))
+	}
+	for i, e := range got {
+		if e.Reason != want[i] || e.Workload.Name != "db" {
+			t.Errorf("change %d: %s of %v, want %s of StatefulSet/db", i, e.Reason, e.Workload, want[i])
+		}
+	}
+	if f, to := got[2].Attrs[event.AttrReplicasFrom], got[2].Attrs[event.AttrReplicasTo]; f != "2" || to != "1" {
+		t.Errorf("scale-down from %q to %q, want 2 to 1", f, to)
+	}
+}

@@ -5,10 +5,10 @@
 // watches Pods and EndpointSlices with client-go, turns each update into
 // per-pod and per-endpoint transitions, stamps each with the time its
 // handler received it (UTC nanoseconds; the API's whole-second timestamps go
-// in Attrs), and hands them to a sink. Beside them it records each
-// Deployment's changes that begin a rollout or end its pods (a new pod
-// template, a change of replicas, its deletion) and each Service's
-// addresses and ports, with the EndpointSlices.
+// in Attrs), and hands them to a sink. Beside them it records the changes
+// of each Deployment, StatefulSet and DaemonSet that begin a rollout or end
+// its pods (a new pod template, a change of replicas, its deletion) and
+// each Service's addresses and ports, with the EndpointSlices.
 //
 // A broken watch loses nothing and doubles nothing: the watcher keeps the
 // state it last reported, so an update replayed after a reconnect reports
@@ -259,9 +259,11 @@ func (w *Watcher) Run(ctx context.Context) error {
 		waits, running = append(waits, ctrl.HasSynced), append(running, done)
 		// Workloads are cluster-wide like the slices, and recorded by the
 		// same watcher: their changes are the triggers of pods' ends.
-		ctrl, done = runInformer(ctx, "deployments", w.deploymentListWatch(), &appsv1.Deployment{}, stripDeployment,
-			&workloadHandler{w: w, known: map[string]workloadState{}}, w.opts.Now, w.watchError("deployments"))
-		waits, running = append(waits, ctrl.HasSynced), append(running, done)
+		for _, wk := range w.workloadWatches() {
+			ctrl, done = runInformer(ctx, wk.name, wk.lw, wk.obj, stripWorkload,
+				&workloadHandler{w: w, kind: wk.kind, known: map[string]workloadState{}}, w.opts.Now, w.watchError(wk.name))
+			waits, running = append(waits, ctrl.HasSynced), append(running, done)
+		}
 		// Services: what a client's target (a ClusterIP, a DNS name)
 		// was at the time it failed.
 		svcs := &serviceHandler{w: w, known: map[string]serviceState{}}
@@ -326,11 +328,26 @@ func (w *Watcher) sliceListWatch() cache.ListerWatcher {
 		slices.Watch)
 }
 
-func (w *Watcher) deploymentListWatch() cache.ListerWatcher {
+// workloadWatch is one kind of workload whose changes are recorded.
+type workloadWatch struct {
+	name, kind string
+	obj        runtime.Object
+	lw         cache.ListerWatcher
+}
+
+func (w *Watcher) workloadWatches() []workloadWatch {
 	deps := w.cs.AppsV1().Deployments(w.opts.Namespace)
-	return w.listWatch(func(*metav1.ListOptions) {},
-		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return deps.List(ctx, o) },
-		deps.Watch)
+	sets := w.cs.AppsV1().StatefulSets(w.opts.Namespace)
+	daemons := w.cs.AppsV1().DaemonSets(w.opts.Namespace)
+	all := func(*metav1.ListOptions) {}
+	return []workloadWatch{
+		{"deployments", "Deployment", &appsv1.Deployment{}, w.listWatch(all,
+			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return deps.List(ctx, o) }, deps.Watch)},
+		{"statefulsets", "StatefulSet", &appsv1.StatefulSet{}, w.listWatch(all,
+			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return sets.List(ctx, o) }, sets.Watch)},
+		{"daemonsets", "DaemonSet", &appsv1.DaemonSet{}, w.listWatch(all,
+			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return daemons.List(ctx, o) }, daemons.Watch)},
+	}
 }
 
 func (w *Watcher) serviceListWatch() cache.ListerWatcher {

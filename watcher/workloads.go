@@ -7,44 +7,53 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/drainscope/drainscope/event"
 )
 
-// Workload changes are what set pods ending and starting: a Deployment's pod
-// template changing begins a rollout, a change of its replicas scales it, its
-// deletion ends every pod it owns. The analysis starts a rollout at its
+// Workload changes are what set pods ending and starting: a workload's pod
+// template changing begins a rollout, a change of its replicas scales it,
+// its deletion ends every pod it owns. The analysis starts a rollout at its
 // trigger rather than at the first pod that ended, so that the new pods
-// created before it (maxSurge) count as the rollout's.
+// created before it (maxSurge) count as the rollout's. Deployments,
+// StatefulSets and DaemonSets are watched alike.
 //
-// The Deployment cache keeps only what the comparison needs: the template
-// is reduced to a hash.
+// The cache keeps only what the comparison needs: the template is reduced
+// to a hash.
 
 // annTemplateHash holds, in the cached copy only, the hash of the pod
 // template the transform dropped.
 const annTemplateHash = "drainscope.io/template-hash"
 
-// stripDeployment keeps a Deployment's identity, generation, replicas and
-// the hash of its pod template.
-func stripDeployment(obj any) (any, error) {
-	d, ok := obj.(*appsv1.Deployment)
-	if !ok {
-		return obj, nil
+// stripWorkload keeps a workload's identity, generation, replicas and the
+// hash of its pod template.
+func stripWorkload(obj any) (any, error) {
+	meta := func(m metav1.ObjectMeta, t *corev1.PodTemplateSpec) metav1.ObjectMeta {
+		return metav1.ObjectMeta{Name: m.Name, Namespace: m.Namespace, UID: m.UID, ResourceVersion: m.ResourceVersion,
+			Generation: m.Generation, Annotations: map[string]string{annTemplateHash: templateHash(t)}}
 	}
-	out := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{
-		Name: d.Name, Namespace: d.Namespace, UID: d.UID, ResourceVersion: d.ResourceVersion,
-		Generation: d.Generation, Annotations: map[string]string{annTemplateHash: templateHash(d)},
-	}}
-	out.Spec.Replicas = d.Spec.Replicas
-	return out, nil
+	switch o := obj.(type) {
+	case *appsv1.Deployment:
+		out := &appsv1.Deployment{ObjectMeta: meta(o.ObjectMeta, &o.Spec.Template)}
+		out.Spec.Replicas = o.Spec.Replicas
+		return out, nil
+	case *appsv1.StatefulSet:
+		out := &appsv1.StatefulSet{ObjectMeta: meta(o.ObjectMeta, &o.Spec.Template)}
+		out.Spec.Replicas = o.Spec.Replicas
+		return out, nil
+	case *appsv1.DaemonSet:
+		return &appsv1.DaemonSet{ObjectMeta: meta(o.ObjectMeta, &o.Spec.Template)}, nil
+	}
+	return obj, nil
 }
 
 // templateHash is a hash of the pod template as the API serves it; equal
 // templates hash equal, which is all the comparison needs.
-func templateHash(d *appsv1.Deployment) string {
-	b, err := json.Marshal(&d.Spec.Template)
+func templateHash(t *corev1.PodTemplateSpec) string {
+	b, err := json.Marshal(t)
 	if err != nil {
 		return "" // a template that does not marshal compares as unchanged
 	}
@@ -53,7 +62,7 @@ func templateHash(d *appsv1.Deployment) string {
 	return strconv.FormatUint(h.Sum64(), 16)
 }
 
-// workloadState is what the tracker last reported of one Deployment.
+// workloadState is what the tracker last reported of one workload.
 type workloadState struct {
 	uid        string
 	generation int64
@@ -61,32 +70,51 @@ type workloadState struct {
 	template   string
 }
 
-func stateOf(d *appsv1.Deployment) workloadState {
-	r := int32(1) // the API's default
-	if d.Spec.Replicas != nil {
-		r = *d.Spec.Replicas
+// workloadOf reads a stripped workload; ok is false for another type.
+func workloadOf(obj any) (m *metav1.ObjectMeta, kind string, st workloadState, ok bool) {
+	var replicas *int32
+	switch o := obj.(type) {
+	case *appsv1.Deployment:
+		m, kind, replicas = &o.ObjectMeta, "Deployment", o.Spec.Replicas
+	case *appsv1.StatefulSet:
+		m, kind, replicas = &o.ObjectMeta, "StatefulSet", o.Spec.Replicas
+	case *appsv1.DaemonSet:
+		m, kind = &o.ObjectMeta, "DaemonSet" // one pod a node: no replicas to change
+	default:
+		return nil, "", workloadState{}, false
 	}
-	return workloadState{uid: string(d.UID), generation: d.Generation, replicas: r, template: d.Annotations[annTemplateHash]}
+	r := int32(1) // the API's default
+	if replicas != nil {
+		r = *replicas
+	}
+	if kind == "DaemonSet" {
+		r = 0
+	}
+	return m, kind, workloadState{uid: string(m.UID), generation: m.Generation, replicas: r, template: m.Annotations[annTemplateHash]}, true
 }
 
-// workloadHandler turns Deployment deltas into workload_changed events.
-// Only the informer goroutine calls it, so its map needs no lock.
+// workloadHandler turns one kind's deltas into workload_changed events.
+// Only its informer's goroutine calls it, so its map needs no lock.
 type workloadHandler struct {
 	w     *Watcher
+	kind  string
 	known map[string]workloadState // namespace/name
 }
 
 func (h *workloadHandler) replaceAll(objs []any, initial bool, at time.Time) {
 	seen := make(map[string]bool, len(objs))
 	for _, o := range objs {
-		if d, ok := o.(*appsv1.Deployment); ok {
-			seen[d.Namespace+"/"+d.Name] = true
-			if initial {
-				h.known[d.Namespace+"/"+d.Name] = stateOf(d)
-				continue
-			}
-			h.apply(d, at, event.FlagRelist)
+		m, _, st, ok := workloadOf(o)
+		if !ok {
+			continue
 		}
+		key := m.Namespace + "/" + m.Name
+		seen[key] = true
+		if initial {
+			h.known[key] = st
+			continue
+		}
+		h.apply(m, st, at, event.FlagRelist)
 	}
 	if initial {
 		return
@@ -100,8 +128,8 @@ func (h *workloadHandler) replaceAll(objs []any, initial bool, at time.Time) {
 }
 
 func (h *workloadHandler) upsert(obj any, at time.Time) {
-	if d, ok := obj.(*appsv1.Deployment); ok {
-		h.apply(d, at, 0)
+	if m, _, st, ok := workloadOf(obj); ok {
+		h.apply(m, st, at, 0)
 	}
 }
 
@@ -110,28 +138,27 @@ func (h *workloadHandler) remove(obj any, at time.Time) {
 	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj, flags = tomb.Obj, event.FlagRelist
 	}
-	if d, ok := obj.(*appsv1.Deployment); ok {
-		h.gone(d.Namespace+"/"+d.Name, at, flags)
+	if m, _, _, ok := workloadOf(obj); ok {
+		h.gone(m.Namespace+"/"+m.Name, at, flags)
 	}
 }
 
-// apply reports what changed since the Deployment's last known state: a new
-// Deployment (or one recreated under its name), its template, its replicas.
-func (h *workloadHandler) apply(d *appsv1.Deployment, at time.Time, flags event.Flags) {
-	key := d.Namespace + "/" + d.Name
-	now := stateOf(d)
+// apply reports what changed since the workload's last known state: a new
+// workload (or one recreated under its name), its template, its replicas.
+func (h *workloadHandler) apply(m *metav1.ObjectMeta, now workloadState, at time.Time, flags event.Flags) {
+	key := m.Namespace + "/" + m.Name
 	was, ok := h.known[key]
 	h.known[key] = now
-	wl := event.Workload{Kind: "Deployment", Name: d.Name}
+	wl := event.Workload{Kind: h.kind, Name: m.Name}
 	if !ok || was.uid != now.uid {
-		h.w.emitWorkload(at, d.Namespace, wl, event.ChangeCreated, workloadState{}, now, flags)
+		h.w.emitWorkload(at, m.Namespace, wl, event.ChangeCreated, workloadState{}, now, flags)
 		return
 	}
 	if was.template != now.template {
-		h.w.emitWorkload(at, d.Namespace, wl, event.ChangeTemplate, was, now, flags)
+		h.w.emitWorkload(at, m.Namespace, wl, event.ChangeTemplate, was, now, flags)
 	}
 	if was.replicas != now.replicas {
-		h.w.emitWorkload(at, d.Namespace, wl, event.ChangeScale, was, now, flags)
+		h.w.emitWorkload(at, m.Namespace, wl, event.ChangeScale, was, now, flags)
 	}
 }
 
@@ -142,7 +169,7 @@ func (h *workloadHandler) gone(key string, at time.Time, flags event.Flags) {
 	}
 	delete(h.known, key)
 	ns, name, _ := cache.SplitMetaNamespaceKey(key)
-	h.w.emitWorkload(at, ns, event.Workload{Kind: "Deployment", Name: name}, event.ChangeDeleted, was, workloadState{}, flags)
+	h.w.emitWorkload(at, ns, event.Workload{Kind: h.kind, Name: name}, event.ChangeDeleted, was, workloadState{}, flags)
 }
 
 // emitWorkload builds a workload_changed event. Like the endpoint events it
