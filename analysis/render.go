@@ -275,7 +275,7 @@ func WriteText(w io.Writer, r *Result) error {
 		p("%s", l)
 	}
 	p("")
-	p("ROLLOUTS")
+	p("DISRUPTIONS (rollouts, scale-downs, deletions, evictions, restarts: each with what began it)")
 	if len(r.Rollouts) == 0 {
 		p("  none: no pod was seen terminating")
 	}
@@ -515,7 +515,7 @@ func WriteMarkdown(w io.Writer, r *Result) error {
 		p("- %s", mdEscape(line))
 	}
 	p("")
-	p("## Rollouts")
+	p("## Disruptions")
 	p("")
 	if len(r.Rollouts) == 0 {
 		p("None.")

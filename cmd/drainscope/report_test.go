@@ -31,7 +31,7 @@ func TestReportFlags(t *testing.T) {
 		}
 	}
 	code, stdout, stderr := runCLI(t, "report", "--store", path, "--since", "2h")
-	if code != 0 || !strings.Contains(stdout, "ROLLOUTS") || !strings.Contains(stdout, "none") {
+	if code != 0 || !strings.Contains(stdout, "DISRUPTIONS") || !strings.Contains(stdout, "none") {
 		t.Fatalf("empty store: exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
 }

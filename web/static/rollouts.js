@@ -52,6 +52,7 @@
     a.href = r.links.timeline;
     var td = el("td"); td.appendChild(a); tr.appendChild(td);
     tr.appendChild(el("td", "", r.namespace));
+    tr.appendChild(el("td", "trigger", r.trigger || "—"));
     tr.appendChild(el("td", "", date(r.from_ns)));
     tr.appendChild(el("td", "", dur(r.to_ns - r.from_ns)));
     tr.appendChild(el("td", "num", String(r.pods_replaced)));
