@@ -69,8 +69,13 @@ func Diagnose(ctx context.Context, w io.Writer, st store.Store, runs []RunResult
 		}
 		if total == 0 {
 			fmt.Fprintf(w, "no client failure")
-			if len(res.Rollouts) > 0 {
-				fmt.Fprintf(w, "; %d pods replaced", len(res.Rollouts[0].Replaced))
+			// The run's rollout, not the teardown's deletion that may
+			// begin inside the window's last second.
+			for _, ro := range res.Rollouts {
+				if ro.Trigger == event.ChangeTemplate {
+					fmt.Fprintf(w, "; %d pods replaced", len(ro.Replaced))
+					break
+				}
 			}
 			fmt.Fprintln(w)
 		} else {
