@@ -434,10 +434,12 @@ func NoReadyEndpoints(f *Facts, dst []Piece) []Piece {
 		if !ok {
 			return dst
 		}
+		// What the Service had instead, when the request was routed.
+		had := " (endpoints then: " + s.endpointsAt(f.Start) + ")"
 		for _, e := range why {
-			role := "last ready endpoint left"
+			role := "last ready endpoint left" + had
 			if e.Kind == event.ServiceChanged {
-				role = "Service created, no endpoint since"
+				role = "Service created, no endpoint since" + had
 			}
 			out = append(out, piece(role, e))
 		}

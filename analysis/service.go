@@ -1,6 +1,7 @@
 package analysis
 
 import (
+	"fmt"
 	"net"
 	"net/netip"
 	"sort"
@@ -11,25 +12,39 @@ import (
 
 // svcState counts a Service's ready endpoints as each node saw them, with a
 // short history so "no ready endpoint at t" can be answered a lookahead
-// later.
+// later; the serving and terminating ones are counted beside them, as the
+// evidence of what the Service had instead.
 type svcState struct {
 	members map[member]bool
+	others  map[member]epOthers
 	nodes   map[string]*nodeCount
 	// created is the watcher's event of the Service's creation, when it
 	// came before any endpoint: until an endpoint appears, it had none.
 	created *event.Event
 }
 
-type member struct{ id, node string }
-
-type nodeCount struct {
-	n    int
-	hist []countTrans
+func newSvcState() *svcState {
+	return &svcState{members: map[member]bool{}, others: map[member]epOthers{}, nodes: map[string]*nodeCount{}}
 }
 
+type member struct{ id, node string }
+
+// epOthers are an endpoint's serving and terminating conditions.
+type epOthers struct{ serving, terminating bool }
+
+type nodeCount struct {
+	n                    int // ready
+	serving, terminating int
+	hist                 []countTrans
+}
+
+// countTrans is a node's counts from t on; ev is the event that set the
+// ready count n (an entry that changed only the others repeats it).
 type countTrans struct {
-	n  int
-	ev event.Event
+	t                    int64
+	n                    int
+	serving, terminating int
+	ev                   event.Event
 }
 
 func (a *Aligner) endpoint(e *event.Event) {
@@ -38,12 +53,13 @@ func (a *Aligner) endpoint(e *event.Event) {
 		return
 	}
 	ready, known := endpointReady(e)
-	if !known {
+	others, knownOthers := endpointOthers(e)
+	if !known && !knownOthers {
 		return
 	}
 	s := a.svcs[key]
 	if s == nil {
-		s = &svcState{members: map[member]bool{}, nodes: map[string]*nodeCount{}}
+		s = newSvcState()
 		a.svcs[key] = s
 		name := key
 		if i := lastSlash(key); i >= 0 {
@@ -59,35 +75,128 @@ func (a *Aligner) endpoint(e *event.Event) {
 		id = e.Local.String()
 	}
 	m := member{id, e.Node}
-	was, seen := s.members[m]
 	nc := s.nodes[e.Node]
 	if nc == nil {
 		nc = &nodeCount{}
 		s.nodes[e.Node] = nc
 	}
-	if !seen && !ready && e.Kind != event.EndpointAdded {
-		// First seen leaving: it was ready before the recorded history
-		// began, so every earlier count of this node was one higher.
-		was = true
-		nc.n++
-		for i := range nc.hist {
-			nc.hist[i].n++
+	changed := false
+	if knownOthers {
+		was := s.others[m]
+		now := others(was)
+		if e.Kind == event.EndpointRemoved {
+			delete(s.others, m)
+			now = epOthers{}
+		} else {
+			s.others[m] = now
+		}
+		// An endpoint first seen leaving a condition had it before the
+		// history began: the count is not let below zero.
+		nc.serving = max(nc.serving+b2i(now.serving)-b2i(was.serving), 0)
+		nc.terminating = max(nc.terminating+b2i(now.terminating)-b2i(was.terminating), 0)
+		changed = now != was
+	}
+	if known {
+		was, seen := s.members[m]
+		if !seen && !ready && e.Kind != event.EndpointAdded {
+			// First seen leaving: it was ready before the recorded history
+			// began, so every earlier count of this node was one higher.
+			was = true
+			nc.n++
+			for i := range nc.hist {
+				nc.hist[i].n++
+			}
+		}
+		if e.Kind == event.EndpointRemoved {
+			delete(s.members, m)
+		} else {
+			s.members[m] = ready
+		}
+		switch {
+		case was && !ready:
+			nc.n--
+			changed = true
+		case !was && ready:
+			nc.n++
+			changed = true
 		}
 	}
-	if e.Kind == event.EndpointRemoved {
-		delete(s.members, m)
+	if !changed && len(nc.hist) > 0 {
+		return // no change in this node's counts
+	}
+	tr := countTrans{t: e.Time, n: nc.n, serving: nc.serving, terminating: nc.terminating}
+	if last := len(nc.hist) - 1; last >= 0 && nc.hist[last].n == nc.n {
+		tr.ev = nc.hist[last].ev // the ready count's evidence stays the event that set it
 	} else {
-		s.members[m] = ready
+		tr.ev = e.Clone()
 	}
-	switch {
-	case was && !ready:
-		nc.n--
-	case !was && ready:
-		nc.n++
-	case len(nc.hist) > 0:
-		return // no change in this node's count
+	nc.hist = append(nc.hist, tr)
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
 	}
-	nc.hist = append(nc.hist, countTrans{n: nc.n, ev: e.Clone()})
+	return 0
+}
+
+// endpointOthers says how an endpoint event changes the serving and
+// terminating conditions; known is false when it does not touch them.
+func endpointOthers(e *event.Event) (func(epOthers) epOthers, bool) {
+	switch e.Kind {
+	case event.EndpointAdded:
+		c := e.Attrs[event.AttrConditions]
+		return func(epOthers) epOthers {
+			return epOthers{serving: conditionIn(c, "serving"), terminating: conditionIn(c, "terminating")}
+		}, true
+	case event.EndpointServing:
+		return func(o epOthers) epOthers { o.serving = true; return o }, true
+	case event.EndpointNotServing:
+		return func(o epOthers) epOthers { o.serving = false; return o }, true
+	case event.EndpointTerminating:
+		return func(o epOthers) epOthers { o.terminating = true; return o }, true
+	case event.EndpointRemoved:
+		return func(epOthers) epOthers { return epOthers{} }, true
+	}
+	return nil, false
+}
+
+// conditionIn reads a condition from the conditions attribute in the
+// spellings readyFromConditions reads: "serving", "serving=true",
+// {"serving":true}.
+func conditionIn(s, name string) bool {
+	for _, tok := range strings.FieldsFunc(strings.ToLower(s), func(r rune) bool {
+		return r == ',' || r == ' ' || r == '{' || r == '}' || r == ';' || r == '|'
+	}) {
+		k, v, hasV := strings.Cut(tok, "=")
+		if !hasV {
+			k, v, hasV = strings.Cut(tok, ":")
+		}
+		if strings.Trim(k, `"'`) == name {
+			v = strings.Trim(v, `"'`)
+			return !hasV || v == "true" || v == "1" || v == "yes"
+		}
+	}
+	return false
+}
+
+// endpointsAt says what the Service's endpoints were at t, as the node
+// views that had most of them: "0 ready, 2 serving, 2 terminating".
+func (s *svcState) endpointsAt(t int64) string {
+	ready, serving, terminating, seen := 0, 0, 0, false
+	for _, nc := range s.nodes {
+		i := sort.Search(len(nc.hist), func(i int) bool { return nc.hist[i].t > t })
+		if i == 0 {
+			continue
+		}
+		c := &nc.hist[i-1]
+		seen = true
+		ready, serving, terminating = max(ready, c.n), max(serving, c.serving), max(terminating, c.terminating)
+	}
+	if !seen {
+		return "no endpoint"
+	}
+	return fmt.Sprintf("%d ready, %d serving, %d terminating", ready, serving, terminating)
 }
 
 func lastSlash(s string) int {
@@ -104,7 +213,7 @@ func lastSlash(s string) int {
 func (s *svcState) trim(before int64) {
 	for _, nc := range s.nodes {
 		i := 0
-		for i+1 < len(nc.hist) && nc.hist[i+1].ev.Time < before {
+		for i+1 < len(nc.hist) && nc.hist[i+1].t < before {
 			i++
 		}
 		if i > 0 {
@@ -122,7 +231,7 @@ func (s *svcState) noReadyAt(t int64) (bool, []*event.Event) {
 	for _, nc := range s.nodes {
 		// hist is in time order: the count in force at t is the last
 		// entry at or before it.
-		i := sort.Search(len(nc.hist), func(i int) bool { return nc.hist[i].ev.Time > t })
+		i := sort.Search(len(nc.hist), func(i int) bool { return nc.hist[i].t > t })
 		if i == 0 {
 			continue // this node had no view yet
 		}
@@ -146,7 +255,7 @@ func (s *svcState) firstReadyIn(from, to int64) *event.Event {
 	for _, nc := range s.nodes {
 		for i := range nc.hist {
 			h := &nc.hist[i]
-			if h.ev.Time > from && h.ev.Time <= to && h.n > 0 && (first == nil || h.ev.Time < first.Time) {
+			if h.t > from && h.t <= to && h.n > 0 && (first == nil || h.ev.Time < first.Time) {
 				first = &h.ev
 				break
 			}
@@ -197,7 +306,7 @@ func (a *Aligner) service(e *event.Event) {
 	}
 	st := a.svcs[key]
 	if st == nil {
-		st = &svcState{members: map[member]bool{}, nodes: map[string]*nodeCount{}}
+		st = newSvcState()
 		a.svcs[key] = st
 		name := key[lastSlash(key)+1:]
 		a.svcIdx[name] = append(a.svcIdx[name], key)

@@ -3,6 +3,7 @@ package analysis
 import (
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -118,7 +119,7 @@ func TestTargetByTime(t *testing.T) {
 			for _, e := range f.Evidence {
 				roles = append(roles, e.Role)
 			}
-			if !slices.Contains(roles, "Service created, no endpoint since") {
+			if !slices.ContainsFunc(roles, func(r string) bool { return strings.HasPrefix(r, "Service created, no endpoint since") }) {
 				t.Errorf("evidence of the refusal before any endpoint: %v", roles)
 			}
 		}
@@ -191,4 +192,34 @@ func TestNoReadyAtAServicesStart(t *testing.T) {
 			t.Errorf("evidence of the refusal within the lag: %v", roles)
 		}
 	}
+}
+
+// TestNoReadyEvidenceCounts: the evidence of "no ready endpoints" says what
+// the Service had instead: here one endpoint still serving while it
+// terminates (a pod in its preStop), not ready.
+func TestNoReadyEvidenceCounts(t *testing.T) {
+	r := newRec()
+	r.svc(-10*s, "default", "web", event.ChangeObserved, "10.96.0.10")
+	p := r.pod("web-1", "10.244.0.11")
+	r.created(p, -5*s)
+	r.ready(p, -4*s)
+	r.endpoint(p, -4*s+10*ms, event.EndpointServing, r.nodes[0])
+	r.leave(p, 0, ms) // not ready, terminating; still serving
+	r.refusedTo(500*ms, client(1), "10.96.0.10:80", netip.AddrPort{})
+	res, err := AnalyzeEvents(r.events, store.Query{}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range res.Failures {
+		if f.Inferred || f.Cause != CauseNoReadyEndpoints {
+			continue
+		}
+		for _, e := range f.Evidence {
+			if strings.Contains(e.Role, "endpoints then: 0 ready, 1 serving, 1 terminating") {
+				return
+			}
+		}
+		t.Fatalf("evidence %+v lacks the endpoint counts", f.Evidence)
+	}
+	t.Fatalf("no failure was no ready endpoints: %v", causesOf(res))
 }
