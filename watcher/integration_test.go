@@ -294,6 +294,23 @@ func ofPod(evs []event.Event, name string) []event.Event {
 	return out
 }
 
+// ofKind keeps the events of kind k that keep accepts (nil: all of them).
+func ofKind(evs []event.Event, k event.Kind, keep func(*event.Event) bool) []event.Event {
+	var out []event.Event
+	for i := range evs {
+		if evs[i].Kind == k && (keep == nil || keep(&evs[i])) {
+			out = append(out, evs[i])
+		}
+	}
+	return out
+}
+
+// waitKind waits until sel picks at least n of the events and returns them.
+func (c *collector) waitKind(t testing.TB, n int, what string, sel func([]event.Event) []event.Event) []event.Event {
+	t.Helper()
+	return sel(c.waitFor(t, time.Minute, what, func(evs []event.Event) bool { return len(sel(evs)) >= n }))
+}
+
 func count(evs []event.Event, k event.Kind) int {
 	n := 0
 	for _, e := range evs {
@@ -752,19 +769,8 @@ func TestIntegrationDeploymentWorkload(t *testing.T) {
 	// new template, a change of replicas, its deletion. The controllers'
 	// status updates in between are none of these.
 	deps := cp.Client().AppsV1().Deployments(ns)
-	changes := func(evs []event.Event) []event.Event {
-		var out []event.Event
-		for _, e := range evs {
-			if e.Kind == event.WorkloadChanged {
-				out = append(out, e)
-			}
-		}
-		return out
-	}
-	waitChanges := func(n int, what string) []event.Event {
-		t.Helper()
-		return changes(c.waitFor(t, time.Minute, what, func(evs []event.Event) bool { return len(changes(evs)) >= n }))
-	}
+	changes := func(evs []event.Event) []event.Event { return ofKind(evs, event.WorkloadChanged, nil) }
+	waitChanges := func(n int, what string) []event.Event { t.Helper(); return c.waitKind(t, n, what, changes) }
 	waitChanges(1, "the Deployment's creation")
 	patch := func(body string) {
 		t.Helper()
@@ -869,19 +875,8 @@ func TestIntegrationServices(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	_, c := startWatcherWith(t, cp.Config(), Options{Node: "node-a", Namespace: ns})
-	svcEvents := func(evs []event.Event) []event.Event {
-		var out []event.Event
-		for _, e := range evs {
-			if e.Kind == event.ServiceChanged {
-				out = append(out, e)
-			}
-		}
-		return out
-	}
-	wait := func(n int, what string) []event.Event {
-		t.Helper()
-		return svcEvents(c.waitFor(t, time.Minute, what, func(evs []event.Event) bool { return len(svcEvents(evs)) >= n }))
-	}
+	svcEvents := func(evs []event.Event) []event.Event { return ofKind(evs, event.ServiceChanged, nil) }
+	wait := func(n int, what string) []event.Event { t.Helper(); return c.waitKind(t, n, what, svcEvents) }
 	wait(1, "Service web as observed")
 	svcs := cp.Client().CoreV1().Services(ns)
 	api := &corev1.Service{
@@ -982,18 +977,9 @@ func TestIntegrationStatefulSetWorkload(t *testing.T) {
 		t.Fatal(err)
 	}
 	changes := func(evs []event.Event) []event.Event {
-		var out []event.Event
-		for _, e := range evs {
-			if e.Kind == event.WorkloadChanged && e.Workload.Kind == "StatefulSet" {
-				out = append(out, e)
-			}
-		}
-		return out
+		return ofKind(evs, event.WorkloadChanged, func(e *event.Event) bool { return e.Workload.Kind == "StatefulSet" })
 	}
-	wait := func(n int, what string) {
-		t.Helper()
-		c.waitFor(t, time.Minute, what, func(evs []event.Event) bool { return len(changes(evs)) >= n })
-	}
+	wait := func(n int, what string) { t.Helper(); c.waitKind(t, n, what, changes) }
 	wait(1, "the StatefulSet's creation")
 	if _, err := sets.Patch(ctx, "db", types.StrategicMergePatchType,
 		[]byte(`{"spec":{"template":{"spec":{"containers":[{"name":"db","image":"drainscope.invalid/db:2"}]}}}}`), metav1.PatchOptions{}); err != nil {
