@@ -39,6 +39,7 @@ type Aligner struct {
 	// svcAddrs holds, per ClusterIP, which Service held it from when, in
 	// time order: what a client that dialled the address reached.
 	svcAddrs map[netip.Addr][]svcClaim
+	svcHeld  map[string][]netip.Addr // Service key → the ClusterIPs it holds now
 
 	// Pod-side connection events in time order, each linked to the
 	// previous one on the same client address; kidx holds the latest per
@@ -155,6 +156,7 @@ func NewAligner(opts Options, onFailure func(*Decision), onPod func(*PodTimeline
 		svcs:         map[string]*svcState{},
 		svcIdx:       map[string][]string{},
 		svcAddrs:     map[netip.Addr][]svcClaim{},
+		svcHeld:      map[string][]netip.Addr{},
 		kidx:         map[addrKey]int64{},
 		inferredSeen: map[connKey]seenInference{},
 		inferredAt:   map[addrKey][]inferMark{},

@@ -289,17 +289,27 @@ func (a *Aligner) service(e *event.Event) {
 			}
 		}
 	}
-	// Free what this Service held and no longer does.
-	for ip, cs := range a.svcAddrs {
-		if last := cs[len(cs)-1]; last.key == key && !now[ip] {
+	// Free what this Service held and no longer does. (A snapshot of every
+	// Service repeats what is known: it changes nothing, at the cost of
+	// its own addresses only.)
+	held := a.svcHeld[key]
+	for _, ip := range held {
+		if cs := a.svcAddrs[ip]; !now[ip] && cs[len(cs)-1].key == key {
 			a.svcAddrs[ip] = append(cs, svcClaim{t: e.Time})
 		}
 	}
+	held = held[:0]
 	for ip := range now {
 		cs := a.svcAddrs[ip]
 		if n := len(cs); n == 0 || cs[n-1].key != key {
 			a.svcAddrs[ip] = append(cs, svcClaim{t: e.Time, key: key})
 		}
+		held = append(held, ip)
+	}
+	if len(held) == 0 {
+		delete(a.svcHeld, key)
+	} else {
+		a.svcHeld[key] = held
 	}
 	if e.Reason == event.ChangeDeleted {
 		return
