@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"bytes"
+	"compress/flate"
 	"compress/gzip"
 	"encoding/json"
 	"errors"
@@ -408,25 +409,56 @@ func (h *Handler) acquire() (release func(), ok bool) {
 	}
 }
 
-// spool keeps a body in 64 KiB chunks: no doubling copies while it grows,
-// and dropped at once when it will not be read again.
+// spool keeps a body, compressed (JSON and text logs shrink several times
+// over at flate's fastest level), in 64 KiB chunks: no doubling copies while
+// it grows, and dropped at once when it will not be read again. Holding the
+// body between the check and the store is what an ingest costs in memory.
 type spool struct {
-	chunks  [][]byte
+	chunks  chunks
+	zw      *flate.Writer
 	dropped bool
 }
-
-const spoolChunk = 64 << 10
 
 func (s *spool) Write(p []byte) (int, error) {
 	if s.dropped {
 		return len(p), nil
 	}
+	if s.zw == nil {
+		s.zw, _ = flate.NewWriter(&s.chunks, flate.BestSpeed) // the level is valid
+	}
+	return s.zw.Write(p)
+}
+
+func (s *spool) drop() { s.chunks, s.zw, s.dropped = nil, nil, true }
+
+// reader reads the body back; call it once, after the last Write.
+func (s *spool) reader() io.Reader {
+	if s.zw == nil {
+		return bytes.NewReader(nil)
+	}
+	if err := s.zw.Close(); err != nil {
+		return errReader{err}
+	}
+	s.zw = nil
+	return flate.NewReader(s.chunks.reader())
+}
+
+type errReader struct{ err error }
+
+func (r errReader) Read([]byte) (int, error) { return 0, r.err }
+
+// chunks is a byte store in 64 KiB pieces.
+type chunks [][]byte
+
+const spoolChunk = 64 << 10
+
+func (c *chunks) Write(p []byte) (int, error) {
 	n := len(p)
 	for len(p) > 0 {
-		if len(s.chunks) == 0 || len(s.chunks[len(s.chunks)-1]) == spoolChunk {
-			s.chunks = append(s.chunks, make([]byte, 0, spoolChunk))
+		if len(*c) == 0 || len((*c)[len(*c)-1]) == spoolChunk {
+			*c = append(*c, make([]byte, 0, spoolChunk))
 		}
-		last := &s.chunks[len(s.chunks)-1]
+		last := &(*c)[len(*c)-1]
 		k := min(len(p), spoolChunk-len(*last))
 		*last = append(*last, p[:k]...)
 		p = p[k:]
@@ -434,12 +466,10 @@ func (s *spool) Write(p []byte) (int, error) {
 	return n, nil
 }
 
-func (s *spool) drop() { s.chunks, s.dropped = nil, true }
-
-func (s *spool) reader() io.Reader {
-	rs := make([]io.Reader, len(s.chunks))
-	for i, c := range s.chunks {
-		rs[i] = bytes.NewReader(c)
+func (c chunks) reader() io.Reader {
+	rs := make([]io.Reader, len(c))
+	for i, b := range c {
+		rs[i] = bytes.NewReader(b)
 	}
 	return io.MultiReader(rs...)
 }
