@@ -231,6 +231,34 @@ func TestHostileInput(t *testing.T) {
 			}
 			t.Logf("16 ingests at once: %v", got)
 			s.answers(t, "16 ingests at once")
+
+			// Many update streams from one client: it gets its share
+			// (8), the next is refused with Retry-After, and the server
+			// goes on answering.
+			sctx, scancel := context.WithCancel(context.Background())
+			opened := 0
+			for i := 0; i < 9; i++ {
+				req, _ := http.NewRequestWithContext(sctx, http.MethodGet, s.url+"/api/v1/updates", nil)
+				res, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Errorf("stream %d: %v", i, err)
+					break
+				}
+				if res.StatusCode == http.StatusOK {
+					opened++
+					defer res.Body.Close()
+					continue
+				}
+				res.Body.Close()
+				if res.StatusCode != http.StatusTooManyRequests || res.Header.Get("Retry-After") == "" || i != 8 {
+					t.Errorf("stream %d: %d (Retry-After %q); want the 9th alone refused with 429", i, res.StatusCode, res.Header.Get("Retry-After"))
+				}
+			}
+			if opened != 8 {
+				t.Errorf("%d streams opened for one client, want 8", opened)
+			}
+			s.answers(t, "many update streams")
+			scancel()
 			slow.Wait()
 			s.answers(t, "the slow clients")
 
