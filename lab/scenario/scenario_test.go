@@ -290,20 +290,21 @@ func checkAnalysis(ctx context.Context, t *testing.T, st store.Store, exit scena
 		// The stored failures carry only what a client knows, so a failure
 		// is the workload's when the analysis finds its pod through the
 		// kernel's record of the client's connection. A new connection that
-		// timed out was sent (kube-proxy lagging) to a pod whose network was
-		// already gone: nothing on the pod side records it, and only the
-		// lab's conntrack lookup named its pod. Those may be missing here,
-		// nothing else.
+		// timed out, or was refused, was sent (kube-proxy lagging) to a pod
+		// whose network was already gone: nothing on the pod side records
+		// it (the refusal is the host's, for an address no longer there),
+		// and only the lab's conntrack lookup named its pod. Those may be
+		// missing here, nothing else.
 		unreachable := 0
 		for _, f := range r.Load.Failures {
-			if f.Class == event.FailTimeout && !f.Reused {
+			if (f.Class == event.FailTimeout || f.Class == event.FailRefused) && !f.Reused {
 				unreachable++
 			}
 		}
-		t.Logf("%s: the analysis counted %d of the load's %d client failures (%d timeouts of new connections no pod-side record can name)",
+		t.Logf("%s: the analysis counted %d of the load's %d client failures (%d timeouts or refusals of new connections no pod-side record may name)",
 			r.Run.Name, tot.ClientFailures, r.Load.FailedTotal(), unreachable)
 		if n := tot.ClientFailures; n > r.Load.FailedTotal() || n < r.Load.FailedTotal()-unreachable {
-			t.Errorf("%s: the analysis counted %d client failures, the load %d, of which %d timeouts of new connections", r.Run.Name, n, r.Load.FailedTotal(), unreachable)
+			t.Errorf("%s: the analysis counted %d client failures, the load %d, of which %d timeouts or refusals of new connections", r.Run.Name, n, r.Load.FailedTotal(), unreachable)
 		}
 		return res
 	}
