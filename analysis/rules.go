@@ -106,7 +106,7 @@ var Rules = []Rule{
 		Cause: CauseNoReadyEndpoints,
 		Title: "no ready endpoints",
 		Requires: []Requirement{
-			{"no pod served the failed request", NoPodServed},
+			{"no ready pod served the failed request", NoReadyPodServed},
 			{"the Service had no ready endpoint on any node that watched it", NoReadyEndpoints},
 		},
 		Explain: `{{.Class}}{{if .Service}}: {{.Service}} had no ready endpoint{{else}}: the Service had no ready endpoint{{end}}`,
@@ -398,11 +398,18 @@ func KilledNear(f *Facts, dst []Piece) []Piece {
 	return out
 }
 
-// NoPodServed holds when neither the client nor any pod's kernel tied the
-// failure to a pod: what a proxy rejecting for want of endpoints looks like.
-func NoPodServed(f *Facts, dst []Piece) []Piece {
-	if f.pod != nil {
-		return dst
+// NoReadyPodServed holds when neither the client nor any pod's kernel tied
+// the failure to a pod (what a proxy rejecting for want of endpoints looks
+// like), or tied it only to a pod that had not yet been ready and was not
+// ending: a connection that reached a pod before its first readiness (a
+// stale connection-tracking entry for a reused address) failed for want
+// of a ready endpoint too.
+func NoReadyPodServed(f *Facts, dst []Piece) []Piece {
+	if p := f.pod; p != nil {
+		if p.ready != 0 && p.ready <= f.Start || p.deletion.Time != 0 {
+			return dst
+		}
+		return append(dst, piece("only a pod not ready yet answered it", f.Failure))
 	}
 	return append(dst, piece("no pod served it", f.Failure))
 }

@@ -223,3 +223,31 @@ func TestNoReadyEvidenceCounts(t *testing.T) {
 	}
 	t.Fatalf("no failure was no ready endpoints: %v", causesOf(res))
 }
+
+// TestRefusedByAPodNotReadyYet: a connection that reached a pod before its
+// first readiness (a reused address's stale connection tracking) and was
+// refused there failed for want of a ready endpoint, like one the proxy
+// rejected.
+func TestRefusedByAPodNotReadyYet(t *testing.T) {
+	r := newRec()
+	r.svc(0, "default", "web", event.ChangeCreated, "10.96.0.10")
+	p := r.pod("web-1", "10.244.0.11")
+	r.created(p, 100*ms)
+	r.endpoint(p, 200*ms, event.EndpointAdded, r.nodes[0]) // not ready
+	r.refused(p, 500*ms, client(1))
+	r.refusedTo(500*ms+ms, client(1), "10.96.0.10:80", netip.AddrPort{})
+	r.ready(p, 3*s)
+	res, err := AnalyzeEvents(r.events, store.Query{}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range res.Failures {
+		if !f.Inferred && f.Failure.Local == client(1).String() {
+			if f.Pod == nil || f.Pod.Name != "web-1" || f.Cause != CauseNoReadyEndpoints {
+				t.Errorf("refusal by the pod not ready yet: pod %v, cause %s; want web-1, no ready endpoints", f.Pod, f.Cause)
+			}
+			return
+		}
+	}
+	t.Fatalf("the refusal was not reported: %v", causesOf(res))
+}
