@@ -374,8 +374,15 @@ func checkAnalysis(ctx context.Context, t *testing.T, st store.Store, exit scena
 	if likely > likelyCauses {
 		t.Errorf("%d client failures recovered only as likely, more than the %d the client log puts down to keep-alive cuts and endpoint races", likely, likelyCauses)
 	}
-	if dr.Inference.Inferred != 0 {
-		t.Errorf("drain run: no client failed, yet kernel evidence inferred %d failures: %v", dr.Inference.Inferred, dr.Inference.ByProof)
+	// A refused SYN within the proxy lag after the endpoint left rotation
+	// is likely, not proven, because the kubelet's readiness probe (which
+	// goes on while a pod drains) looks the same from the pod side, as the
+	// README says; whether one lands in that second is timing. Every other
+	// inference in the drain run would be a failure that did not happen.
+	lagging := dr.Inference.ByProof[analysis.ProofRefusedLagging]
+	t.Logf("drain run: %d refused SYNs within the proxy lag counted likely (probes or a lagging proxy)", lagging)
+	if n := dr.Inference.Inferred - lagging; n != 0 {
+		t.Errorf("drain run: no client failed, yet kernel evidence inferred %d failures besides refusals within the proxy lag: %v", n, dr.Inference.ByProof)
 	}
 }
 
