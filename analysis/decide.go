@@ -106,8 +106,18 @@ func (a *Aligner) decide(pf *pending) {
 	proven, likely := false, false
 	ks := a.kscratch[:0]
 	if fx.Client.IsValid() {
+		// A client reuses its local ports: the kernel's record of an earlier
+		// connection from the same address may be another Service's pod.
+		// When the client named (or dialled) a Service, only its pods count.
+		var target []string
+		if p == nil {
+			target = a.servicesFor(f, nil)
+		}
 		kpods := a.kpods[:0]
 		a.kernelFor(keyOf(fx.Client), t-kw, t+la, func(k *event.Event, kp *podState) bool {
+			if p == nil && kp != nil && len(target) > 0 && len(kp.services) > 0 && !servesAny(kp.services, target) {
+				return true
+			}
 			if p == nil || kp == p {
 				ks = append(ks, k)
 				kpods = append(kpods, kp)
@@ -289,4 +299,14 @@ func (a *Aligner) backend(s string) (netip.Addr, bool) {
 	}
 	a.backends[s] = ip
 	return ip, ip.IsValid()
+}
+
+// servesAny reports whether a pod's Services include one of want.
+func servesAny(have, want []string) bool {
+	for _, w := range want {
+		if slices.Contains(have, w) {
+			return true
+		}
+	}
+	return false
 }

@@ -251,3 +251,38 @@ func TestRefusedByAPodNotReadyYet(t *testing.T) {
 	}
 	t.Fatalf("the refusal was not reported: %v", causesOf(res))
 }
+
+// TestReusedClientPortOtherService: the kernel's record of an earlier
+// connection from the same client address and port, to a pod of another
+// Service, does not claim a failure whose client dialled this Service.
+func TestReusedClientPortOtherService(t *testing.T) {
+	r := newRec()
+	r.svc(-20*s, "default", "web", event.ChangeObserved, "10.96.0.10")
+	r.svc(-20*s, "default", "api", event.ChangeObserved, "10.96.0.20")
+	web := r.pod("web-1", "10.244.0.11")
+	api := r.pod("api-1", "10.244.0.12")
+	api.svc, api.wl = "api", event.Workload{Kind: "Deployment", Name: "api"}
+	for _, p := range []*tpod{web, api} {
+		r.created(p, -10*s)
+		r.ready(p, -9*s)
+	}
+	// api's pod closed a connection from client(1) a moment ago; the
+	// client then dialled web from the same port and was cut.
+	r.connClosed(api, -300*ms, client(1), "local", 0)
+	r.add(event.Event{Time: r.at(0), Kind: event.ClientFailure, Source: event.SourceClient,
+		Local: client(1), Reason: event.FailEOF, Duration: int64(time.Millisecond),
+		Attrs: map[string]string{event.AttrTarget: "10.96.0.10:80"}})
+	res, err := AnalyzeEvents(r.events, store.Query{}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range res.Failures {
+		if !f.Inferred && f.Failure.Local == client(1).String() {
+			if f.Pod != nil && f.Pod.Name == "api-1" {
+				t.Errorf("the failure to web's ClusterIP was put on api's pod by a reused client port")
+			}
+			return
+		}
+	}
+	t.Fatal("the failure was not reported")
+}
