@@ -8,13 +8,12 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"runtime"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/drainscope/drainscope/event"
+	"github.com/drainscope/drainscope/internal/memtest"
 )
 
 // batchStore records the size of every Append and keeps nothing.
@@ -30,36 +29,12 @@ func (b *batchStore) Append(ctx context.Context, batch []event.Event) error {
 	return nil
 }
 
-// peakHeap runs fn while sampling the heap in use, and returns the most
-// seen above what was in use before.
+// peakHeap runs fn and returns the most heap in use seen above what was in
+// use before.
 func peakHeap(t *testing.T, fn func()) uint64 {
 	t.Helper()
-	runtime.GC()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	base := ms.HeapInuse
-	var peak atomic.Uint64
-	done := make(chan struct{})
-	stopped := make(chan struct{})
-	go func() {
-		defer close(stopped)
-		var m runtime.MemStats
-		for {
-			runtime.ReadMemStats(&m)
-			if m.HeapInuse > base && m.HeapInuse-base > peak.Load() {
-				peak.Store(m.HeapInuse - base)
-			}
-			select {
-			case <-done:
-				return
-			case <-time.After(5 * time.Millisecond):
-			}
-		}
-	}()
-	fn()
-	close(done)
-	<-stopped
-	return peak.Load()
+	heap, _ := memtest.Peak(fn)
+	return heap
 }
 
 func recentJSONL(n int, at time.Time) []byte {

@@ -13,10 +13,8 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -26,6 +24,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/drainscope/drainscope/ingest"
+	"github.com/drainscope/drainscope/internal/memtest"
 	"github.com/drainscope/drainscope/internal/pgtest"
 	"github.com/drainscope/drainscope/store"
 	"github.com/drainscope/drainscope/web"
@@ -351,55 +350,6 @@ func slowBody(t *testing.T, s *hostileServer) {
 	}
 }
 
-// memPeak runs fn and returns the most heap in use and the most resident
-// memory seen above what was in use before it, both in this process (the
-// server runs in it): HeapInuse sampled every 2 ms, and VmHWM from
-// /proc/self/status after resetting it through /proc/self/clear_refs.
-func memPeak(fn func()) (heap, rss uint64) {
-	runtime.GC()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	base := ms.HeapInuse
-	os.WriteFile("/proc/self/clear_refs", []byte("5"), 0)
-	baseRSS := procKB("VmRSS")
-	var peak atomic.Uint64
-	done, stopped := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(stopped)
-		var m runtime.MemStats
-		for {
-			runtime.ReadMemStats(&m)
-			if m.HeapInuse > base && m.HeapInuse-base > peak.Load() {
-				peak.Store(m.HeapInuse - base)
-			}
-			select {
-			case <-done:
-				return
-			case <-time.After(2 * time.Millisecond):
-			}
-		}
-	}()
-	fn()
-	close(done)
-	<-stopped
-	hwm := procKB("VmHWM")
-	if hwm > baseRSS {
-		rss = (hwm - baseRSS) << 10
-	}
-	return peak.Load(), rss
-}
-
-func procKB(field string) uint64 {
-	b, _ := os.ReadFile("/proc/self/status")
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, field+":"); ok {
-			n, _ := strconv.ParseUint(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			return n
-		}
-	}
-	return 0
-}
-
 // BenchmarkHostileMemory measures the server's memory, in this process,
 // above idle for one 8 MiB hostile POST (bad lines; good lines) and for
 // four at once, on SQLite (and Postgres with DRAINSCOPE_TEST_POSTGRES), and
@@ -431,7 +381,7 @@ func BenchmarkHostileMemory(b *testing.B) {
 					s.answers(b, "start")
 					var heaps, rsss []float64
 					for i := 0; i < b.N; i++ {
-						heap, rss := memPeak(func() {
+						heap, rss := memtest.Peak(func() {
 							var wg sync.WaitGroup
 							for j := 0; j < n; j++ {
 								wg.Add(1)
