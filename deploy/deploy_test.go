@@ -106,7 +106,7 @@ func TestHelmRefusesBadValues(t *testing.T) {
 		set  []string
 		want string
 	}{
-		{[]string{"agent.endpointsMode=some-nodes"}, "agent.endpointsMode must be all-nodes or leader"},
+		{[]string{"agent.endpointsMode=some-nodes"}, "at '/agent/endpointsMode': value must be one of 'all-nodes', 'leader'"},
 		{[]string{"postgres.enabled=false"}, "no store"},
 	} {
 		_, err := run(t, helm, append([]string{"template", "drainscope", chart}, variant{set: tc.set}.args()...)...)
@@ -338,6 +338,22 @@ func TestManifestsApplyOnAnAPIServer(t *testing.T) {
 			t.Fatal(err)
 		}
 		apply(d, out)
+	}
+
+	// helm install itself, as a user runs it: the defaults install (dry
+	// run), a misspelt value is refused by the chart's schema and named.
+	install := func(values ...string) ([]byte, error) {
+		return run(t, helm, append([]string{"install", "drainscope", chart, "--kubeconfig=" + cp.Kubeconfig(),
+			"--namespace", "drainscope", "--dry-run=server"}, values...)...)
+	}
+	if _, err := install(); err != nil {
+		t.Errorf("helm install --dry-run=server with the defaults: %v", err)
+	}
+	for _, tc := range badValues[:3] {
+		_, err := install("-f", writeValues(t, tc.values))
+		if err == nil || !strings.Contains(err.Error(), tc.want[len(tc.want)-1]) {
+			t.Errorf("helm install with %s: %v, want an error saying %q", tc.name, err, tc.want[len(tc.want)-1])
+		}
 	}
 
 	// The check has teeth: a misspelt field is refused.
