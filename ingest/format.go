@@ -16,7 +16,7 @@ type Format struct {
 var formats = []Format{
 	{"vegeta-json", "vegeta encode --to json output", ParseVegetaJSON},
 	{"vegeta-csv", "vegeta encode --to csv output", ParseVegetaCSV},
-	{"nginx", "nginx access log: combined + $upstream_addr $upstream_status $request_time, or --log-format", ParseNginx},
+	{"nginx", "nginx access log: combined + $upstream_addr $upstream_status $request_time, or --nginx-format", ParseNginx},
 	{"envoy", "envoy access log, default text format (or Istio's)", ParseEnvoy},
 	{"envoy-json", "envoy access log, json_format with Istio's keys", ParseEnvoyJSON},
 	{"jsonl", "generic JSON lines: time, target, error, status …", ParseJSONLines},

@@ -17,7 +17,7 @@ import (
 	"github.com/drainscope/drainscope/store"
 )
 
-const importUsage = `usage: drainscope import --format FORMAT [--strict] [--log-format STR] [--store DSN] FILE… | -
+const importUsage = `usage: drainscope import --format FORMAT [--strict] [--nginx-format STR] [--store DSN] FILE… | -
 
 Reads client or proxy logs (gzip or plain; - is standard input) and stores
 each failed request as a client_failure event, attributed to the pod that
@@ -31,7 +31,7 @@ Formats:
 func runImport(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	format := fs.String("format", "", "input format (required): "+strings.Join(ingest.FormatNames(), ", "))
 	strict := fs.Bool("strict", false, "store nothing from a file that has any bad line (default: store the good lines, report the bad)")
-	logFormat := fs.String("log-format", "", "nginx log_format string, bare or as written in nginx.conf (default: combined + $upstream_addr $upstream_status $request_time)")
+	nginxFormat := fs.String("nginx-format", "", "nginx log_format string, bare or as written in nginx.conf (default: combined + $upstream_addr $upstream_status $request_time)")
 	failStatus := fs.String("fail-status", "500-599", "HTTP statuses that count as failures, e.g. 500-599,429")
 	dsn := fs.String("store", os.Getenv("DRAINSCOPE_STORE"), "store DSN: postgres://… or a SQLite file path (default: "+store.DefaultPath()+"; env DRAINSCOPE_STORE)")
 	dryRun := fs.Bool("dry-run", false, "read and count, store nothing")
@@ -44,6 +44,9 @@ func runImport(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		}
 		fmt.Fprintln(w, "\nExit status: 0 when every file was read (rejected lines are listed in the summary),\n1 when a file could not be read, had no readable line, or (--strict) had a bad line.\n\nFlags:")
 		fs.PrintDefaults()
+	}
+	if lf, ok := fs.Lookup("log-format").Value.(*logFormat); ok {
+		lf.hint = " (the nginx log_format is --nginx-format)"
 	}
 	if err := parseFlags(fs, args, true); err != nil {
 		return err
@@ -70,7 +73,7 @@ func runImport(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	if err != nil {
 		return fmt.Errorf("%w: --fail-status: %v", errUsage, err)
 	}
-	parse, err := f.Parser(ingest.Options{LogFormat: *logFormat, FailStatus: codes})
+	parse, err := f.Parser(ingest.Options{LogFormat: *nginxFormat, FailStatus: codes})
 	if err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}

@@ -114,7 +114,8 @@ func runLab(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	if *verbose {
 		level = slog.LevelInfo
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	// In the format --log-format chose, quieter unless -v.
+	log := slog.New(minLevel{level, slog.Default().Handler()})
 	// client-go logs through klog; a watch cancelled during a run's
 	// teardown is no news unless asked for.
 	if *verbose {
@@ -244,4 +245,22 @@ func runLabCleanup(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	}
 	fmt.Printf("removed: %s\n", left)
 	return nil
+}
+
+// minLevel passes on the records of level min and above.
+type minLevel struct {
+	min slog.Level
+	slog.Handler
+}
+
+func (h minLevel) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= h.min && h.Handler.Enabled(ctx, l)
+}
+
+func (h minLevel) WithAttrs(as []slog.Attr) slog.Handler {
+	return minLevel{h.min, h.Handler.WithAttrs(as)}
+}
+
+func (h minLevel) WithGroup(name string) slog.Handler {
+	return minLevel{h.min, h.Handler.WithGroup(name)}
 }

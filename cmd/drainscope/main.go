@@ -19,6 +19,8 @@ import (
 	"sort"
 	"syscall"
 
+	"k8s.io/klog/v2"
+
 	"github.com/drainscope/drainscope/store"
 )
 
@@ -64,20 +66,59 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	slog.SetDefault(slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo, ReplaceAttr: redactAttr})))
+	logs := &logFormat{w: stderr}
+	logs.Set("text")
+	fs.Var(logs, "log-format", "log lines as `text` (logfmt) or json (one object a line: time, level, msg, …)")
 	err := cmd.run(ctx, fs, args[1:])
+	code := 1
 	switch {
-	case err == nil:
-		return 0
-	case errors.Is(err, flag.ErrHelp):
+	case err == nil, errors.Is(err, flag.ErrHelp):
 		return 0
 	case errors.Is(err, errUsage):
-		fmt.Fprintf(stderr, "drainscope %s: %s\n", name, store.Redact(err.Error()))
-		return 2
-	default:
-		fmt.Fprintf(stderr, "drainscope %s: %s\n", name, store.Redact(err.Error()))
-		return 1
+		code = 2
 	}
+	msg := fmt.Sprintf("drainscope %s: %s", name, store.Redact(err.Error()))
+	if logs.json {
+		// A log store parsing JSON lines keeps the reason a command ended.
+		slog.Error(msg, "command", name, "exit_code", code)
+	} else {
+		fmt.Fprintln(stderr, msg)
+	}
+	return code
+}
+
+// logFormat is --log-format, which every command takes: setting it
+// installs the default slog logger (and client-go's klog, which logs
+// through it) for the rest of the command, so that each line of a
+// container's log is in one format.
+type logFormat struct {
+	w    io.Writer
+	json bool
+	hint string // added to the error for a bad value
+}
+
+func (f *logFormat) String() string {
+	if f != nil && f.json {
+		return "json"
+	}
+	return "text"
+}
+
+func (f *logFormat) Set(s string) error {
+	opts := &slog.HandlerOptions{Level: slog.LevelInfo, ReplaceAttr: redactAttr}
+	var h slog.Handler
+	switch s {
+	case "text":
+		h = slog.NewTextHandler(f.w, opts)
+	case "json":
+		h = slog.NewJSONHandler(f.w, opts)
+	default:
+		return errors.New("want text or json" + f.hint) // the flag package names the flag and the value
+	}
+	f.json = s == "json"
+	slog.SetDefault(slog.New(h))
+	klog.SetSlogLogger(slog.Default())
+	return nil
 }
 
 // redactAttr masks DSN passwords in every logged string and error, from
@@ -111,7 +152,11 @@ func usage(w io.Writer) {
 // positional is true.
 func parseFlags(fs *flag.FlagSet, args []string, positional bool) error {
 	if err := fs.Parse(args); err != nil {
-		return err
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		// The flag package has printed the error and the usage.
+		return fmt.Errorf("%w: %v", errUsage, err)
 	}
 	if !positional && fs.NArg() > 0 {
 		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
