@@ -71,6 +71,7 @@ var variants = []variant{
 	}},
 	{"watches only", []string{"agent.kernel=false", "server.enabled=false", "postgres.enabled=false", "store.dsn=postgres://drainscope@db:5432/drainscope"}},
 	{"extras", []string{"agent.mountBPFFS=true", "agent.extraCapabilities={DAC_READ_SEARCH}", "agent.netnsDir=", "postgres.persistence.enabled=false"}},
+	{"monitoring extras", []string{"metrics.serviceMonitor.enabled=true", "logFormat=json", "metrics.grafanaDashboard.enabled=true"}},
 }
 
 func (v variant) args() []string {
@@ -308,7 +309,8 @@ func TestManifestsApplyOnAnAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := kc("wait", "--for=condition=Established", "--timeout=60s",
-		"crd/prometheusrules.monitoring.coreos.com", "crd/podmonitors.monitoring.coreos.com"); err != nil {
+		"crd/prometheusrules.monitoring.coreos.com", "crd/podmonitors.monitoring.coreos.com",
+		"crd/servicemonitors.monitoring.coreos.com"); err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
