@@ -707,3 +707,70 @@ func evalIncreaseRule(t *testing.T, expr, before, after string) []string {
 	slices.Sort(fired)
 	return fired
 }
+
+// TestImageBuildCommand: the multi-platform build deploy/README.md gives
+// matches deploy/Dockerfile: the file, every --build-arg a declared ARG,
+// the build stage cross-compiling on the builder's platform for the
+// target's architecture, and every platform one the embedded eBPF objects
+// (little-endian) are built into, unlike a big-endian one.
+func TestImageBuildCommand(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := regexp.MustCompile(`(?m)^docker buildx build (?:[^\n]*\\\n)*[^\n]*$`).Find(readme)
+	if cmd == nil {
+		t.Fatal("deploy/README.md gives no docker buildx build command")
+	}
+	args := strings.Fields(strings.ReplaceAll(string(cmd), "\\\n", " "))
+	df, err := os.ReadFile("Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	declared := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^ARG ([A-Z_]+)`).FindAllStringSubmatch(string(df), -1) {
+		declared[m[1]] = true
+	}
+	var platforms []string
+	for i := 0; i+1 < len(args); i++ {
+		switch args[i] {
+		case "-f":
+			if args[i+1] != "deploy/Dockerfile" {
+				t.Errorf("the command builds %s", args[i+1])
+			}
+		case "--build-arg":
+			if name, _, _ := strings.Cut(args[i+1], "="); !declared[name] {
+				t.Errorf("--build-arg %s: the Dockerfile declares no ARG %s", args[i+1], name)
+			}
+		case "--platform":
+			platforms = strings.Split(args[i+1], ",")
+		}
+	}
+	if len(platforms) < 2 {
+		t.Fatalf("the command names platforms %v", platforms)
+	}
+	for _, want := range []string{"FROM --platform=$BUILDPLATFORM", "GOARCH=${TARGETARCH}", "CGO_ENABLED=0"} {
+		if !bytes.Contains(df, []byte(want)) {
+			t.Errorf("the Dockerfile lacks %q: a multi-platform build would not cross-compile", want)
+		}
+	}
+	embeds := func(arch string) bool {
+		cmd := exec.Command("go", "list", "-f", `{{join .GoFiles " "}} {{join .EmbedFiles " "}}`, "../ebpf")
+		cmd.Env = append(os.Environ(), "GOOS=linux", "GOARCH="+arch, "CGO_ENABLED=0")
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("go list ../ebpf for %s: %v", arch, err)
+		}
+		return strings.Contains(string(out), "probes_bpfel.go") && strings.Contains(string(out), "probes_bpfel.o")
+	}
+	for _, p := range platforms {
+		osName, arch, _ := strings.Cut(p, "/")
+		if osName != "linux" || !embeds(arch) {
+			t.Errorf("platform %s: the eBPF objects are not built into it", p)
+		}
+	}
+	if embeds("s390x") {
+		t.Error("the eBPF objects build for big-endian s390x too: the check shows nothing")
+	}
+	t.Logf("docker buildx build for %v", platforms)
+}
