@@ -42,6 +42,12 @@ falls in), beside the writers; 0 keeps everything.
 health and the rollout signals (drainscope_rollout_*), which the server
 computes from every node's events as the agents store them.
 
+--events puts a Kubernetes Event (Warning, reason DroppedRequests) on the
+workload of each disruption that dropped requests once it has been quiet
+for --export-quiet, with the failures by cause, the fix and, with
+--public-url, a link to its timeline; Events are rate-limited, and named
+after the disruption, so a restarted or second server makes none twice.
+
 Flags:
 `
 
@@ -62,6 +68,7 @@ func runServe(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	window := registerWindow(fs)
 	ingestMax := fs.Int64("ingest-max-bytes", ingest.DefaultMaxBytes, "largest body POST /api/v1/client-failures takes, before and after gzip decompression")
 	ingestConc := fs.Int("ingest-concurrency", ingest.DefaultMaxConcurrent, "client-failure posts served at once; more are answered 503 with Retry-After")
+	exp := registerExport(fs)
 	if err := parseFlags(fs, args, false); err != nil {
 		return err
 	}
@@ -79,6 +86,9 @@ func runServe(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	if err := checkServeTokens(*token, *ingestToken); err != nil {
 		return err
 	}
+	if err := exp.check(); err != nil {
+		return err
+	}
 
 	opened, err := store.Open(ctx, *dsn)
 	if err != nil {
@@ -89,6 +99,11 @@ func runServe(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	st := m.WrapStore(opened) // ingest writes are counted and timed
 	// The server prunes: one per cluster, where the agents are many.
 	defer startRetention(ctx, opened, m, retention.keep, nil)() // stops before the store closes
+	stopExport, err := exp.start(ctx, opened, m)
+	if err != nil {
+		return err
+	}
+	defer stopExport() // stops before the store closes
 	if *metricsListen != "" {
 		mln, err := net.Listen("tcp", *metricsListen)
 		if err != nil {
