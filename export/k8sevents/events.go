@@ -189,7 +189,7 @@ func Message(d *export.Disruption) string {
 	if d.Failures > 0 {
 		fmt.Fprintf(&b, "%d requests failed in the %s of %s (%s): %s.", d.Failures, what, d.Workload(), pods, d.CountsByCause(false))
 		if d.Inferred > 0 {
-			fmt.Fprintf(&b, " Kernel evidence: %d (%d likely).", d.Inferred, d.Likely)
+			fmt.Fprintf(&b, " The pods' kernel events alone show %d (%d of them likely).", d.Inferred, d.Likely)
 		}
 	} else {
 		fmt.Fprintf(&b, "Kernel evidence shows %d failed requests (%d likely) in the %s of %s (%s): %s.", d.Inferred, d.Likely, what, d.Workload(), pods, d.CountsByCause(true))

@@ -41,7 +41,7 @@ func TestMessage(t *testing.T) {
 	}
 	got := k8sevents.Message(d)
 	want := "37 requests failed in the rollout of Deployment/web (4 pods replaced): 32 keep-alive connection cut at exit, 5 endpoint removal race." +
-		" Kernel evidence: 32 (14 likely). Fix for keep-alive connection cut at exit: answer with Connection: close while draining." +
+		" The pods' kernel events alone show 32 (14 of them likely). Fix for keep-alive connection cut at exit: answer with Connection: close while draining." +
 		" Fix for endpoint removal race: a preStop delay longer than the propagation. Timeline: https://drainscope.example/rollouts/shop/Deployment/web/1"
 	if got != want {
 		t.Errorf("message\n got %s\nwant %s", got, want)
