@@ -68,6 +68,7 @@ var variants = []variant{
 	{"production", []string{
 		"agent.endpointsMode=leader", "postgres.enabled=false", "store.existingSecret=drainscope-dsn",
 		"server.existingSecret=drainscope-token", "metrics.prometheusRule.enabled=true", "metrics.podMonitor.enabled=true",
+		"server.publicURL=https://drainscope.example.com", "server.otlp.endpoint=http://otel-collector.observability:4318",
 	}},
 	{"watches only", []string{"agent.kernel=false", "server.enabled=false", "postgres.enabled=false", "store.dsn=postgres://drainscope@db:5432/drainscope"}},
 	{"extras", []string{"agent.mountBPFFS=true", "agent.extraCapabilities={DAC_READ_SEARCH}", "agent.netnsDir=", "postgres.persistence.enabled=false"}},

@@ -417,6 +417,8 @@ func TestChartServerEvents(t *testing.T) {
 		set := []string{"server.publicURL=https://drainscope.example.com"}
 		if !on {
 			set = append(set, "server.events.enabled=false")
+		} else {
+			set = append(set, "server.otlp.endpoint=http://otel-collector.observability:4318")
 		}
 		out := render(t, helm, variant{set: set})
 		m := parseManifest(t, out)
@@ -429,6 +431,9 @@ func TestChartServerEvents(t *testing.T) {
 		if !slices.Contains(args, "--public-url=https://drainscope.example.com") {
 			t.Errorf("server.publicURL: args %v", args)
 		}
+		if slices.Contains(args, "--otlp-endpoint=http://otel-collector.observability:4318") != on {
+			t.Errorf("server.otlp.endpoint set %v: args %v", on, args)
+		}
 		o := parse(t, out)
 		if _, ok := o.roles["drainscope-server-events"]; ok != on {
 			t.Errorf("events %v: ClusterRoles %v", on, o.kinds["ClusterRole"])
@@ -437,16 +442,15 @@ func TestChartServerEvents(t *testing.T) {
 			if np.Name != "drainscope-server" {
 				continue
 			}
-			api := false
+			api, collector := false, false
 			for _, e := range np.Spec.Egress {
 				for _, p := range e.Ports {
-					if p.Port != nil && p.Port.IntValue() == 6443 {
-						api = true
-					}
+					api = api || p.Port != nil && p.Port.IntValue() == 6443
+					collector = collector || p.Port != nil && p.Port.IntValue() == 4318
 				}
 			}
-			if api != on {
-				t.Errorf("events %v: the server's egress reaches the API server: %v", on, api)
+			if api != on || collector != on {
+				t.Errorf("events and OTLP %v: the server's egress reaches the API server: %v, the collector: %v", on, api, collector)
 			}
 		}
 	}
