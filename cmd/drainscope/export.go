@@ -9,6 +9,8 @@ import (
 	"os"
 	"time"
 
+	"go.opentelemetry.io/otel"
+
 	"github.com/drainscope/drainscope/event"
 	"github.com/drainscope/drainscope/export"
 	"github.com/drainscope/drainscope/export/k8sevents"
@@ -55,6 +57,11 @@ func (f *exportFlags) newOTLP(ctx context.Context) (*otlp.Exporter, error) {
 	if f.otlpEndpoint == "" {
 		return nil, nil
 	}
+	// The SDK reports failed exports (a collector away) to its global
+	// handler, which would print them with the standard logger.
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
+		slog.Warn("otlp: exporting failed", "endpoint", f.otlpEndpoint, "err", err)
+	}))
 	e, err := otlp.New(ctx, otlp.Options{Endpoint: f.otlpEndpoint, Interval: f.otlpInterval, Version: version})
 	if err != nil {
 		return nil, fmt.Errorf("--otlp-endpoint: %w", err)

@@ -52,6 +52,12 @@ type Exporter struct {
 	gap                         metric.Float64Histogram
 }
 
+// maxQueue holds the records of the largest disruption the analysis lists
+// (10,000 failures, analysis.Options.MaxFailures) and a few summaries, so
+// that one big rollout's records are not dropped from the queue before
+// the batch processor sends them.
+const maxQueue = 12000
+
 // ParseEndpoint checks an OTLP/HTTP base URL and returns its host, base
 // path and whether it is plain HTTP.
 func ParseEndpoint(raw string) (host, path string, insecure bool, err error) {
@@ -98,7 +104,7 @@ func New(ctx context.Context, o Options) (*Exporter, error) {
 		return nil, fmt.Errorf("otlp resource: %w", err)
 	}
 	e := &Exporter{now: o.Now,
-		lp: sdklog.NewLoggerProvider(sdklog.WithResource(res), sdklog.WithProcessor(sdklog.NewBatchProcessor(le))),
+		lp: sdklog.NewLoggerProvider(sdklog.WithResource(res), sdklog.WithProcessor(sdklog.NewBatchProcessor(le, sdklog.WithMaxQueueSize(maxQueue)))),
 		mp: sdkmetric.NewMeterProvider(sdkmetric.WithResource(res), sdkmetric.WithReader(sdkmetric.NewPeriodicReader(me, sdkmetric.WithInterval(o.Interval)))),
 	}
 	e.logger = e.lp.Logger("github.com/drainscope/drainscope/export/otlp")
