@@ -68,6 +68,7 @@ var variants = []variant{
 	{"production", []string{
 		"agent.endpointsMode=leader", "postgres.enabled=false", "store.existingSecret=drainscope-dsn",
 		"server.existingSecret=drainscope-token", "metrics.prometheusRule.enabled=true", "metrics.podMonitor.enabled=true",
+		"server.publicURL=https://drainscope.example.com", "server.otlp.endpoint=http://otel-collector.observability:4318",
 	}},
 	{"watches only", []string{"agent.kernel=false", "server.enabled=false", "postgres.enabled=false", "store.dsn=postgres://drainscope@db:5432/drainscope"}},
 	{"extras", []string{"agent.mountBPFFS=true", "agent.extraCapabilities={DAC_READ_SEARCH}", "agent.netnsDir=", "postgres.persistence.enabled=false"}},
@@ -221,6 +222,18 @@ func checkAgentPod(t *testing.T, where string, ds *appsv1.DaemonSet, kernel bool
 // endpointslices and the apps workloads; leases only in leader mode, only in a Role.
 func checkRBAC(t *testing.T, where string, o objects, leader bool) {
 	t.Helper()
+	// The server's one ClusterRole, with server.events.enabled: create and
+	// patch on events, nothing else.
+	for name, r := range o.roles {
+		if !strings.HasSuffix(name, "-server-events") {
+			continue
+		}
+		if len(r.Rules) != 1 || !slices.Equal(r.Rules[0].APIGroups, []string{""}) || !slices.Equal(r.Rules[0].Resources, []string{"events"}) ||
+			!slices.Equal(r.Rules[0].Verbs, []string{"create", "patch"}) || len(r.Rules[0].ResourceNames) > 0 {
+			t.Errorf("%s: %s grants %+v, want create and patch on events only", where, name, r.Rules)
+		}
+		delete(o.roles, name)
+	}
 	if len(o.roles) != 1 {
 		t.Fatalf("%s: ClusterRoles %v", where, o.kinds["ClusterRole"])
 	}

@@ -406,3 +406,52 @@ func TestDockerignore(t *testing.T) {
 	}
 	t.Logf("%d files the build needs, all in the context", len(needed))
 }
+
+// TestChartServerEvents: the server's DroppedRequests Events are on by
+// default, with its token mounted, its one ClusterRole (checked by
+// checkRBAC) and a way out to the API server; off, the server has no token,
+// no role and no such egress.
+func TestChartServerEvents(t *testing.T) {
+	helm := tool(t, "helm")
+	for _, on := range []bool{true, false} {
+		set := []string{"server.publicURL=https://drainscope.example.com"}
+		if !on {
+			set = append(set, "server.events.enabled=false")
+		} else {
+			set = append(set, "server.otlp.endpoint=http://otel-collector.observability:4318")
+		}
+		out := render(t, helm, variant{set: set})
+		m := parseManifest(t, out)
+		server := m.pods["Deployment/drainscope-server"]
+		args := server.Spec.Containers[0].Args
+		mounted := server.Spec.AutomountServiceAccountToken
+		if slices.Contains(args, "--events") != on || mounted == nil || *mounted != on {
+			t.Errorf("events %v: server args %v, token mounted %v", on, args, mounted)
+		}
+		if !slices.Contains(args, "--public-url=https://drainscope.example.com") {
+			t.Errorf("server.publicURL: args %v", args)
+		}
+		if slices.Contains(args, "--otlp-endpoint=http://otel-collector.observability:4318") != on {
+			t.Errorf("server.otlp.endpoint set %v: args %v", on, args)
+		}
+		o := parse(t, out)
+		if _, ok := o.roles["drainscope-server-events"]; ok != on {
+			t.Errorf("events %v: ClusterRoles %v", on, o.kinds["ClusterRole"])
+		}
+		for _, np := range m.policies {
+			if np.Name != "drainscope-server" {
+				continue
+			}
+			api, collector := false, false
+			for _, e := range np.Spec.Egress {
+				for _, p := range e.Ports {
+					api = api || p.Port != nil && p.Port.IntValue() == 6443
+					collector = collector || p.Port != nil && p.Port.IntValue() == 4318
+				}
+			}
+			if api != on || collector != on {
+				t.Errorf("events and OTLP %v: the server's egress reaches the API server: %v, the collector: %v", on, api, collector)
+			}
+		}
+	}
+}

@@ -137,6 +137,7 @@ const (
 	AttrDisruption            = "disruption"    // pod_deletion: the reason of the pod's DisruptionTarget condition (EvictionByEvictionAPI, PreemptionByScheduler …)
 	AttrServicePorts          = "service_ports" // service_changed: port/protocol, comma-separated
 	AttrServiceType           = "service_type"  // service_changed: ClusterIP, NodePort, LoadBalancer
+	AttrWorkloadUID           = "workload_uid"  // workload_changed: the workload's metadata.uid (an Event about it names it)
 )
 
 // What changed a workload (Reason of workload_changed).

@@ -97,8 +97,7 @@ func New(component, version string) *Metrics {
 
 	m.gap = f.histogramVec("rollout_sigterm_minus_endpoint_removal_seconds",
 		"Per terminated pod: SIGTERM time minus the time its endpoint left rotation (not ready, terminating or removed) on the last node that observed it. Negative: SIGTERM came while the endpoint was still routed to, the endpoint-removal race.",
-		[]float64{-30, -10, -5, -2, -1, -0.5, -0.25, -0.1, 0, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30},
-		"namespace", "workload")
+		GapBuckets, "namespace", "workload")
 	m.cutAtExit = f.counterVec("rollout_connections_cut_at_exit_total",
 		"Connections open at SIGTERM that the process's exit closed (keep-alive connections a client may still have used), per workload.",
 		"namespace", "workload")

@@ -27,6 +27,23 @@ type RolloutOptions struct {
 	Analysis analysis.Options
 	// Now is the clock; default time.Now.
 	Now func() time.Time
+	// Observer, when set, is told each signal as it is counted, beside
+	// the Prometheus series (the OTLP exporter sends them on).
+	Observer RolloutObserver
+}
+
+// GapBuckets are the bucket bounds, in seconds, of SIGTERM minus the
+// endpoint's removal (drainscope_rollout_sigterm_minus_endpoint_removal_seconds).
+var GapBuckets = []float64{-30, -10, -5, -2, -1, -0.5, -0.25, -0.1, 0, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30}
+
+// RolloutObserver takes the rollout signals as Rollouts counts them, per
+// namespace and workload (Kind/Name).
+type RolloutObserver interface {
+	Termination(ns, workload string)
+	SigtermAfterRotation(ns, workload string, seconds float64)
+	CutAtExit(ns, workload string, connections int)
+	SIGKILLAfterGrace(ns, workload string)
+	InferredFailure(ns, workload, cause, evidence string)
 }
 
 // Rollouts turns a stream of every node's events (Tail reads it from the
@@ -204,6 +221,9 @@ func (r *Rollouts) onFailure(d *analysis.Decision) {
 		evidence = "likely"
 	}
 	r.m.inferred.WithLabelValues(ns, wl, string(d.Cause()), evidence).Inc()
+	if o := r.opts.Observer; o != nil {
+		o.InferredFailure(ns, wl, string(d.Cause()), evidence)
+	}
 }
 
 func (r *Rollouts) onPod(t *analysis.PodTimeline) {
@@ -211,15 +231,28 @@ func (r *Rollouts) onPod(t *analysis.PodTimeline) {
 		return
 	}
 	ns, wl := t.Pod.Namespace, t.Workload
+	o := r.opts.Observer
 	r.m.terminations.WithLabelValues(ns, wl).Inc()
+	if o != nil {
+		o.Termination(ns, wl)
+	}
 	if g := t.Gaps.SigtermAfterRotation; g != nil {
 		r.m.gap.WithLabelValues(ns, wl).Observe(time.Duration(*g).Seconds())
+		if o != nil {
+			o.SigtermAfterRotation(ns, wl, time.Duration(*g).Seconds())
+		}
 	}
 	if c := t.Connections; c != nil && c.ByExit > 0 {
 		r.m.cutAtExit.WithLabelValues(ns, wl).Add(float64(c.ByExit))
+		if o != nil {
+			o.CutAtExit(ns, wl, c.ByExit)
+		}
 	}
 	if t.Deletion != 0 && killed(t) {
 		r.m.sigkills.WithLabelValues(ns, wl).Inc()
+		if o != nil {
+			o.SIGKILLAfterGrace(ns, wl)
+		}
 	}
 }
 

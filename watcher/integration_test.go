@@ -809,6 +809,13 @@ func TestIntegrationDeploymentWorkload(t *testing.T) {
 	if g := got[1].Attrs[event.AttrGeneration]; g != "2" {
 		t.Errorf("template change: generation %q, want 2", g)
 	}
+	// An Event about the workload must name its UID, or kubectl describe
+	// does not show it; the deletion still knows the UID it had.
+	for i, e := range got {
+		if uid := e.Attrs[event.AttrWorkloadUID]; uid == "" || uid != got[0].Attrs[event.AttrWorkloadUID] {
+			t.Errorf("change %d (%s): workload uid %q, want the Deployment's, the same in every change", i, e.Reason, uid)
+		}
+	}
 }
 
 func TestIntegrationLeaderElection(t *testing.T) {

@@ -1,6 +1,7 @@
 package watcher
 
 import (
+	"cmp"
 	"encoding/json"
 	"hash/fnv"
 	"strconv"
@@ -178,6 +179,9 @@ func (w *Watcher) emitWorkload(at time.Time, ns string, wl event.Workload, reaso
 	e := event.Event{
 		Kind: event.WorkloadChanged, Pod: event.PodRef{Namespace: ns}, Workload: wl,
 		Reason: reason, Flags: flags, Attrs: map[string]string{},
+	}
+	if uid := cmp.Or(now.uid, was.uid); uid != "" {
+		e.Attrs[event.AttrWorkloadUID] = uid
 	}
 	if now.generation != 0 {
 		e.Attrs[event.AttrGeneration] = strconv.FormatInt(now.generation, 10)

@@ -199,6 +199,9 @@ func labKeep(ctx context.Context, c *scenario.Cluster, p scenario.Profile, dsn s
 	if err != nil {
 		return fmt.Errorf("deploying %s for --keep: %w", scenario.Own.Name, err)
 	}
+	// As drainscope serve --events would: a rollout of sample-own that
+	// drops requests shows up in kubectl describe, 20 s after its last pod.
+	defer c.ExportEvents(ctx, 20*time.Second, nil)()
 	kubectl := filepath.Join(c.CP.BinDir(), "kubectl") + " --kubeconfig " + c.CP.Kubeconfig() + " -n " + scenario.Namespace
 	storeFlag := ""
 	if dsn != "" {
@@ -210,9 +213,10 @@ the lab stays up and recording until Ctrl-C:
             machine: the route to %s uses source %s, which the pods see)
   kubectl   %s get pods,svc
   roll out  %s rollout restart deployment/%s
+            (requests dropped? 20 s after the last old pod, describe deployment/%s shows a DroppedRequests Event)
   import    drainscope import --format jsonl%s CLIENT.jsonl   (or vegeta-json, nginx, …)
   report    drainscope report --since 30m%s
-`, own.Service, own.ClusterIP, own.ServiceName(), c.ServiceCIDR(), c.ClientSource(), kubectl, kubectl, own.Deployment, storeFlag, storeFlag)
+`, own.Service, own.ClusterIP, own.ServiceName(), c.ServiceCIDR(), c.ClientSource(), kubectl, kubectl, own.Deployment, own.Deployment, storeFlag, storeFlag)
 	<-ctx.Done()
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/drainscope/drainscope/analysis"
+	"github.com/drainscope/drainscope/export"
 	"github.com/drainscope/drainscope/ingest"
 	"github.com/drainscope/drainscope/internal/httpauth"
 	"github.com/drainscope/drainscope/metrics"
@@ -42,6 +43,15 @@ falls in), beside the writers; 0 keeps everything.
 health and the rollout signals (drainscope_rollout_*), which the server
 computes from every node's events as the agents store them.
 
+--events puts a Kubernetes Event (Warning, reason DroppedRequests) on the
+workload of each disruption that dropped requests once it has been quiet
+for --export-quiet, with the failures by cause, the fix and, with
+--public-url, a link to its timeline; Events are rate-limited, and named
+after the disruption, so a restarted or second server makes none twice.
+--otlp-endpoint sends each explained failure and each finished
+disruption's summary as OTLP logs, and the rollout signals as OTLP
+metrics, to an OpenTelemetry collector.
+
 Flags:
 `
 
@@ -62,6 +72,7 @@ func runServe(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	window := registerWindow(fs)
 	ingestMax := fs.Int64("ingest-max-bytes", ingest.DefaultMaxBytes, "largest body POST /api/v1/client-failures takes, before and after gzip decompression")
 	ingestConc := fs.Int("ingest-concurrency", ingest.DefaultMaxConcurrent, "client-failure posts served at once; more are answered 503 with Retry-After")
+	exp := registerExport(fs)
 	if err := parseFlags(fs, args, false); err != nil {
 		return err
 	}
@@ -79,6 +90,9 @@ func runServe(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	if err := checkServeTokens(*token, *ingestToken); err != nil {
 		return err
 	}
+	if err := exp.check(); err != nil {
+		return err
+	}
 
 	opened, err := store.Open(ctx, *dsn)
 	if err != nil {
@@ -89,6 +103,27 @@ func runServe(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	st := m.WrapStore(opened) // ingest writes are counted and timed
 	// The server prunes: one per cluster, where the agents are many.
 	defer startRetention(ctx, opened, m, retention.keep, nil)() // stops before the store closes
+	otlpExp, err := exp.newOTLP(ctx)
+	if err != nil {
+		return err
+	}
+	var extraSinks []export.Sink
+	if otlpExp != nil {
+		// Last to stop: what the feed and the signals hand it is flushed.
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			if err := otlpExp.Shutdown(sctx); err != nil {
+				slog.Warn("otlp: flushing at shutdown", "err", err)
+			}
+		}()
+		extraSinks = append(extraSinks, otlpExp.Sink())
+	}
+	stopExport, err := exp.start(ctx, opened, m, extraSinks...)
+	if err != nil {
+		return err
+	}
+	defer stopExport() // stops before the store closes
 	if *metricsListen != "" {
 		mln, err := net.Listen("tcp", *metricsListen)
 		if err != nil {
@@ -98,11 +133,17 @@ func runServe(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		go msrv.Serve(mln)
 		defer msrv.Close()
 		slog.Info("metrics", "url", "http://"+mln.Addr().String()+"/metrics")
+	}
+	if *metricsListen != "" || otlpExp != nil {
 		// The rollout signals are computed here, from every node's events
 		// in the store: in leader mode only one agent records the endpoint
 		// transitions, and only here do they meet the kernel events of the
 		// node each pod ran on.
-		r := m.NewRollouts(metrics.RolloutOptions{Delay: *signalsDelay, Analysis: analysis.Options{Retain: *signalsAfter}})
+		ro := metrics.RolloutOptions{Delay: *signalsDelay, Analysis: analysis.Options{Retain: *signalsAfter}}
+		if otlpExp != nil {
+			ro.Observer = otlpExp.RolloutObserver()
+		}
+		r := m.NewRollouts(ro)
 		tctx, tcancel := context.WithCancel(ctx)
 		tdone := make(chan struct{})
 		go func() { defer close(tdone); r.Tail(tctx, opened, metrics.TailOptions{Logger: slog.Default()}) }()

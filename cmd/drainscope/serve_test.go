@@ -26,6 +26,8 @@ func TestServeRefusesAnOpenAddressWithoutAToken(t *testing.T) {
 		{[]string{"--listen", "10.0.0.5:8080"}, "--auth-token"},
 		{[]string{"--listen", "localhost"}, "host:port"},
 		{[]string{"stray"}, "unexpected argument"},
+		{[]string{"--otlp-endpoint", "collector:4318"}, "--otlp-endpoint"},
+		{[]string{"--public-url", "drainscope.example.com"}, "--public-url"},
 	} {
 		code, _, stderr := runCLI(t, append([]string{"serve", "--store", filepath.Join(t.TempDir(), "e.db")}, tc.args...)...)
 		if code != 2 || !strings.Contains(stderr, tc.want) {

@@ -23,7 +23,10 @@ import (
 	"github.com/drainscope/drainscope/store"
 )
 
-var labStore = flag.String("lab-store", "", "TestLabEndToEnd: record into this SQLite file (kept) instead of a temporary one")
+var (
+	labStore    = flag.String("lab-store", "", "TestLabEndToEnd: record into this SQLite file (kept) instead of a temporary one")
+	labDescribe = flag.String("lab-describe", "", "TestLabEndToEnd: write kubectl describe deployment's output for the exit run, with its Event, to this file")
+)
 
 // The test binary is also the sample service the lab node runs.
 func TestMain(m *testing.M) {
@@ -110,12 +113,26 @@ func TestLabEndToEnd(t *testing.T) {
 	// its creation through its rollout to its deletion, beside the lab's own.
 	own := startOwnClient(t)
 	defer own.stop(t)
+	// What drainscope serve --events does, on the lab's API server: the
+	// exit run's rollout dropped requests, and kubectl describe shows it
+	// on the Deployment before the run's teardown deletes it.
+	stopEvents := c.ExportEvents(ctx, 8*time.Second, log)
+	defer stopEvents()
+	var described string
+	var describeErr error
+	teardown := func(r scenario.RunResult) {
+		own.retire(r)
+		if r.Run.Name == "exit" {
+			described, describeErr = describeWithEvent(ctx, c, r.Deployment)
+		}
+	}
 	results, err := scenario.Execute(ctx, c, scenario.Config{Profile: scenario.Profiles["ci"], Runs: runs, Progress: testWriter{t}, Log: log,
-		OnService: own.add, OnTeardown: own.retire})
+		OnService: own.add, OnTeardown: teardown})
 	own.stop(t)
 	if err != nil {
 		t.Fatal(err)
 	}
+	checkDescribe(t, described, describeErr)
 	c.Sync()
 	var table strings.Builder
 	_ = scenario.WriteTable(&table, results)

@@ -1,0 +1,161 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"io"
+	"net"
+	"net/netip"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/component/componenttest"
+	"go.opentelemetry.io/collector/config/configgrpc"
+	"go.opentelemetry.io/collector/config/configoptional"
+	"go.opentelemetry.io/collector/consumer/consumertest"
+	"go.opentelemetry.io/collector/pdata/pmetric"
+	"go.opentelemetry.io/collector/receiver/otlpreceiver"
+	"go.opentelemetry.io/collector/receiver/receivertest"
+
+	"github.com/drainscope/drainscope/event"
+	"github.com/drainscope/drainscope/store"
+)
+
+// TestServeExportsOTLP runs drainscope serve with --otlp-endpoint (and no
+// --metrics-listen) against the OpenTelemetry Collector's OTLP receiver:
+// a pod's end the agents stored reaches it as the rollout signals and, once
+// the disruption is quiet, as its summary record.
+func TestServeExportsOTLP(t *testing.T) {
+	free := func() string {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		return ln.Addr().String()
+	}
+	oaddr := free()
+	f := otlpreceiver.NewFactory()
+	cfg := f.CreateDefaultConfig().(*otlpreceiver.Config)
+	cfg.Protocols.GRPC = configoptional.None[configgrpc.ServerConfig]()
+	cfg.Protocols.HTTP.GetOrInsertDefault().ServerConfig.NetAddr.Endpoint = oaddr
+	logs, mets := new(consumertest.LogsSink), new(consumertest.MetricsSink)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	lr, err := f.CreateLogs(ctx, receivertest.NewNopSettings(f.Type()), cfg, logs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mr, err := f.CreateMetrics(ctx, receivertest.NewNopSettings(f.Type()), cfg, mets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lr.Start(ctx, componenttest.NewNopHost()); err != nil {
+		t.Fatal(err)
+	}
+	defer lr.Shutdown(context.Background())
+	if err := mr.Start(ctx, componenttest.NewNopHost()); err != nil {
+		t.Fatal(err)
+	}
+	defer mr.Shutdown(context.Background())
+
+	db := filepath.Join(t.TempDir(), "e.db")
+	done := make(chan error, 1)
+	go func() {
+		fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		done <- runServe(ctx, fs, []string{"--listen", free(), "--store", db, "--otlp-endpoint", "http://" + oaddr,
+			"--otlp-interval", "200ms", "--signals-delay", "500ms", "--signals-after", "1s",
+			"--export-quiet", "1s", "--export-poll", "200ms"})
+	}()
+	time.Sleep(300 * time.Millisecond) // the signals read from their start on
+	st, err := store.OpenSQLite(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	base := time.Now().Add(200 * time.Millisecond).UnixNano()
+	pod := event.PodRef{Namespace: "shop", Name: "web-b1", UID: "uid-b1"}
+	wl := event.Workload{Kind: "Deployment", Name: "web"}
+	var batch []event.Event
+	for _, x := range []struct {
+		ms   int64
+		kind event.Kind
+	}{{0, event.PodDeletion}, {50, event.Signal}, {61, event.ProcessExit}, {300, event.EndpointNotReady}, {1000, event.EndpointRemoved}} {
+		e := event.Event{Time: base + x.ms*int64(time.Millisecond), Kind: x.kind, Node: "node-a", Source: event.SourceWatcher, Pod: pod, Workload: wl}
+		switch {
+		case x.kind.IsKernel():
+			e.Source, e.PID = event.SourceKernel, 42
+			if x.kind == event.Signal {
+				e.Signal = 15
+			}
+		case x.kind.IsEndpoint():
+			e.Local, e.Service, e.Slice = netip.MustParseAddrPort("10.244.1.11:8080"), "web", "web-abcde"
+		case x.kind == event.PodDeletion:
+			e.Duration = int64(30 * time.Second)
+		}
+		e.Seal()
+		batch = append(batch, e)
+	}
+	if err := st.Append(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	terminations := func() int64 {
+		n := int64(0)
+		for _, md := range mets.AllMetrics() {
+			rms := md.ResourceMetrics()
+			for i := 0; i < rms.Len(); i++ {
+				sms := rms.At(i).ScopeMetrics()
+				for j := 0; j < sms.Len(); j++ {
+					ms := sms.At(j).Metrics()
+					for k := 0; k < ms.Len(); k++ {
+						if m := ms.At(k); m.Name() == "drainscope.rollout.pod_terminations" && m.Type() == pmetric.MetricTypeSum {
+							for p := 0; p < m.Sum().DataPoints().Len(); p++ {
+								dp := m.Sum().DataPoints().At(p)
+								if v, ok := dp.Attributes().Get("drainscope.workload"); ok && v.Str() == "Deployment/web" {
+									n = max(n, dp.IntValue()) // cumulative
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+		return n
+	}
+	summary := func() bool {
+		for _, ld := range logs.AllLogs() {
+			rls := ld.ResourceLogs()
+			for i := 0; i < rls.Len(); i++ {
+				sls := rls.At(i).ScopeLogs()
+				for j := 0; j < sls.Len(); j++ {
+					lrs := sls.At(j).LogRecords()
+					for k := 0; k < lrs.Len(); k++ {
+						r := lrs.At(k)
+						ns, _ := r.Attributes().Get("k8s.namespace.name")
+						dep, _ := r.Attributes().Get("k8s.deployment.name")
+						if r.EventName() == "drainscope.disruption" && ns.Str() == "shop" && dep.Str() == "web" {
+							return true
+						}
+					}
+				}
+			}
+		}
+		return false
+	}
+	for deadline := time.Now().Add(30 * time.Second); terminations() != 1 || !summary(); time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the collector got %d terminations of Deployment/web (want 1) and a summary: %v", terminations(), summary())
+		}
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("serve returned %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("serve did not stop")
+	}
+}
