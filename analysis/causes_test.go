@@ -73,6 +73,35 @@ func TestCauses(t *testing.T) {
 			want: []want{{cause: CauseKeepAliveAtExit, pod: "default/web-1", via: "kernel"}},
 		},
 		{
+			name: "a reset, then the client's next connection from the same port to another pod, cut soon after: the failure stays on the first",
+			build: func(r *rec) {
+				p := r.pod("web-1", "10.244.0.11")
+				q := r.pod("web-2", "10.244.0.12")
+				r.ready(p, -60*s)
+				r.ready(q, -60*s)
+				exit := r.gracefulPreStop(p, 0, []netip.AddrPort{client(1)})
+				r.failure(exit+300*ms, client(1), event.FailReset)
+				// The kernel's record of the next connection on that port,
+				// to web-2, comes 200 ms after the failure: nearer to it
+				// than web-1's close, but not the connection that failed.
+				r.connClosed(q, exit+500*ms, client(1), "local", 0)
+			},
+			want: []want{{cause: CauseKeepAliveAtExit, pod: "default/web-1", via: "kernel"}},
+		},
+		{
+			name: "the same client port closed by another pod 5 s earlier: the failure is on the pod of its own connection",
+			build: func(r *rec) {
+				p := r.pod("web-1", "10.244.0.11")
+				q := r.pod("web-2", "10.244.0.12")
+				r.ready(p, -60*s)
+				r.ready(q, -60*s)
+				r.connClosed(q, 3*s, client(1), "peer", 0)
+				exit := r.gracefulPreStop(p, 0, []netip.AddrPort{client(1)})
+				r.failure(exit+3*ms, client(1), event.FailEOF)
+			},
+			want: []want{{cause: CauseKeepAliveAtExit, pod: "default/web-1", via: "kernel"}},
+		},
+		{
 			name: "keep-alive cut at exit noticed 4 s later by an idle client: the kernel close decides",
 			build: func(r *rec) {
 				p := r.pod("web-1", "10.244.0.11")

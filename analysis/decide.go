@@ -125,13 +125,23 @@ func (a *Aligner) decide(pf *pending) {
 			return true
 		})
 		a.kpods = kpods
-		slices.Reverse(ks) // oldest first
+		slices.Reverse(ks) // oldest first, each beside its pod
+		slices.Reverse(kpods)
 		if p == nil && len(ks) > 0 {
-			best := 0
+			// The pod is the one of the connection that failed: the
+			// kernel's last record at or before the failure (the pod's
+			// side acts before the client notices). A record after it is
+			// the connection only when there is none before: a client
+			// that reconnects at once after a reset often gets the same
+			// local port, to another pod of the Service.
+			best := -1
 			for i, k := range ks {
-				if abs(k.Time-t) < abs(ks[best].Time-t) {
-					best = i
+				if k.Time <= t {
+					best = i // ks is oldest first
 				}
+			}
+			if best < 0 {
+				best = 0
 			}
 			if p = kpods[best]; p != nil {
 				via = "kernel"
