@@ -486,4 +486,3 @@ func (r *recorder) save(path, listPath string, listing []byte) error {
 	}
 	return os.WriteFile(listPath, listing, 0o644)
 }
-
