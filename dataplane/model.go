@@ -58,12 +58,32 @@ type tableKey struct {
 // model is kube-proxy's rules as the notifications and dumps have told
 // them, and the endpoints they sent to at the last commit.
 type model struct {
-	tables  map[tableKey]*table
-	current map[Endpoint]string // endpoint → a chain holding it
+	tables map[tableKey]*table
+	// current is what each Service port's chains sent to at the last
+	// commit: endpoint address → a chain holding it.
+	current map[ServicePort]map[netip.AddrPort]string
+	// touched are the Service ports whose chains the open transaction
+	// changed; all says a table went, and everything is read again.
+	touched map[ServicePort]bool
+	all     bool
 }
 
 func newModel() *model {
-	return &model{tables: map[tableKey]*table{}, current: map[Endpoint]string{}}
+	return &model{tables: map[tableKey]*table{}, current: map[ServicePort]map[netip.AddrPort]string{}, touched: map[ServicePort]bool{}}
+}
+
+// flat lists the current endpoints.
+func (md *model) flat() map[Endpoint]string { return flatten(md.current) }
+
+// touch marks the Service port a chain belongs to as changed.
+func (md *model) touch(chain string) {
+	if sp, ok := parseServiceChain(chain); ok {
+		md.touched[sp] = true
+	} else if ep, ok := parseEndpointChain(chain); ok {
+		md.touched[ep.ServicePort] = true
+	} else if strings.HasPrefix(chain, prefixEndpoint) {
+		md.all = true // a name cut short: no Service port to go by
+	}
 }
 
 // ours reports whether m is about one of kube-proxy's tables.
@@ -80,6 +100,7 @@ func (md *model) apply(m *msg) {
 	k := tableKey{m.family, m.table}
 	if m.op == unix.NFT_MSG_DELTABLE {
 		delete(md.tables, k)
+		md.all = true
 		return
 	}
 	t := md.tables[k]
@@ -89,11 +110,15 @@ func (md *model) apply(m *msg) {
 	}
 	switch m.op {
 	case unix.NFT_MSG_DELCHAIN:
+		if _, ok := t.rules[m.chain]; ok {
+			md.touch(m.chain)
+		}
 		delete(t.rules, m.chain)
 	case unix.NFT_MSG_NEWRULE:
 		if !relevantChain(m.chain) {
 			return
 		}
+		md.touch(m.chain)
 		r := readRule(m)
 		if r == nil {
 			// Not a rule that sends anywhere: forget whatever the handle held.
@@ -110,6 +135,7 @@ func (md *model) apply(m *msg) {
 		hs[m.handle] = r
 	case unix.NFT_MSG_DELRULE:
 		if hs := t.rules[m.chain]; hs != nil {
+			md.touch(m.chain)
 			delete(hs, m.handle)
 			if len(hs) == 0 {
 				delete(t.rules, m.chain)
@@ -238,22 +264,30 @@ func regIndex(r uint32) int {
 	return -1
 }
 
-// endpoints lists what every Service port chain sends to now.
-func (md *model) endpoints() map[Endpoint]string {
-	out := map[Endpoint]string{}
+// endpoints lists what the Service port chains send to now: of the ports
+// in only, or of all when only is nil.
+func (md *model) endpoints(only map[ServicePort]bool) map[ServicePort]map[netip.AddrPort]string {
+	out := map[ServicePort]map[netip.AddrPort]string{}
+	for sp := range only {
+		out[sp] = map[netip.AddrPort]string{} // a port left without endpoints
+	}
 	for _, t := range md.tables {
 		for chain, hs := range t.rules {
 			sp, ok := parseServiceChain(chain)
-			if !ok {
+			if !ok || (only != nil && !only[sp]) {
 				continue
+			}
+			eps := out[sp]
+			if eps == nil {
+				eps = map[netip.AddrPort]string{}
+				out[sp] = eps
 			}
 			add := func(a netip.AddrPort) {
 				if !a.IsValid() {
 					return
 				}
-				ep := Endpoint{ServicePort: sp, Addr: a}
-				if prev, ok := out[ep]; !ok || chain < prev {
-					out[ep] = chain
+				if prev, ok := eps[a]; !ok || chain < prev {
+					eps[a] = chain
 				}
 			}
 			for _, r := range hs {
@@ -313,13 +347,52 @@ func (t *table) chainAddr(chain string) netip.AddrPort {
 	return netip.AddrPort{}
 }
 
-// commit compares what the chains send to now with the last commit and
-// returns the endpoints that appeared and went.
+// commit compares what the chains the transaction touched send to now
+// with the last commit and returns the endpoints that appeared and went.
 func (md *model) commit() []Change {
-	now := md.endpoints()
-	out := diff(md.current, now)
-	md.current = now
+	only := md.touched
+	if md.all {
+		only = nil
+	}
+	now := md.endpoints(only)
+	var out []Change
+	if only == nil {
+		out = diff(md.flat(), flatten(now))
+		md.current = now
+	} else {
+		for sp, eps := range now {
+			prev := md.current[sp]
+			for a, c := range eps {
+				if _, ok := prev[a]; !ok {
+					out = append(out, Change{Endpoint: Endpoint{sp, a}, Added: true, Chain: c})
+				}
+			}
+			for a, c := range prev {
+				if _, ok := eps[a]; !ok {
+					out = append(out, Change{Endpoint: Endpoint{sp, a}, Chain: c})
+				}
+			}
+			if len(eps) == 0 {
+				delete(md.current, sp)
+			} else {
+				md.current[sp] = eps
+			}
+		}
+		sortChanges(out)
+	}
+	clear(md.touched)
+	md.all = false
 	md.gc()
+	return out
+}
+
+func flatten(m map[ServicePort]map[netip.AddrPort]string) map[Endpoint]string {
+	out := map[Endpoint]string{}
+	for sp, eps := range m {
+		for a, c := range eps {
+			out[Endpoint{sp, a}] = c
+		}
+	}
 	return out
 }
 
@@ -337,6 +410,11 @@ func diff(prev, now map[Endpoint]string) []Change {
 			out = append(out, Change{Endpoint: ep, Chain: chain})
 		}
 	}
+	sortChanges(out)
+	return out
+}
+
+func sortChanges(out []Change) {
 	slices.SortFunc(out, func(a, b Change) int {
 		return cmp.Or(
 			cmp.Compare(a.String(), b.String()),
@@ -344,7 +422,6 @@ func diff(prev, now map[Endpoint]string) []Change {
 			cmp.Compare(btoi(a.Added), btoi(b.Added)),
 		)
 	})
-	return out
 }
 
 // gc drops anonymous sets no rule refers to any more: the kernel frees

@@ -151,7 +151,7 @@ func TestReplayKubeProxyCapture(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := keys(f.md.current), endpointsFromJSON(t, listing); !slices.Equal(got, want) {
+	if got, want := keys(f.md.flat()), endpointsFromJSON(t, listing); !slices.Equal(got, want) {
 		t.Errorf("after the replay: %v\nnft -j list table: %v", got, want)
 	}
 }
@@ -174,7 +174,7 @@ func TestReplaySkipsCommitsInTheSnapshot(t *testing.T) {
 	if lastGen == 0 {
 		t.Fatal("no generation in the capture")
 	}
-	before := keys(f.md.current)
+	before := keys(f.md.flat())
 	again := &follower{md: f.md, gen: lastGen}
 	for _, msgs := range dgrams {
 		for _, cs := range again.feed(msgs, quiet) {
@@ -183,7 +183,7 @@ func TestReplaySkipsCommitsInTheSnapshot(t *testing.T) {
 			}
 		}
 	}
-	if after := keys(f.md.current); !slices.Equal(before, after) {
+	if after := keys(f.md.flat()); !slices.Equal(before, after) {
 		t.Errorf("replaying older commits changed the endpoints: %v → %v", before, after)
 	}
 }

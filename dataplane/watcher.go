@@ -122,7 +122,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 	if len(md.tables) == 0 {
 		w.log.Info("kube-proxy's nftables table not found (yet); following the notifications for it", "table", Table)
 	} else {
-		w.log.Info("following kube-proxy's nftables rules", "table", Table, "endpoints", len(md.current), "generation", gen)
+		w.log.Info("following kube-proxy's nftables rules", "table", Table, "endpoints", len(md.flat()), "generation", gen)
 	}
 
 	f := &follower{md: md, gen: gen}
@@ -141,7 +141,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 				w.log.Warn("dataplane: reading kube-proxy's table again failed; no longer recorded", "err", err)
 				return nil
 			}
-			w.emit(b.at, diff(f.md.current, fresh.current), event.FlagRelist)
+			w.emit(b.at, diff(f.md.flat(), fresh.flat()), event.FlagRelist)
 			f = &follower{md: fresh, gen: g}
 			continue
 		}
