@@ -85,6 +85,9 @@ func runLab(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	if err := parseFlags(fs, args, false); err != nil {
 		return err
 	}
+	if *proxySync < 0 {
+		return fmt.Errorf("%w: --proxy-min-sync %v: want a positive duration, e.g. 3s", errUsage, *proxySync)
+	}
 	p, ok := scenario.Profiles[*profile]
 	if !ok {
 		return fmt.Errorf("%w: unknown profile %q (want one of %s)", errUsage, *profile, strings.Join(scenario.ProfileNames(), ", "))
