@@ -23,6 +23,7 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/drainscope/drainscope/dataplane"
 	"github.com/drainscope/drainscope/ebpf"
 	"github.com/drainscope/drainscope/event"
 	"github.com/drainscope/drainscope/metrics"
@@ -47,6 +48,9 @@ type Config struct {
 	Writer store.WriterOptions
 
 	Kernel KernelConfig
+
+	// Dataplane configures the recording of this node's proxy rules.
+	Dataplane DataplaneConfig
 
 	// Metrics receives the agent's metrics; nil makes a registry of its own
 	// (see Agent.Metrics).
@@ -85,6 +89,15 @@ type KernelConfig struct {
 	Collector ebpf.Config
 }
 
+// DataplaneConfig configures the recording of the node's proxy rules
+// (package dataplane): when kube-proxy's nftables rules stopped sending to
+// each endpoint. It needs the host's network namespace and CAP_NET_ADMIN;
+// without them, or without kube-proxy's table, it logs why once and the
+// agent records the rest.
+type DataplaneConfig struct {
+	Disabled bool
+}
+
 // Agent is one node's recorder. Create it with New, start it with Run.
 type Agent struct {
 	cfg    Config
@@ -92,6 +105,8 @@ type Agent struct {
 	m      *metrics.Metrics
 	w      *watcher.Watcher
 	writer *store.Writer
+	dp     *dataplane.Watcher
+	lag    *dataplane.LagMeter
 
 	kernelMu sync.Mutex
 	kernel   *ebpf.Collector
@@ -162,6 +177,13 @@ func New(cfg Config) (*Agent, error) {
 	}
 	a.w = w
 	a.cfg.Watch = wo
+	if !cfg.Dataplane.Disabled {
+		dp, err := dataplane.New(dataplane.Options{Node: cfg.Node, Emit: a.record, Logger: cfg.Logger})
+		if err != nil {
+			return nil, err
+		}
+		a.dp, a.lag = dp, dataplane.NewLagMeter()
+	}
 	return a, nil
 }
 
@@ -174,6 +196,11 @@ func (a *Agent) Watcher() *watcher.Watcher { return a.w }
 // record takes every event: counted and queued for the store.
 func (a *Agent) record(e event.Event) {
 	a.m.Observe(&e)
+	if a.lag != nil {
+		if node, lag, ok := a.lag.Observe(&e); ok {
+			a.m.ObserveDataplaneLag(node, lag)
+		}
+	}
 	if n := a.writer.Add(e); n > 0 {
 		a.warnDrops()
 	}
@@ -219,6 +246,14 @@ func (a *Agent) Run(ctx context.Context) error {
 			return err
 		}
 		a.m.WatchKernel(a.kernelStats)
+	}
+
+	if a.dp != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = a.dp.Run(runCtx) // fails soft: logs why and returns
+		}()
 	}
 
 	wctx, wcancel := context.WithCancel(runCtx)

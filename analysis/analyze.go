@@ -46,6 +46,11 @@ type Result struct {
 	// from them (their agents' latest kernel_capabilities event), so that
 	// a failure no kernel event explains there is not read as unproven.
 	Kernels []NodeKernel `json:"kernel_limits,omitempty"`
+
+	// DataplaneLag is, per node whose proxy's rules were recorded, how long
+	// after the watch saw an endpoint leave rotation that node's proxy
+	// stopped sending to it: the time a preStop sleep must exceed.
+	DataplaneLag []NodeLag `json:"dataplane_lag,omitempty"`
 }
 
 // NodeKernel is what one node's kernel cannot show.
@@ -201,6 +206,7 @@ func AnalyzeWith(ctx context.Context, st store.Store, q store.Query, opts Option
 		return nil, fmt.Errorf("reading events from %s: %w", st.Describe(), err)
 	}
 	al.Flush()
+	c.lags = al.DataplaneLags(q.Window)
 	return c.result(al.Stats()), nil
 }
 
@@ -222,6 +228,7 @@ func AnalyzeEvents(events []event.Event, q store.Query, opts Options) (*Result, 
 		}
 	}
 	al.Flush()
+	c.lags = al.DataplaneLags(q.Window)
 	return c.result(al.Stats()), nil
 }
 
@@ -246,6 +253,7 @@ type collector struct {
 	kernels                     map[string]NodeKernel // by node: the latest kernel_capabilities
 	fromSigterm, fromExit       hist
 	infFromSigterm, infFromExit hist
+	lags                        []NodeLag
 }
 
 type causeAcc struct {
@@ -489,6 +497,7 @@ func (c *collector) result(st Stats) *Result {
 		r.FromSigterm, r.FromExit = c.infFromSigterm.export(50e6), c.infFromExit.export(50e6)
 	}
 	r.Rollouts = c.rollouts()
+	r.DataplaneLag = c.lags
 	return r
 }
 
@@ -523,6 +532,7 @@ func (c *collector) summaries(accs map[Cause]*causeAcc) []CauseSummary {
 			return cs.Pods[i].Pod < cs.Pods[j].Pod
 		})
 		sd := summaryData(acc, c.tls)
+		sd.DataplaneLag = lagPhrase(c.lags)
 		cs.Explanation = render(acc.rule.Summary, sd)
 		cs.Fix = render(acc.rule.Fix, sd)
 		out = append(out, cs)

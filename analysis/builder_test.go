@@ -228,3 +228,16 @@ func (r *rec) gracefulPreStop(p *tpod, d int64, clients []netip.AddrPort) int64 
 }
 
 func (p *tpod) String() string { return fmt.Sprintf("%s/%s", p.ref.Namespace, p.ref.Name) }
+
+// dataplane: node's proxy (kube-proxy, nftables) began (added) or stopped
+// sending the pod's Service to its endpoint at d. The event names the
+// Service and address only, as the agent records it.
+func (r *rec) dataplane(p *tpod, d int64, node string, added bool) {
+	k := event.DataplaneEndpointRemoved
+	if added {
+		k = event.DataplaneEndpointAdded
+	}
+	r.add(event.Event{Time: r.at(d), Kind: k, Node: node, Source: event.SourceDataplane,
+		Pod: event.PodRef{Namespace: p.ref.Namespace}, Service: p.svc, Local: p.addr(),
+		Attrs: map[string]string{event.AttrProxy: event.ProxyNFTables, event.AttrServicePort: "http", event.AttrProtocol: "tcp"}})
+}

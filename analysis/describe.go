@@ -56,6 +56,16 @@ func Describe(e *event.Event) string {
 			s += " (seen on " + e.Node + ")"
 		}
 		return s
+	case event.DataplaneEndpointAdded, event.DataplaneEndpointRemoved:
+		verb := "stopped"
+		if e.Kind == event.DataplaneEndpointAdded {
+			verb = "began"
+		}
+		s := fmt.Sprintf("%s's proxy rules %s sending %s to %s", nodeName(e.Node), verb, serviceKey(e.Pod.Namespace, e.Service), e.Local)
+		if p := e.Attrs[event.AttrProxy]; p != "" {
+			s += " (" + p + ")"
+		}
+		return s
 	case event.ServiceChanged:
 		s := "Service " + e.Pod.Namespace + "/" + e.Service + " " + e.Reason
 		if ips := e.Attrs[event.AttrClusterIPs]; ips != "" {

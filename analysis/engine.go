@@ -59,6 +59,8 @@ type Aligner struct {
 	dec      Decision
 	facts    Facts
 
+	lags lagTable // measured watch → dataplane lags per node
+
 	stats Stats
 }
 
@@ -145,8 +147,10 @@ type Stats struct {
 // during the call), and onPod for every pod with lifecycle events once the
 // aligner forgets it or the stream ends. Either may be nil.
 func NewAligner(opts Options, onFailure func(*Decision), onPod func(*PodTimeline)) *Aligner {
+	opts = opts.WithDefaults()
 	return &Aligner{
-		opts:         opts.WithDefaults(),
+		lags:         lagTable{def: int64(opts.ProxyLag), slack: int64(opts.DataplaneSlack)},
+		opts:         opts,
 		onFailure:    onFailure,
 		onPod:        onPod,
 		byUID:        map[string]*podState{},
@@ -205,6 +209,9 @@ func (a *Aligner) Add(e *event.Event) error {
 	if e.Kind.IsEndpoint() {
 		a.endpoint(e)
 	}
+	if e.Kind.IsDataplane() {
+		a.dataplane(e)
+	}
 	if e.Kind == event.ServiceChanged {
 		a.service(e)
 	}
@@ -224,6 +231,10 @@ func (a *Aligner) Add(e *event.Event) error {
 	}
 	return nil
 }
+
+// DataplaneLags reports the measured watch → dataplane lag per node, of
+// the removals within w (all when w is empty).
+func (a *Aligner) DataplaneLags(w event.Window) []NodeLag { return a.lags.lags(w) }
 
 // Flush decides every pending failure and reports every pod still known.
 // Call it once at the end of the stream.
@@ -296,7 +307,7 @@ func (a *Aligner) pod(ref *event.PodRef, create bool) *podState {
 		if !create {
 			return nil
 		}
-		p = &podState{ref: *ref}
+		p = &podState{ref: *ref, lags: &a.lags}
 	}
 	if ref.UID != "" && a.byUID[ref.UID] == nil {
 		a.byUID[ref.UID] = p

@@ -42,6 +42,10 @@ type SummaryData struct {
 	RotationLag          string
 	SigtermAfterRotation string // e.g. "0.5 s before"
 	Propagation          string
+	// DataplaneLag is the measured watch → dataplane lag per node, e.g.
+	// "p50 12 ms, p99 3.0 s on node-a (40 removals)"; empty when no
+	// node's proxy rules were recorded.
+	DataplaneLag string
 }
 
 var (
@@ -316,6 +320,17 @@ func summaryData(c *causeAcc, tls map[string]*PodTimeline) SummaryData {
 		s.RotationLag = fmtDur(c.maxRotationLag)
 	}
 	return s
+}
+
+// lagPhrase renders the measured lags, the slowest node first.
+func lagPhrase(lags []NodeLag) string {
+	ls := append([]NodeLag(nil), lags...)
+	sort.SliceStable(ls, func(i, j int) bool { return ls[i].P99 > ls[j].P99 })
+	var parts []string
+	for _, l := range ls {
+		parts = append(parts, fmt.Sprintf("p50 %s, p99 %s on %s (%d %s)", fmtDur(l.P50), fmtDur(l.P99), nodeName(l.Node), l.Samples, plural(l.Samples, "removal", "removals")))
+	}
+	return strings.Join(parts, "; ")
 }
 
 func median(v []int64) (int64, bool) {

@@ -30,6 +30,12 @@ type Options struct {
 	// the endpoint leave rotation is still an endpoint race (proxies
 	// program their rules after the API change is observed).
 	ProxyLag time.Duration
+	// DataplaneSlack: where a node's proxy recorded its own removal of
+	// the endpoint (dataplane events), a refused connection this shortly
+	// after it may still have been routed before it (the removal is
+	// stamped when the agent read the commit). Nodes seen only through
+	// the watch get their measured lag, when one is, instead of ProxyLag.
+	DataplaneSlack time.Duration
 	// InUseWithin: a keep-alive connection the exit closed within this
 	// long of its last packet was in use, and its client most likely
 	// failed on its next request (an inferred failure the report calls
@@ -53,18 +59,19 @@ type Options struct {
 // DefaultOptions returns the defaults the zero Options stand for.
 func DefaultOptions() Options {
 	return Options{
-		Lookahead:    2 * time.Second,
-		KernelWindow: 10 * time.Second,
-		ExitBefore:   250 * time.Millisecond,
-		ExitAfter:    time.Second,
-		ExitSlack:    100 * time.Millisecond,
-		InFlightMin:  50 * time.Millisecond,
-		ProxyLag:     time.Second,
-		InUseWithin:  time.Second,
-		Retain:       2 * time.Minute,
-		Lead:         15 * time.Minute,
-		MaxFailures:  10000,
-		Examples:     3,
+		Lookahead:      2 * time.Second,
+		KernelWindow:   10 * time.Second,
+		ExitBefore:     250 * time.Millisecond,
+		ExitAfter:      time.Second,
+		ExitSlack:      100 * time.Millisecond,
+		InFlightMin:    50 * time.Millisecond,
+		ProxyLag:       time.Second,
+		DataplaneSlack: 20 * time.Millisecond,
+		InUseWithin:    time.Second,
+		Retain:         2 * time.Minute,
+		Lead:           15 * time.Minute,
+		MaxFailures:    10000,
+		Examples:       3,
 	}
 }
 
@@ -83,6 +90,7 @@ func (o Options) WithDefaults() Options {
 	set(&o.ExitSlack, d.ExitSlack)
 	set(&o.InFlightMin, d.InFlightMin)
 	set(&o.ProxyLag, d.ProxyLag)
+	set(&o.DataplaneSlack, d.DataplaneSlack)
 	set(&o.InUseWithin, d.InUseWithin)
 	set(&o.Retain, d.Retain)
 	set(&o.Lead, d.Lead)

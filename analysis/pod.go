@@ -30,6 +30,8 @@ type podState struct {
 	pids     []int32     // signal targets and listener owners: the pod's main processes
 
 	ep       []epView // per Service and observing node: its view of the endpoint
+	dp       []epView // per Service and proxy's node: its dataplane's view (dataplane events)
+	lags     *lagTable
 	services []string
 	spreads  [3]spreadAcc // endpoint not ready, terminating, removed
 
@@ -156,7 +158,7 @@ func (p *podState) routing(t int64, opts *Options) routingState {
 	switch {
 	case !r.seen || r.in || r.lastLeave == nil:
 		return routed
-	case t-r.lastLeave.Time <= int64(opts.ProxyLag):
+	case t-r.lastLeave.Time <= r.lag:
 		return lagging
 	}
 	return unrouted
@@ -462,20 +464,23 @@ type rotation struct {
 	seen      bool         // any endpoint transition of the pod (for the service) was seen
 	in        bool         // some node still had it ready at t
 	leftAfter *event.Event // in: the last node's leave observed after t, if seen
-	lastLeave *event.Event // !in: the latest leave at or before t
+	lastLeave *event.Event // !in: the leave at or before t that allows routing the latest
+	// lag is how long after lastLeave a connection may still have been
+	// routed to the pod: the node's measured lag (or Options.ProxyLag) for
+	// a watch event, Options.DataplaneSlack for its proxy's own removal.
+	lag int64
 }
 
-// rotationAt answers from the per-node transitions. A node whose first
-// transition after t is a leave had the endpoint ready at t even if its
-// earlier history fell outside what was recorded. A leave observed exactly
-// at t counts as still routed: the proxy's rules change after the API does.
+// rotationAt answers from the per-node views (views: the node's dataplane
+// where recorded, else its watch). A node whose first transition after t
+// is a leave had the endpoint ready at t even if its earlier history fell
+// outside what was recorded. A leave observed exactly at t counts as still
+// routed: the proxy's rules change after the API does.
 func (p *podState) rotationAt(t int64, svcs []string) rotation {
 	var r rotation
-	for _, v := range p.ep {
-		if len(svcs) > 0 && !containsService(svcs, v.svc) {
-			continue
-		}
-		s := v.trans
+	var buf [8]view
+	for _, vw := range p.views(svcs, buf[:0]) {
+		s := vw.v.trans
 		r.seen = true
 		i := 0
 		for i < len(s) && s[i].ev.Time < t {
@@ -503,8 +508,8 @@ func (p *podState) rotationAt(t int64, svcs []string) rotation {
 		}
 		for j := i - 1; j >= 0; j-- {
 			if !s[j].ready {
-				if r.lastLeave == nil || s[j].ev.Time > r.lastLeave.Time {
-					r.lastLeave = &s[j].ev
+				if r.lastLeave == nil || s[j].ev.Time+vw.allow > r.lastLeave.Time+r.lag {
+					r.lastLeave, r.lag = &s[j].ev, vw.allow
 				}
 				break
 			}

@@ -69,6 +69,13 @@ func timelineRows(t *PodTimeline) []row {
 			add(sp.s.First, "%s (seen on %s)", sp.name, strings.Join(sp.s.Nodes, ","))
 		}
 	}
+	for _, m := range t.Dataplane {
+		if m.InRotation {
+			add(m.Time, "%s's proxy rules began sending %s to it", nodeName(m.Node), m.Service)
+		} else {
+			add(m.Time, "%s's proxy rules stopped sending %s to it", nodeName(m.Node), m.Service)
+		}
+	}
 	if s := t.Sigterm; s != nil {
 		txt := "SIGTERM from " + procName(s.Sender, s.SenderPID) + " to " + procName(s.Target, s.TargetPID)
 		if t.PreStop > 0 {
@@ -96,6 +103,15 @@ func timelineRows(t *PodTimeline) []row {
 	}
 	sort.SliceStable(rows, func(i, j int) bool { return rows[i].t < rows[j].t })
 	return rows
+}
+
+// LagLine states the measured watch → dataplane lag, or "" when no
+// node's proxy rules were recorded.
+func LagLine(lags []NodeLag) string {
+	if len(lags) == 0 {
+		return ""
+	}
+	return "endpoint change → proxy rules (measured, kube-proxy nftables): " + lagPhrase(lags)
 }
 
 func procName(comm string, pid int32) string {
@@ -272,6 +288,9 @@ func WriteText(w io.Writer, r *Result) error {
 	}
 	p("%s", head)
 	for _, l := range KernelLines(r.Kernels) {
+		p("%s", l)
+	}
+	if l := LagLine(r.DataplaneLag); l != "" {
 		p("%s", l)
 	}
 	p("")
@@ -479,6 +498,10 @@ func WriteMarkdown(w io.Writer, r *Result) error {
 		for _, l := range ks {
 			p("- %s", mdEscape(l))
 		}
+		p("")
+	}
+	if l := LagLine(r.DataplaneLag); l != "" {
+		p("%s", mdEscape(l))
 		p("")
 	}
 	causes, label := r.Causes, "client-reported"

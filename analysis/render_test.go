@@ -40,6 +40,7 @@ func TestGolden(t *testing.T) {
 		{"seed000_graceful_prestop", seed000PreStop, true},
 		{"exit_at_sigterm", exitAtSigterm, false},
 		{"kernel_only", kernelOnly, false},
+		{"dataplane_lag", dataplaneLag, true},
 	}
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {

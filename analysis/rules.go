@@ -100,7 +100,7 @@ var Rules = []Rule{
 		},
 		Explain: `{{.Class}} on a new connection to {{.Pod}}: {{.Terminating}}, while {{.Rotation}}`,
 		Summary: `these {{.Count}} {{plural .Count "failure" "failures"}} were new connections sent to {{.PodsPhrase}} after {{plural .PodCount "it" "they"}} stopped accepting (refused, or never answered once the process had exited){{if .RotationLag}} while the endpoint was still in rotation for up to {{.RotationLag}}{{end}}{{if .SigtermAfterRotation}}; SIGTERM came {{.SigtermAfterRotation}} the endpoint left rotation on the last node{{end}}`,
-		Fix:     `make the preStop delay longer than the observed propagation{{if .Propagation}} ({{.Propagation}} from deletion to the last node){{end}}, and keep the listener open until the endpoint is removed everywhere`,
+		Fix:     `make the preStop delay longer than the observed propagation{{if .Propagation}} ({{.Propagation}} from deletion to the last node){{end}}{{if .DataplaneLag}} and than the measured lag from the endpoint change to each node's proxy rules ({{.DataplaneLag}}): the sleep must exceed that p99{{end}}, and keep the listener open until the endpoint is removed everywhere`,
 	},
 	{
 		Cause: CauseNoReadyEndpoints,
@@ -250,7 +250,10 @@ func InRotation(f *Facts, dst []Piece) []Piece {
 			return append(dst, piece("endpoint still ready", e))
 		}
 		return dst
-	case r.lastLeave != nil && t-r.lastLeave.Time <= int64(f.opts.ProxyLag):
+	case r.lastLeave != nil && t-r.lastLeave.Time <= r.lag:
+		if r.lastLeave.Kind.IsDataplane() {
+			return append(dst, piece("the node's proxy stopped sending to the endpoint just before the failure", r.lastLeave))
+		}
 		return append(dst, piece("endpoint left rotation within the proxy lag before the failure", r.lastLeave))
 	}
 	return dst

@@ -114,3 +114,36 @@ func kernelOnly() *rec {
 	r.events = out
 	return r
 }
+
+// dataplaneLag is exitAtSigterm for one pod with each node's proxy rules
+// recorded: node-a's proxy drops the endpoint 30 ms after the watch saw it
+// leave, node-b's 2.5 s after (a --min-sync-period of 3 s). Refusals
+// 1.2 s and 2 s after the leave, past the assumed 1 s, came through
+// node-b's rules, which still sent there: endpoint race. One 2.6 s after,
+// when no node's rules did, is set aside (a probe, or a client bypassing
+// the Service).
+func dataplaneLag() *rec {
+	r := newRec("node-a", "node-b")
+	p := r.pod("api-5f7-a1", "10.244.1.21")
+	p.wl = event.Workload{Kind: "Deployment", Name: "api"}
+	p.svc = "api"
+	r.created(p, -60*s)
+	r.ready(p, -58*s)
+	for _, n := range r.nodes {
+		r.dataplane(p, -58*s+40*ms, n, true)
+	}
+	p.pid = 3000
+	r.deletion(p, 0, 30*time.Second)
+	r.signal(p, 20*ms, 15)
+	r.exit(p, 22*ms, 0, 0)
+	for k, d := range []int64{100 * ms, 1200 * ms, 2000 * ms, 2600 * ms} {
+		c := client(102 + k)
+		r.refused(p, 500*ms+d, c)
+		r.failure(500*ms+d+ms, c, event.FailRefused)
+	}
+	r.leave(p, 500*ms, 0)
+	r.dataplane(p, 530*ms, "node-a", false)
+	r.dataplane(p, 3000*ms, "node-b", false)
+	r.removed(p, 600*ms, 0)
+	return r
+}

@@ -35,8 +35,13 @@ type PodTimeline struct {
 	EndpointTerminating *Spread `json:"endpoint_terminating,omitempty"`
 	EndpointRemoved     *Spread `json:"endpoint_removed,omitempty"`
 	// OutOfRotation is when each node first saw the endpoint stop being
-	// ready (not ready, terminating or removed, whichever came first there).
+	// ready (not ready, terminating or removed, whichever came first there);
+	// for a node whose proxy recorded its rules (dataplane events), when
+	// those stopped sending to it.
 	OutOfRotation *Spread `json:"out_of_rotation,omitempty"`
+	// Dataplane lists when each node's proxy began (InRotation) and
+	// stopped sending the Service's new connections to the pod.
+	Dataplane []DataplaneMark `json:"dataplane,omitempty"`
 
 	// PreStop is the window from deletion to SIGTERM: the kubelet runs the
 	// preStop hook in it.
@@ -62,6 +67,15 @@ type PodTimeline struct {
 	Events []EventView `json:"events"`
 
 	events []event.Event
+}
+
+// DataplaneMark is one change of a node's proxy rules for the pod's
+// endpoint in one Service.
+type DataplaneMark struct {
+	Node       string `json:"node"`
+	Service    string `json:"service,omitempty"`
+	Time       int64  `json:"time_ns"`
+	InRotation bool   `json:"in_rotation"`
 }
 
 // Spread is the first and last observation of a transition across nodes.
@@ -191,7 +205,9 @@ func (p *podState) timeline(opts *Options) PodTimeline {
 	t.EndpointTerminating = spread(&p.spreads[spreadTerminating])
 	t.EndpointRemoved = spread(&p.spreads[spreadRemoved])
 	var out spreadAcc
-	for _, v := range p.ep {
+	var buf [8]view
+	for _, vw := range p.views(nil, buf[:0]) {
+		v := vw.v
 		wasReady := false
 		for _, tr := range v.trans {
 			if tr.ready {
@@ -211,6 +227,18 @@ func (p *podState) timeline(opts *Options) PodTimeline {
 	// Only nodes whose first leave is counted: a node that came back ready
 	// and left again keeps its first leave, which is what routed traffic.
 	t.OutOfRotation = spread(&out)
+	for _, v := range p.dp {
+		for _, tr := range v.trans {
+			t.Dataplane = append(t.Dataplane, DataplaneMark{Node: v.node, Service: v.svc, Time: tr.ev.Time, InRotation: tr.ready})
+		}
+	}
+	sort.Slice(t.Dataplane, func(i, j int) bool {
+		a, b := t.Dataplane[i], t.Dataplane[j]
+		if a.Time != b.Time {
+			return a.Time < b.Time
+		}
+		return a.Node < b.Node
+	})
 	if p.sigterm.Time != 0 {
 		s := sigView(&p.sigterm)
 		t.Sigterm = &s

@@ -90,10 +90,11 @@ func (w Workload) String() string {
 type Source string
 
 const (
-	SourceWatcher Source = "watcher" // client-go watches
-	SourceKernel  Source = "kernel"  // eBPF programs
-	SourceClient  Source = "client"  // imported or reported client failures
-	SourceLab     Source = "lab"     // the lab's node and load generator
+	SourceWatcher   Source = "watcher"   // client-go watches
+	SourceKernel    Source = "kernel"    // eBPF programs
+	SourceClient    Source = "client"    // imported or reported client failures
+	SourceLab       Source = "lab"       // the lab's node and load generator
+	SourceDataplane Source = "dataplane" // a node proxy's rules (kube-proxy's nftables table)
 )
 
 // Flags qualify an event.

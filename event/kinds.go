@@ -35,6 +35,10 @@ import "fmt"
 //	                       Attrs[cluster_ips, service_ports, service_type]: what a client dialling the Service reached
 //	workload_changed       Workload, Pod.Namespace only; Reason (template, scale, created, deleted),
 //	                       Attrs[generation, replicas_from, replicas_to]: what set pods ending or starting
+//	dataplane_endpoint_added    Node (whose proxy), Local (endpoint address and port), Service (ns/name), Pod.Namespace,
+//	                            Attrs[proxy, service_port, protocol, chain], Flags(Relist): the node's proxy began sending
+//	                            the Service's new connections to the endpoint (the proxy's rules, as committed)
+//	dataplane_endpoint_removed  as dataplane_endpoint_added: the node's proxy stopped sending them there
 type Kind string
 
 const (
@@ -66,6 +70,9 @@ const (
 	ServiceChanged  Kind = "service_changed"
 
 	KernelCapabilities Kind = "kernel_capabilities"
+
+	DataplaneEndpointAdded   Kind = "dataplane_endpoint_added"
+	DataplaneEndpointRemoved Kind = "dataplane_endpoint_removed"
 )
 
 // Kinds lists every kind, in the order above.
@@ -75,6 +82,7 @@ var Kinds = []Kind{
 	EndpointTerminating, EndpointRemoved,
 	Signal, ProcessExit, ListenerClosed, ConnClosed, RSTSent, RSTReceived, ConnRefused,
 	ClientFailure, WorkloadChanged, ServiceChanged, KernelCapabilities,
+	DataplaneEndpointAdded, DataplaneEndpointRemoved,
 }
 
 // Attributes of kernel_capabilities.
@@ -120,6 +128,23 @@ func (k Kind) IsKernel() bool {
 	}
 	return false
 }
+
+// IsDataplane reports whether k is a node proxy's rule change for an
+// endpoint.
+func (k Kind) IsDataplane() bool {
+	return k == DataplaneEndpointAdded || k == DataplaneEndpointRemoved
+}
+
+// Attributes of the dataplane kinds.
+const (
+	AttrProxy       = "proxy"        // the proxy whose rules changed: nftables (kube-proxy's nftables mode)
+	AttrServicePort = "service_port" // the Service port's name ("" for an unnamed port)
+	AttrProtocol    = "protocol"     // tcp, udp, sctp
+	AttrChain       = "chain"        // the proxy's chain that held the endpoint
+)
+
+// Proxy kinds (Attrs[proxy] of the dataplane kinds).
+const ProxyNFTables = "nftables"
 
 // Common attribute keys.
 const (

@@ -45,6 +45,7 @@ type Metrics struct {
 	inferred     *prometheus.CounterVec
 	terminations *prometheus.CounterVec
 	lateEvents   prometheus.Counter
+	dataplaneLag *prometheus.HistogramVec
 
 	httpRequests *prometheus.CounterVec
 	httpDuration *prometheus.HistogramVec
@@ -113,6 +114,10 @@ func New(component, version string) *Metrics {
 	m.lateEvents = f.counter("rollout_late_events_total",
 		"Events that reached the rollout signal computation later than its reordering delay and were left out of the signals (they are still stored).")
 
+	m.dataplaneLag = f.histogramVec("dataplane_lag_seconds",
+		"Per endpoint leaving rotation: the time from the watch seeing it leave (not ready, terminating or removed) to this node's proxy rules dropping it (kube-proxy nftables mode), by node: what a preStop sleep must exceed.",
+		[]float64{.005, .01, .025, .05, .1, .15, .2, .3, .5, .75, 1, 1.25, 1.5, 2, 3, 5, 10, 30}, "node")
+
 	m.httpRequests = f.counterVec("http_requests_total",
 		"HTTP requests served, by handler name, method and status code.", "handler", "method", "code")
 	m.httpDuration = f.histogramVec("http_request_duration_seconds",
@@ -133,6 +138,11 @@ func (m *Metrics) Handler() http.Handler {
 		EnableOpenMetrics: true,
 		Timeout:           10 * time.Second,
 	})
+}
+
+// ObserveDataplaneLag records one endpoint's watch → dataplane lag on node.
+func (m *Metrics) ObserveDataplaneLag(node string, lag time.Duration) {
+	m.dataplaneLag.WithLabelValues(node).Observe(lag.Seconds())
 }
 
 // Observe counts one event handed to the store.

@@ -1,6 +1,7 @@
 package web
 
 import (
+	"slices"
 	"sort"
 	"strconv"
 
@@ -93,16 +94,20 @@ type TimelineStats struct {
 
 // LaneView is one pod's row.
 type LaneView struct {
-	Key      string                 `json:"key"`
-	Pod      analysis.PodView       `json:"pod"`
-	Role     string                 `json:"role"`
-	Node     string                 `json:"node,omitempty"`
-	Span     Range                  `json:"span"`
-	Phases   Phases                 `json:"phases"`
-	Spreads  []SpreadView           `json:"spreads,omitempty"`
-	Marks    []MarkView             `json:"marks"`
-	Dropped  int                    `json:"marks_dropped,omitempty"`
-	Failures map[analysis.Cause]int `json:"failures_by_cause,omitempty"` // whole rollout
+	Key     string           `json:"key"`
+	Pod     analysis.PodView `json:"pod"`
+	Role    string           `json:"role"`
+	Node    string           `json:"node,omitempty"`
+	Span    Range            `json:"span"`
+	Phases  Phases           `json:"phases"`
+	Spreads []SpreadView     `json:"spreads,omitempty"`
+	// Dataplane marks when each node's proxy rules began and stopped
+	// sending the pod's Service to it (dataplane events), the first
+	// 2×maxSpreadNodes.
+	Dataplane []DataplaneView        `json:"dataplane,omitempty"`
+	Marks     []MarkView             `json:"marks"`
+	Dropped   int                    `json:"marks_dropped,omitempty"`
+	Failures  map[analysis.Cause]int `json:"failures_by_cause,omitempty"` // whole rollout
 
 	Sockets        []SockView `json:"sockets,omitempty"`
 	SocketDensity  []Series   `json:"socket_density,omitempty"`
@@ -130,11 +135,19 @@ type Phases struct {
 
 // SpreadView is an endpoint transition across the nodes that saw it.
 type SpreadView struct {
-	Kind      string   `json:"kind"` // endpoint_not_ready, endpoint_terminating, endpoint_removed, out_of_rotation
+	Kind      string   `json:"kind"` // endpoint_not_ready, endpoint_terminating, endpoint_removed, out_of_rotation, dataplane_removed
 	First     int64    `json:"first"`
 	Last      int64    `json:"last"`
 	Nodes     []string `json:"nodes"`      // the first maxSpreadNodes, sorted
 	NodeCount int      `json:"node_count"` // all the nodes that saw it
+}
+
+// DataplaneView is one change of a node's proxy rules for the pod.
+type DataplaneView struct {
+	T          int64  `json:"t"`
+	Node       string `json:"node"`
+	Service    string `json:"service,omitempty"`
+	InRotation bool   `json:"in_rotation"`
 }
 
 // maxSpreadNodes bounds the node names one spread carries: a cluster of
@@ -385,6 +398,27 @@ func (m *model) timeline(p viewParams, lim Limits) *Timeline {
 					lv.Spreads = append(lv.Spreads, SpreadView{Kind: s.kind, First: rel(s.s.First), Last: rel(s.s.Last),
 						Nodes: s.s.Nodes[:min(len(s.s.Nodes), maxSpreadNodes)], NodeCount: len(s.s.Nodes)})
 				}
+			}
+			var gone analysis.Spread
+			for _, d := range tl.Dataplane {
+				if len(lv.Dataplane) < 2*maxSpreadNodes {
+					lv.Dataplane = append(lv.Dataplane, DataplaneView{T: rel(d.Time), Node: d.Node, Service: d.Service, InRotation: d.InRotation})
+				}
+				if d.InRotation {
+					continue
+				}
+				if gone.First == 0 || d.Time < gone.First {
+					gone.First = d.Time
+				}
+				gone.Last = max(gone.Last, d.Time)
+				if !slices.Contains(gone.Nodes, d.Node) {
+					gone.Nodes = append(gone.Nodes, d.Node)
+				}
+			}
+			if gone.First != 0 {
+				sort.Strings(gone.Nodes)
+				lv.Spreads = append(lv.Spreads, SpreadView{Kind: "dataplane_removed", First: rel(gone.First), Last: rel(gone.Last),
+					Nodes: gone.Nodes[:min(len(gone.Nodes), maxSpreadNodes)], NodeCount: len(gone.Nodes)})
 			}
 			if len(tl.Failures) > 0 {
 				lv.Failures = tl.Failures

@@ -76,6 +76,7 @@ func runLab(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	wait := fs.Bool("wait", false, "wait for another lab on this machine to finish instead of failing")
 	verbose := fs.Bool("v", false, "log what the lab node and the control plane do")
 	serve := fs.String("serve", "127.0.0.1:8080", "after the runs, serve the web UI on this address until interrupted (empty: exit)")
+	proxySync := fs.Duration("proxy-min-sync", 0, "kube-proxy's minimum sync period (its --iptables-min-sync-period, which the nftables mode reads; default kube-proxy's 1s): a longer one shows the dataplane lag growing with it")
 	keep := fs.Bool("keep", false, "after the runs, keep the cluster up and recording, with the Deployment sample-own behind a Service, until Ctrl-C (instead of --serve)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), labUsage)
@@ -83,6 +84,9 @@ func runLab(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	}
 	if err := parseFlags(fs, args, false); err != nil {
 		return err
+	}
+	if *proxySync < 0 {
+		return fmt.Errorf("%w: --proxy-min-sync %v: want a positive duration, e.g. 3s", errUsage, *proxySync)
 	}
 	p, ok := scenario.Profiles[*profile]
 	if !ok {
@@ -139,6 +143,7 @@ func runLab(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		WaitForLock: *wait,
 		Log:         log,
 		Progress:    progress,
+		ProxyArgs:   proxyArgs(*proxySync),
 	})
 	if err != nil {
 		return err
@@ -267,4 +272,12 @@ func (h minLevel) WithAttrs(as []slog.Attr) slog.Handler {
 
 func (h minLevel) WithGroup(name string) slog.Handler {
 	return minLevel{h.min, h.Handler.WithGroup(name)}
+}
+
+// proxyArgs are the kube-proxy flags --proxy-min-sync asks for.
+func proxyArgs(minSync time.Duration) []string {
+	if minSync <= 0 {
+		return nil
+	}
+	return []string{"--iptables-min-sync-period=" + minSync.String()}
 }

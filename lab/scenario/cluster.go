@@ -45,8 +45,11 @@ type Options struct {
 	NoKernel bool
 	// WaitForLock waits for another lab to finish instead of failing.
 	WaitForLock bool
-	Log         *slog.Logger
-	Progress    io.Writer // one line per step; nil for none
+	// ProxyArgs are appended to kube-proxy's flags, e.g.
+	// --iptables-min-sync-period=3s (the nftables mode reads it too).
+	ProxyArgs []string
+	Log       *slog.Logger
+	Progress  io.Writer // one line per step; nil for none
 }
 
 // Cluster is a running single-node lab cluster.
@@ -221,7 +224,7 @@ func Up(ctx context.Context, o Options) (c *Cluster, err error) {
 		Mode:        "nftables",
 		ClusterCIDR: c.net.PodCIDR().String(),
 		// Leave the host's conntrack timeouts alone too.
-		ExtraArgs: []string{"--conntrack-tcp-timeout-established=0", "--conntrack-tcp-timeout-close-wait=0"},
+		ExtraArgs: append([]string{"--conntrack-tcp-timeout-established=0", "--conntrack-tcp-timeout-close-wait=0"}, o.ProxyArgs...),
 	}); err != nil {
 		return c, fmt.Errorf("starting kube-proxy: %w\n%s", err, c.CP.Logs("kube-proxy-"+NodeName, 20))
 	}

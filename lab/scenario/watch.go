@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/drainscope/drainscope/dataplane"
+	"github.com/drainscope/drainscope/event"
 	"github.com/drainscope/drainscope/watcher"
 )
 
@@ -38,5 +40,27 @@ func (c *Cluster) startWatchers(ctx context.Context) error {
 			c.log.Warn("watcher", "err", err)
 		}
 	})
+	return c.startDataplane(ctx)
+}
+
+// startDataplane follows kube-proxy's nftables rules, as the agent does,
+// keeping the lab namespace's Services. It starts before kube-proxy, whose
+// table it then sees created.
+func (c *Cluster) startDataplane(ctx context.Context) error {
+	dp, err := dataplane.New(dataplane.Options{Node: NodeName, Logger: c.log, Emit: func(e event.Event) {
+		if e.Pod.Namespace == Namespace && !c.quiet.Load() {
+			c.rec.Add(e)
+		}
+	}})
+	if err != nil {
+		return err
+	}
+	dctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = dp.Run(dctx) // fails soft: logs why once
+	}()
+	c.watchers = append(c.watchers, func() { cancel(); <-done })
 	return nil
 }

@@ -246,6 +246,11 @@
     // Endpoint spreads across nodes (bottom strip).
     (l.spreads || []).forEach(function (sp) {
       if (sp.kind === "endpoint_terminating") return; // drawn with not_ready; its ticks show
+      if (sp.kind === "dataplane_removed") { // top strip: the nodes' proxy rules dropping it
+        hit(s("rect", { x: xOf(sp.first), y: y + 4, width: Math.max(xOf(sp.last) - xOf(sp.first), 2), height: 3, "class": "m-dataplane" }, lane),
+          { kind: "spread", lane: l, obj: sp });
+        return;
+      }
       var yy = sp.kind === "endpoint_removed" ? y + LANE - 7 : y + LANE - 10;
       var hh = sp.kind === "endpoint_removed" ? 3 : 3;
       hit(s("rect", { x: xOf(sp.first), y: yy, width: Math.max(xOf(sp.last) - xOf(sp.first), 2), height: hh, "class": "m-spread",
@@ -280,6 +285,12 @@
       var x = xOf(k.t);
       hit(s("rect", { x: x - 0.75, y: mid + 1, width: 1.5, height: half, "class": cls, opacity: k.series === "close" ? 0.6 : 1 }, lane),
         { kind: "sock", lane: l, obj: k });
+    });
+    // Each node's proxy rules: a tick on the top strip when they began
+    // (hollow) and stopped (filled) sending to the pod.
+    (l.dataplane || []).forEach(function (d) {
+      hit(s("rect", { x: xOf(d.t) - 1, y: y + 2, width: 2, height: 7, "class": "m-dataplane" + (d.in_rotation ? " in" : "") }, lane),
+        { kind: "dataplane", lane: l, obj: d });
     });
     // Lifecycle marks.
     l.marks.forEach(function (m) { drawMark(m, l, y, lane); });
@@ -380,6 +391,9 @@
         return [kindNames[o.kind] + (o.series === "close_at_exit" ? " at exit" : ""), pod + " at " + clock(o.t), relTo(l, o.t)];
       case "prestop":
         return ["preStop: " + dur(info.to - info.from), pod + ": deletion " + clock(info.from) + " → SIGTERM " + clock(info.to)];
+      case "dataplane":
+        return [(o.node ? o.node + "'s" : "a node's") + " proxy rules " + (o.in_rotation ? "began" : "stopped") + " sending " + (o.service || "the Service") + " to it",
+          pod + " at " + clock(o.t), relTo(l, o.t)];
       case "spread":
         var nn = o.node_count || o.nodes.length;
         return [o.kind.replace(/_/g, " ") + " across " + nn + " node" + (nn === 1 ? "" : "s"),

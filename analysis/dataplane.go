@@ -1,0 +1,228 @@
+package analysis
+
+import (
+	"sort"
+
+	"github.com/drainscope/drainscope/event"
+)
+
+// The dataplane events (dataplane_endpoint_added/removed) say when a node's
+// proxy began and stopped sending a Service's new connections to an
+// endpoint. Where a pod has them for a node, that node's view of its
+// endpoint comes from them instead of from the watch, and a refusal after
+// the removal gets only DataplaneSlack, not a lag: the rules had changed.
+// Each removal also measures that node's lag behind the API: the removal
+// minus the first watch event that took the endpoint out of rotation. A
+// node seen only through the watch then gets its own measured lag (the
+// p99 so far) in place of Options.ProxyLag.
+
+// maxLagSamples bounds the samples kept per node.
+const maxLagSamples = 8192
+
+// lagTable holds the measured watch → dataplane lags per node.
+type lagTable struct {
+	def   int64 // Options.ProxyLag
+	slack int64 // Options.DataplaneSlack
+	nodes map[string]*lagAcc
+}
+
+type lagAcc struct {
+	samples []lagSample
+	sorted  []int64 // lags, sorted; rebuilt when stale
+	stale   bool
+}
+
+type lagSample struct {
+	t, lag int64 // removal time, lag
+}
+
+func (l *lagTable) add(node string, t, lag int64) {
+	if l.nodes == nil {
+		l.nodes = map[string]*lagAcc{}
+	}
+	a := l.nodes[node]
+	if a == nil {
+		a = &lagAcc{}
+		l.nodes[node] = a
+	}
+	if len(a.samples) >= maxLagSamples {
+		a.samples = append(a.samples[:0], a.samples[maxLagSamples/2:]...)
+	}
+	a.samples = append(a.samples, lagSample{t, lag})
+	a.stale = true
+}
+
+func (a *lagAcc) quantile(q float64) int64 {
+	if a.stale {
+		a.sorted = a.sorted[:0]
+		for _, s := range a.samples {
+			a.sorted = append(a.sorted, s.lag)
+		}
+		sort.Slice(a.sorted, func(i, j int) bool { return a.sorted[i] < a.sorted[j] })
+		a.stale = false
+	}
+	return quantileOf(a.sorted, q)
+}
+
+func quantileOf(sorted []int64, q float64) int64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(q*float64(len(sorted)-1) + 0.5)
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}
+
+// allowance is how long after a watch event took the endpoint out a
+// refusal may still have come through node's proxy: its measured p99 lag,
+// else Options.ProxyLag.
+func (l *lagTable) allowance(node string) int64 {
+	if l == nil {
+		return 0
+	}
+	if a := l.nodes[node]; a != nil && len(a.samples) > 0 {
+		return a.quantile(0.99)
+	}
+	return l.def
+}
+
+// NodeLag is one node's measured lag from the watch seeing an endpoint
+// leave rotation to that node's proxy rules dropping it.
+type NodeLag struct {
+	Node    string `json:"node"`
+	Proxy   string `json:"proxy,omitempty"`
+	Samples int    `json:"samples"`
+	P50     int64  `json:"p50_ns"`
+	P99     int64  `json:"p99_ns"`
+	Max     int64  `json:"max_ns"`
+}
+
+// lags reports the samples within w, per node, in node order.
+func (l *lagTable) lags(w event.Window) []NodeLag {
+	var out []NodeLag
+	for node, a := range l.nodes {
+		var v []int64
+		for _, s := range a.samples {
+			if w.Contains(s.t) {
+				v = append(v, s.lag)
+			}
+		}
+		if len(v) == 0 {
+			continue
+		}
+		sort.Slice(v, func(i, j int) bool { return v[i] < v[j] })
+		out = append(out, NodeLag{Node: node, Proxy: event.ProxyNFTables, Samples: len(v),
+			P50: quantileOf(v, 0.5), P99: quantileOf(v, 0.99), Max: v[len(v)-1]})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })
+	return out
+}
+
+// dataplane takes a dataplane event: the pod that held the address gets
+// it as its node's view of the endpoint, and a removal measures the lag.
+func (a *Aligner) dataplane(e *event.Event) {
+	p := a.podByIP(e.Local.Addr(), e.Time)
+	if p == nil {
+		return
+	}
+	svc := serviceKey(e.Pod.Namespace, e.Service)
+	ready := e.Kind == event.DataplaneEndpointAdded
+	k := epKey{svc, e.Node}
+	i := 0
+	for i < len(p.dp) && p.dp[i].epKey != k {
+		i++
+	}
+	if i == len(p.dp) {
+		p.dp = append(p.dp, epView{epKey: k})
+	}
+	v := &p.dp[i]
+	if n := len(v.trans); n > 0 && v.trans[n-1].ready == ready {
+		return
+	}
+	if len(v.trans) >= 32 {
+		v.trans = append(v.trans[:0], v.trans[16:]...)
+	}
+	ev := e.Clone()
+	ev.Pod = p.ref
+	ev.Workload = p.wl
+	v.trans = append(v.trans, epTrans{ev: ev, ready: ready})
+	if len(p.landmarks) < maxLandmarks {
+		p.landmarks = append(p.landmarks, ev)
+	}
+	if !ready {
+		if w := p.watchLeave(svc, e.Time); w != nil && e.Time-w.Time < int64(a.opts.Retain) {
+			a.lags.add(e.Node, e.Time, e.Time-w.Time)
+		}
+	}
+}
+
+// watchLeave is the first watch event, on any node, of the endpoint's last
+// leave from rotation in svc at or before t: the API change the proxies
+// follow.
+func (p *podState) watchLeave(svc string, t int64) *event.Event {
+	var best *event.Event
+	for vi := range p.ep {
+		v := &p.ep[vi]
+		if v.svc != svc {
+			continue
+		}
+		var leave *event.Event
+		for j := range v.trans {
+			if v.trans[j].ev.Time > t {
+				break
+			}
+			if v.trans[j].ready {
+				leave = nil
+			} else if leave == nil {
+				leave = &v.trans[j].ev
+			}
+		}
+		if leave != nil && (best == nil || leave.Time < best.Time) {
+			best = leave
+		}
+	}
+	return best
+}
+
+// view is one node's view of the endpoint and how long after its leave a
+// connection may still have been routed there.
+type view struct {
+	v     *epView
+	allow int64
+}
+
+// views lists, for the Services in svcs (all when empty), each node's view
+// of the pod's endpoint: its dataplane's where the pod has one for that
+// node, else its watch's.
+func (p *podState) views(svcs []string, dst []view) []view {
+	for i := range p.dp {
+		v := &p.dp[i]
+		if len(svcs) > 0 && !containsService(svcs, v.svc) {
+			continue
+		}
+		var slack int64
+		if p.lags != nil {
+			slack = p.lags.slack
+		}
+		dst = append(dst, view{v, slack})
+	}
+	for i := range p.ep {
+		v := &p.ep[i]
+		if len(svcs) > 0 && !containsService(svcs, v.svc) {
+			continue
+		}
+		if p.hasDataplane(v.epKey) {
+			continue
+		}
+		dst = append(dst, view{v, p.lags.allowance(v.node)})
+	}
+	return dst
+}
+
+func (p *podState) hasDataplane(k epKey) bool {
+	for i := range p.dp {
+		if p.dp[i].epKey == k {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,84 @@
+package analysis
+
+import (
+	"testing"
+	"time"
+
+	"github.com/drainscope/drainscope/event"
+	"github.com/drainscope/drainscope/store"
+)
+
+// A node seen only through the watch gets its measured lag in place of
+// ProxyLag: pod a's removal measured node-a's proxy 2.5 s behind the
+// watch; pod b, whose own dataplane removal was not recorded, refuses a
+// SYN 1.8 s after the watch saw it leave, which node-a's proxy may still
+// have sent (likely), where the assumed 1 s would set it aside.
+func TestMeasuredLagReplacesProxyLag(t *testing.T) {
+	run := func(measured bool) Inference {
+		r := newRec("node-a")
+		a, b := r.pod("web-a", "10.244.0.11"), r.pod("web-b", "10.244.0.12")
+		for _, p := range []*tpod{a, b} {
+			r.created(p, -60*s)
+			r.ready(p, -58*s)
+		}
+		r.deletion(a, -20*s, 30*time.Second)
+		r.leave(a, -20*s+100*ms, 0)
+		if measured {
+			r.dataplane(a, -58*s+50*ms, "node-a", true)
+			r.dataplane(a, -20*s+2600*ms, "node-a", false)
+		}
+		b.pid = 5000
+		r.deletion(b, 0, 30*time.Second)
+		r.signal(b, 10*ms, 15)
+		r.exit(b, 12*ms, 0, 0)
+		r.leave(b, 100*ms, 0)
+		r.refused(b, 1900*ms, client(7))
+		res, err := AnalyzeEvents(r.events, store.Query{Window: event.Window{From: r.t0 - 2*60*s, To: r.t0 + 2*60*s}}, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if measured && (len(res.DataplaneLag) != 1 || res.DataplaneLag[0].P99 != 2500*ms) {
+			t.Errorf("measured lag: %+v, want node-a's 2.5 s", res.DataplaneLag)
+		}
+		return res.Inference
+	}
+	if inf := run(false); inf.RefusedOutOfRotation != 1 || inf.ByProof[ProofRefusedLagging] != 0 {
+		t.Errorf("without a measured lag: %+v, want the refusal set aside (beyond the assumed 1 s)", inf)
+	}
+	if inf := run(true); inf.RefusedOutOfRotation != 0 || inf.ByProof[ProofRefusedLagging] != 1 {
+		t.Errorf("with node-a's measured 2.5 s: %+v, want the refusal likely (within the lag)", inf)
+	}
+}
+
+// Where a node's proxy recorded its removal, a refusal after it (plus
+// DataplaneSlack) is set aside even within the assumed 1 s of the watch:
+// the rules had changed; one before it is an endpoint race.
+func TestDataplaneRemovalEndsRotation(t *testing.T) {
+	r := newRec("node-a")
+	p := r.pod("web-a", "10.244.0.11")
+	r.created(p, -60*s)
+	r.ready(p, -58*s)
+	r.dataplane(p, -58*s+50*ms, "node-a", true)
+	p.pid = 5000
+	r.deletion(p, 0, 30*time.Second)
+	r.signal(p, 10*ms, 15)
+	r.exit(p, 12*ms, 0, 0)
+	r.leave(p, 100*ms, 0)
+	r.refused(p, 200*ms, client(1)) // the rules still sent there
+	r.dataplane(p, 300*ms, "node-a", false)
+	r.refused(p, 600*ms, client(2)) // 500 ms after the watch, 300 ms after the rules
+	res, err := AnalyzeEvents(r.events, store.Query{Window: event.Window{From: r.t0 - 2*60*s, To: r.t0 + 2*60*s}}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Inference.ByProof[ProofRefusedSYN] != 1 || res.Inference.RefusedOutOfRotation != 1 || res.Inference.ByProof[ProofRefusedLagging] != 0 {
+		t.Errorf("inference %+v: want one refused SYN in rotation, one set aside", res.Inference)
+	}
+	tl := res.Timelines[0]
+	if tl.OutOfRotation == nil || tl.OutOfRotation.Last != r.at(300*ms) {
+		t.Errorf("out of rotation %+v, want the proxy's removal at +300 ms", tl.OutOfRotation)
+	}
+	if len(tl.Dataplane) != 2 || tl.Dataplane[1].InRotation || tl.Dataplane[1].Node != "node-a" {
+		t.Errorf("timeline dataplane marks %+v", tl.Dataplane)
+	}
+}
