@@ -42,6 +42,9 @@ var commands = map[string]command{
 var errUsage = errors.New("usage")
 
 func main() {
+	if isPlugin(os.Args[0]) { // installed as kubectl-drainscope
+		os.Exit(runPlugin(os.Args[1:], os.Stdout, os.Stderr))
+	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
