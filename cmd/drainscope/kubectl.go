@@ -680,8 +680,11 @@ func writeDisruption(w io.Writer, a alignmentAnswer) {
 		}
 	}
 	start := time.Unix(0, s.From).UTC()
-	fmt.Fprintf(w, "\n%s at %s, over %s: %s replaced, %s ready",
-		trig, start.Format("2006-01-02 15:04:05.000 MST"), seconds(s.To-s.From), plural(s.PodsReplaced, "pod"), plural(s.NewPods, "new pod"))
+	fmt.Fprintf(w, "\n%s at %s", trig, start.Format("2006-01-02 15:04:05.000 MST"))
+	if s.To > s.From {
+		fmt.Fprintf(w, ", over %s", seconds(s.To-s.From))
+	}
+	fmt.Fprintf(w, ": %s replaced, %s ready", plural(s.PodsReplaced, "pod"), plural(s.NewPods, "new pod"))
 	if s.Live {
 		fmt.Fprint(w, " (still going on)")
 	}
@@ -707,7 +710,7 @@ func writeDisruption(w io.Writer, a alignmentAnswer) {
 	if len(a.Causes)+len(a.InferredCauses) == 0 {
 		fmt.Fprintln(w, "  no failures")
 	}
-	fmt.Fprintf(w, "  timeline: %s on the drainscope server\n", s.Links.Timeline)
+	fmt.Fprintf(w, "  timeline: %s in drainscope's web UI\n", s.Links.Timeline)
 }
 
 func writeCauses(w io.Writer, title string, cs []causeAnswer) {
