@@ -83,8 +83,9 @@ type pluginFlags struct {
 
 func runPlugin(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		fmt.Fprint(stderr, pluginUsage)
-		newPluginFlags(&pluginFlags{}).PrintDefaults()
+		fs := newPluginFlags(&pluginFlags{})
+		fs.SetOutput(stderr)
+		fs.Usage()
 		if len(args) == 0 {
 			return 2
 		}
@@ -594,6 +595,7 @@ type alignmentAnswer struct {
 	Rollout        web.RolloutSummary `json:"rollout"`
 	Causes         []causeAnswer      `json:"causes"`
 	InferredCauses []causeAnswer      `json:"inferred_causes"`
+	Legend         []causeAnswer      `json:"legend"` // every cause's title and fix
 }
 
 type causeAnswer struct {
@@ -705,22 +707,57 @@ func writeDisruption(w io.Writer, a alignmentAnswer) {
 	if s.LongestExitWait != nil {
 		fmt.Fprintf(w, "  longest exit after SIGTERM: %s\n", seconds(*s.LongestExitWait))
 	}
-	writeCauses(w, "causes of the client failures", a.Causes)
-	writeCauses(w, "causes of the failures the kernel evidence shows", a.InferredCauses)
-	if len(a.Causes)+len(a.InferredCauses) == 0 {
+	writeCauses(w, "causes of the client failures", s.ByCause, a.Causes, a.Legend)
+	writeCauses(w, "causes of the failures the kernel evidence shows", s.InferredByCause, a.InferredCauses, a.Legend)
+	if s.Failures+s.Inferred == 0 {
 		fmt.Fprintln(w, "  no failures")
 	}
 	fmt.Fprintf(w, "  timeline: %s in drainscope's web UI\n", s.Links.Timeline)
 }
 
-func writeCauses(w io.Writer, title string, cs []causeAnswer) {
-	if len(cs) == 0 {
+// writeCauses prints the disruption's failures by cause. The counts are
+// the disruption's own (its summary's); the alignment's causes cover the
+// whole window the server analysed, which may hold a neighbouring
+// disruption of the same workload, so their explanation (which names
+// pods and offsets) is printed only where its count is the disruption's.
+func writeCauses[K ~string](w io.Writer, title string, counts map[K]int, causes []causeAnswer, legend []causeAnswer) {
+	type row struct {
+		cause string
+		n     int
+	}
+	var rows []row
+	for c, n := range counts {
+		if n > 0 {
+			rows = append(rows, row{string(c), n})
+		}
+	}
+	if len(rows) == 0 {
 		return
 	}
-	sort.SliceStable(cs, func(i, j int) bool { return cs[i].Count > cs[j].Count })
+	sort.Slice(rows, func(i, j int) bool {
+		return rows[i].n > rows[j].n || rows[i].n == rows[j].n && rows[i].cause < rows[j].cause
+	})
+	find := func(cs []causeAnswer, cause string) *causeAnswer {
+		for i := range cs {
+			if cs[i].Cause == cause {
+				return &cs[i]
+			}
+		}
+		return nil
+	}
 	fmt.Fprintf(w, "  %s:\n", title)
-	for _, c := range cs {
-		fmt.Fprintf(w, "    %5d  %s", c.Count, c.Title)
+	for _, r := range rows {
+		c := find(causes, r.cause)
+		if c == nil || c.Count != r.n {
+			c = find(legend, r.cause)
+			if c != nil {
+				c = &causeAnswer{Cause: c.Cause, Title: c.Title, Fix: c.Fix}
+			}
+		}
+		if c == nil {
+			c = &causeAnswer{Cause: r.cause, Title: r.cause}
+		}
+		fmt.Fprintf(w, "    %5d  %s", r.n, c.Title)
 		if len(c.Pods) > 0 {
 			var ps []string
 			for i, p := range c.Pods {
@@ -806,7 +843,12 @@ func plural(n int, what string) string {
 	return strconv.Itoa(n) + " " + what + "s"
 }
 
-func seconds(ns int64) string { return fmt.Sprintf("%.2f s", float64(ns)/1e9) }
+func seconds(ns int64) string {
+	if ns < 1e9 && ns > -1e9 {
+		return fmt.Sprintf("%.1f ms", float64(ns)/1e6)
+	}
+	return fmt.Sprintf("%.2f s", float64(ns)/1e9)
+}
 
 // isPlugin reports whether this binary runs as kubectl's plugin: under the
 // name kubectl looks for.

@@ -1,0 +1,305 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/drainscope/drainscope/analysis"
+	"github.com/drainscope/drainscope/controlplane"
+	"github.com/drainscope/drainscope/internal/testenv"
+	"github.com/drainscope/drainscope/lab/node"
+	"github.com/drainscope/drainscope/lab/scenario"
+	"github.com/drainscope/drainscope/store"
+)
+
+// serverImage is the image name the lab node runs drainscope itself for.
+const serverImage = "drainscope.dev/drainscope:lab"
+
+// TestKubectlPluginOnTheLab runs the lab's exit run on the real cluster,
+// puts a drainscope server in it as the chart does (a pod behind a
+// Service with the chart's labels, its token from a Secret), and runs
+// `kubectl drainscope` as a user would: the real kubectl finds the plugin
+// on PATH and runs it, the plugin finds the server through the API server
+// and reaches it by pods/portforward (which the lab node serves as the
+// kubelet would).
+func TestKubectlPluginOnTheLab(t *testing.T) {
+	testenv.RequireRoot(t)
+	bins, err := controlplane.CheckBinaries("")
+	if err != nil {
+		testenv.Unavailable(t, err.Error())
+	}
+	if err := scenario.Preflight(""); err != nil {
+		testenv.Unavailable(t, err.Error())
+	}
+	if testing.Short() {
+		t.Skip("runs the lab's exit run: about a minute")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute) // the lab lock may be held for a while
+	defer cancel()
+
+	// The binary as shipped, under both its names.
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "drainscope")
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin, ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	if err := os.Symlink("drainscope", filepath.Join(dir, pluginName)); err != nil {
+		t.Fatal(err)
+	}
+
+	dbPath := filepath.Join(dir, "events.db")
+	st, err := store.Open(ctx, dbPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	log := slog.New(slog.NewTextHandler(testLog{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	c, err := scenario.Up(ctx, scenario.Options{
+		AppCommand:  []string{bin, "lab", "sampleapp"},
+		Images:      map[string]node.Image{serverImage: {Entrypoint: []string{bin}}},
+		Store:       st,
+		WaitForLock: true,
+		Log:         log,
+		Progress:    testLog{t},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Down()
+	runs, err := scenario.SelectRuns("exit")
+	if err != nil {
+		t.Fatal(err)
+	}
+	results, err := scenario.Execute(ctx, c, scenario.Config{Profile: scenario.Profiles["ci"], Runs: runs, Progress: testLog{t}, Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Sync()
+	exitRun := results[0]
+	if exitRun.Load.FailedTotal() == 0 {
+		t.Fatalf("the exit run dropped nothing: %s", exitRun.Summary())
+	}
+	token := startServer(ctx, t, c, dbPath)
+
+	kubectl := bins["kubectl"]
+	env := append(os.Environ(), "PATH="+dir+string(os.PathListSeparator)+os.Getenv("PATH"), "KUBECONFIG="+c.CP.Kubeconfig(),
+		"DRAINSCOPE_AUTH_TOKEN=", "DRAINSCOPE_NAMESPACE=")
+	run := func(args ...string) (int, string, string) {
+		t.Helper()
+		cmd := exec.CommandContext(ctx, kubectl, args...)
+		cmd.Env = env
+		var o, e bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &o, &e
+		err := cmd.Run()
+		code := cmd.ProcessState.ExitCode()
+		if err != nil && code < 0 {
+			t.Fatalf("kubectl %v: %v", args, err)
+		}
+		return code, o.String(), e.String()
+	}
+	if code, out, stderr := run("plugin", "list"); code != 0 || !strings.Contains(out, filepath.Join(dir, pluginName)) {
+		t.Fatalf("kubectl plugin list does not find the plugin: exit %d\n%s%s", code, out, stderr)
+	}
+	ns := scenario.Namespace
+	server := []string{"-n", ns, "--server-namespace", ns}
+
+	// The report names the exit run's disruptions and their causes, as
+	// the server's API has them.
+	workload := "deploy/" + exitRun.Deployment
+	code, jsonOut, stderr := run(append([]string{"drainscope", "report", workload, "--since", "30m", "-o", "json"}, server...)...)
+	if code != 0 {
+		t.Fatalf("report -o json: exit %d: %s", code, stderr)
+	}
+	var rep struct {
+		Exists      string            `json:"exists"`
+		Disruptions []alignmentAnswer `json:"disruptions"`
+	}
+	if err := json.Unmarshal([]byte(jsonOut), &rep); err != nil {
+		t.Fatalf("report -o json: %v\n%s", err, jsonOut)
+	}
+	code, text, stderr := run(append([]string{"drainscope", "report", workload, "--since", "30m"}, server...)...)
+	if code != 0 {
+		t.Fatalf("report: exit %d: %s", code, stderr)
+	}
+	t.Logf("kubectl drainscope report %s:\n%s", workload, text)
+	if rep.Exists != "no" || !strings.Contains(text, "no longer exists") {
+		t.Errorf("the run deleted its Deployment: exists %q, and the text should say so", rep.Exists)
+	}
+	var rollout *alignmentAnswer
+	for i, d := range rep.Disruptions {
+		if d.Rollout.Trigger == "template" {
+			rollout = &rep.Disruptions[i]
+		}
+		// Each disruption's section lists its own failures by cause, and
+		// no other: not those of a neighbour the server analysed with it.
+		section := ""
+		for _, sec := range strings.Split(text, "\n\n") {
+			if strings.Contains(sec, d.Rollout.Links.Timeline+" ") {
+				section = sec
+			}
+		}
+		titles := map[string]string{}
+		for _, c := range d.Legend {
+			titles[c.Cause] = c.Title
+		}
+		rows := 0
+		for _, m := range []map[analysis.Cause]int{d.Rollout.ByCause, d.Rollout.InferredByCause} {
+			for c, n := range m {
+				if n == 0 {
+					continue
+				}
+				rows++
+				if want := fmt.Sprintf("%5d  %s", n, titles[string(c)]); !strings.Contains(section, want) {
+					t.Errorf("the %s disruption's section lacks the cause %q:\n%s", d.Rollout.Trigger, want, section)
+				}
+			}
+		}
+		if got := len(causeRow.FindAllString(section, -1)); got != rows {
+			t.Errorf("the %s disruption's section has %d cause rows, its summary %d:\n%s", d.Rollout.Trigger, got, rows, section)
+		}
+	}
+	if rollout == nil {
+		t.Fatalf("no rollout (trigger template) of %s in the report: %+v", workload, rep.Disruptions)
+	}
+	if rollout.Rollout.PodsReplaced != 4 || rollout.Rollout.Failures == 0 {
+		t.Errorf("rollout: %d pods replaced, %d client failures; want 4 and some", rollout.Rollout.PodsReplaced, rollout.Rollout.Failures)
+	}
+	if rollout.Rollout.ByCause[analysis.CauseKeepAliveAtExit] == 0 || !strings.Contains(text, "rollout (new pod template)") || !strings.Contains(text, "fix: ") {
+		t.Errorf("the exit run's rollout should show keep-alive connections cut at exit, with the fix: %+v", rollout.Rollout.ByCause)
+	}
+
+	// The same through --kubeconfig and a store read directly.
+	direct := []string{"drainscope", "report", workload, "--since", "30m", "--kubeconfig", c.CP.Kubeconfig(), "-n", ns}
+	env = append(env, "KUBECONFIG=/nonexistent")
+	if code, out, stderr := run(append(direct, "--dsn", dbPath)...); code != 0 || sameCauses(out) != sameCauses(text) {
+		t.Errorf("--dsn: exit %d, %s; want the same causes as through the server:\n%s", code, stderr, out)
+	}
+
+	if code, out, stderr := run(append([]string{"drainscope", "rollouts", "--kubeconfig", c.CP.Kubeconfig()}, server...)...); code != 0 ||
+		!strings.Contains(out, "Deployment/"+exitRun.Deployment) || !strings.Contains(out, "template") {
+		t.Errorf("rollouts: exit %d, %s:\n%s", code, stderr, out)
+	}
+
+	// Errors name what is wrong.
+	kc := []string{"--kubeconfig", c.CP.Kubeconfig()}
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{append([]string{"drainscope", "report", "deploy/nope"}, server...), 1, `no deployment "nope" in namespace ` + ns + ", and drainscope recorded no disruption"},
+		{append([]string{"drainscope", "report", "job/" + exitRun.Deployment}, server...), 2, `unknown workload kind "job"`},
+		{[]string{"drainscope", "report", workload, "-n", ns, "--server-namespace", "default"}, 1, "no drainscope server found in namespace default"},
+		{append([]string{"drainscope", "report", workload, "--service", "other"}, server...), 1, `no Service "other" in namespace ` + ns},
+		{append([]string{"drainscope", "report", workload, "--auth-token", strings.Repeat("x", 40)}, server...), 1, "401 Unauthorized"},
+	} {
+		code, _, stderr := run(append(tc.args, kc...)...)
+		if code != tc.code || !strings.Contains(stderr, tc.want) {
+			t.Errorf("kubectl %s: exit %d, stderr %q; want exit %d and %q", strings.Join(tc.args, " "), code, stderr, tc.code, tc.want)
+		}
+	}
+	// The right token, given: the same answer as the one read from the Secret.
+	if code, out, stderr := run(append(append([]string{"drainscope", "report", workload, "--since", "30m", "--auth-token", token}, server...), kc...)...); code != 0 || sameCauses(out) != sameCauses(text) {
+		t.Errorf("--auth-token: exit %d, %s:\n%s", code, stderr, out)
+	}
+}
+
+var causeRow = regexp.MustCompile(`(?m)^ {4}[ \d]{4}\d  \S`)
+
+// sameCauses is the report's cause lines, which do not depend on where
+// the answer came from.
+func sameCauses(report string) string {
+	var b strings.Builder
+	for _, l := range strings.Split(report, "\n") {
+		if strings.HasPrefix(l, "    ") && !strings.HasPrefix(strings.TrimSpace(l), "fix:") {
+			b.WriteString(strings.TrimSpace(l) + "\n")
+		}
+	}
+	return b.String()
+}
+
+// startServer runs `drainscope serve` over the lab's store as the chart
+// runs it: a pod with the chart's labels, its token from the chart's
+// Secret, behind the chart's Service. It returns the token.
+func startServer(ctx context.Context, t *testing.T, c *scenario.Cluster, dbPath string) string {
+	t.Helper()
+	ns := scenario.Namespace
+	var b [32]byte
+	rand.Read(b[:])
+	token := hex.EncodeToString(b[:])
+	selector := map[string]string{"app.kubernetes.io/name": "drainscope", "app.kubernetes.io/instance": "drainscope"}
+	labels := map[string]string{"app.kubernetes.io/part-of": "drainscope", "app.kubernetes.io/component": "server"}
+	for k, v := range selector {
+		labels[k] = v
+	}
+	core := c.Client.CoreV1()
+	if _, err := core.Secrets(ns).Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "drainscope-server", Labels: labels},
+		Data:       map[string][]byte{"auth-token": []byte(token)},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := core.Services(ns).Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "drainscope-server", Labels: labels},
+		Spec: corev1.ServiceSpec{Selector: selector,
+			Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromString("http")}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	podLabels := map[string]string{"app.kubernetes.io/component": "server"}
+	for k, v := range selector {
+		podLabels[k] = v
+	}
+	if _, err := core.Pods(ns).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "drainscope-server-0", Labels: podLabels},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{
+			Name: "server", Image: serverImage,
+			Args: []string{"serve", "--listen=0.0.0.0:8080", "--store=" + dbPath + "?mode=ro", "--retention=0"},
+			Env: []corev1.EnvVar{{Name: "DRAINSCOPE_AUTH_TOKEN", ValueFrom: &corev1.EnvVarSource{
+				SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "drainscope-server"}, Key: "auth-token"}}}},
+			Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
+			ReadinessProbe: &corev1.Probe{PeriodSeconds: 1, ProbeHandler: corev1.ProbeHandler{
+				HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromString("http")}}},
+		}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		p, err := core.Pods(ns).Get(ctx, "drainscope-server-0", metav1.GetOptions{})
+		if err == nil && podReady(p) {
+			return token
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the server's pod is not ready after 2 minutes: %v %+v", err, p.Status)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+type testLog struct{ t *testing.T }
+
+func (w testLog) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+var _ io.Writer = testLog{}
