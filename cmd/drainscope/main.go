@@ -19,6 +19,7 @@ import (
 	"sort"
 	"syscall"
 
+	"github.com/drainscope/drainscope/kubectl"
 	"github.com/drainscope/drainscope/store"
 )
 
@@ -42,8 +43,8 @@ var commands = map[string]command{
 var errUsage = errors.New("usage")
 
 func main() {
-	if isPlugin(os.Args[0]) { // installed as kubectl-drainscope
-		os.Exit(runPlugin(os.Args[1:], os.Stdout, os.Stderr))
+	if kubectl.IsPlugin(os.Args[0]) { // installed as kubectl-drainscope
+		os.Exit(kubectl.Main(os.Args[1:], os.Stdout, os.Stderr))
 	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }

@@ -1,4 +1,10 @@
-package main
+// Package kubectl is drainscope's kubectl plugin, kubectl-drainscope:
+// `kubectl drainscope report deploy/NAME` and `kubectl drainscope
+// rollouts`. It finds the drainscope server in the cluster by the Service
+// the Helm chart labels, reaches it through the API server as kubectl
+// port-forward does, and prints what the server's JSON API answers; or it
+// serves that API in process over a store named with --dsn.
+package kubectl
 
 import (
 	"context"
@@ -37,10 +43,13 @@ import (
 	"github.com/drainscope/drainscope/web"
 )
 
-// pluginName is the name kubectl finds the plugin by: `kubectl drainscope`
-// runs the first kubectl-drainscope on PATH, which may be this binary
-// under that name.
-const pluginName = "kubectl-drainscope"
+// Name is the name kubectl finds the plugin by: `kubectl drainscope`
+// runs the first kubectl-drainscope on PATH, which may be drainscope's
+// own binary under that name.
+const Name = "kubectl-drainscope"
+
+// errUsage marks an error in the command line; Main exits 2 for it.
+var errUsage = errors.New("usage")
 
 // serverSelector is what the chart labels the server's Service with.
 const serverSelector = "app.kubernetes.io/part-of=drainscope,app.kubernetes.io/component=server"
@@ -81,7 +90,9 @@ type pluginFlags struct {
 	dsn           string
 }
 
-func runPlugin(args []string, stdout, stderr io.Writer) int {
+// Main runs the plugin with args (without the program name) and returns
+// the exit code: 2 for a bad command line, 1 for any other failure.
+func Main(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fs := newPluginFlags(&pluginFlags{})
 		fs.SetOutput(stderr)
@@ -124,7 +135,7 @@ func runPlugin(args []string, stdout, stderr io.Writer) int {
 }
 
 func newPluginFlags(pf *pluginFlags) *pflag.FlagSet {
-	fs := pflag.NewFlagSet(pluginName, pflag.ContinueOnError)
+	fs := pflag.NewFlagSet(Name, pflag.ContinueOnError)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), pluginUsage)
 		fs.PrintDefaults()
@@ -183,7 +194,7 @@ func (pf *pluginFlags) run(ctx context.Context, sub string, args []string, stdou
 		return fmt.Errorf("%w: --format %q: want text or json", errUsage, pf.format)
 	}
 	now := time.Now()
-	from, err := parseWhen(pf.since, now)
+	from, err := parseSince(pf.since, now)
 	if err != nil {
 		return fmt.Errorf("%w: --since: %v", errUsage, err)
 	}
@@ -850,8 +861,27 @@ func seconds(ns int64) string {
 	return fmt.Sprintf("%.2f s", float64(ns)/1e9)
 }
 
-// isPlugin reports whether this binary runs as kubectl's plugin: under the
-// name kubectl looks for.
-func isPlugin(argv0 string) bool {
-	return strings.TrimSuffix(filepath.Base(argv0), ".exe") == pluginName
+// IsPlugin reports whether a binary run as argv0 runs as kubectl's
+// plugin: under the name kubectl looks for.
+func IsPlugin(argv0 string) bool {
+	return strings.TrimSuffix(filepath.Base(argv0), ".exe") == Name
+}
+
+// parseSince reads --since as drainscope report does: an RFC 3339 time,
+// or a duration before now ("90m", "2h", and "1d" or "1.5d" for days,
+// which time.ParseDuration lacks).
+func parseSince(s string, now time.Time) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t, nil
+	}
+	if d, ok := strings.CutSuffix(s, "d"); ok {
+		if n, err := strconv.ParseFloat(d, 64); err == nil && n >= 0 {
+			return now.Add(-time.Duration(n * float64(24*time.Hour))), nil
+		}
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return time.Time{}, fmt.Errorf("%q is neither a duration before now (90m, 2h, 1d) nor an RFC 3339 time (2026-03-14T12:00:00Z)", s)
+	}
+	return now.Add(-d), nil
 }

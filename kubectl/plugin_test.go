@@ -1,4 +1,4 @@
-package main
+package kubectl
 
 import (
 	"bytes"
@@ -15,7 +15,7 @@ import (
 
 func runPluginCLI(args ...string) (code int, stdout, stderr string) {
 	var o, e bytes.Buffer
-	code = runPlugin(args, &o, &e)
+	code = Main(args, &o, &e)
 	return code, o.String(), e.String()
 }
 
@@ -24,8 +24,8 @@ func TestPluginIsChosenByItsName(t *testing.T) {
 		"/usr/local/bin/kubectl-drainscope": true, "kubectl-drainscope": true,
 		"kubectl-drainscope.exe": true, "/usr/bin/drainscope": false, "kubectl": false,
 	} {
-		if got := isPlugin(argv0); got != want {
-			t.Errorf("isPlugin(%q) = %v, want %v", argv0, got, want)
+		if got := IsPlugin(argv0); got != want {
+			t.Errorf("IsPlugin(%q) = %v, want %v", argv0, got, want)
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package main
+package kubectl
 
 import (
 	"bytes"
@@ -54,18 +54,24 @@ func TestKubectlPluginOnTheLab(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute) // the lab lock may be held for a while
 	defer cancel()
 
-	// The binary as shipped, under both its names.
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "drainscope")
-	build := exec.CommandContext(ctx, "go", "build", "-o", bin, ".")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	// The binaries as shipped: the plugin on PATH, and drainscope for the
+	// server's pod and the sample service.
+	dir, other := t.TempDir(), t.TempDir()
+	bin := filepath.Join(other, "drainscope")
+	for pkg, out := range map[string]string{"../cmd/kubectl-drainscope": filepath.Join(dir, Name), "../cmd/drainscope": bin} {
+		if out, err := exec.CommandContext(ctx, "go", "build", "-o", out, pkg).CombinedOutput(); err != nil {
+			t.Fatalf("go build %s: %v\n%s", pkg, err, out)
+		}
 	}
-	if err := os.Symlink("drainscope", filepath.Join(dir, pluginName)); err != nil {
+	// drainscope's own binary is the plugin too, under the plugin's name.
+	if err := os.Symlink(bin, filepath.Join(other, Name)); err != nil {
 		t.Fatal(err)
 	}
+	if out, _ := exec.CommandContext(ctx, filepath.Join(other, Name), "-h").CombinedOutput(); !strings.Contains(string(out), "usage: kubectl drainscope report") {
+		t.Errorf("drainscope under the plugin's name is not the plugin:\n%s", out)
+	}
 
-	dbPath := filepath.Join(dir, "events.db")
+	dbPath := filepath.Join(other, "events.db")
 	st, err := store.Open(ctx, dbPath)
 	if err != nil {
 		t.Fatal(err)
@@ -115,7 +121,7 @@ func TestKubectlPluginOnTheLab(t *testing.T) {
 		}
 		return code, o.String(), e.String()
 	}
-	if code, out, stderr := run("plugin", "list"); code != 0 || !strings.Contains(out, filepath.Join(dir, pluginName)) {
+	if code, out, stderr := run("plugin", "list"); code != 0 || !strings.Contains(out, filepath.Join(dir, Name)) {
 		t.Fatalf("kubectl plugin list does not find the plugin: exit %d\n%s%s", code, out, stderr)
 	}
 	ns := scenario.Namespace
