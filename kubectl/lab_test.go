@@ -3,8 +3,6 @@ package kubectl
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -17,10 +15,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
-
 	"github.com/drainscope/drainscope/analysis"
 	"github.com/drainscope/drainscope/controlplane"
 	"github.com/drainscope/drainscope/internal/testenv"
@@ -29,12 +23,10 @@ import (
 	"github.com/drainscope/drainscope/store"
 )
 
-// serverImage is the image name the lab node runs drainscope itself for.
-const serverImage = "drainscope.dev/drainscope:lab"
-
 // TestKubectlPluginOnTheLab runs the lab's exit run on the real cluster,
-// puts a drainscope server in it as the chart does (a pod behind a
-// Service with the chart's labels, its token from a Secret), and runs
+// puts a drainscope server in it as the chart does (scenario.DeployServer:
+// a pod behind a Service with the chart's labels, its token from a
+// Secret), and runs
 // `kubectl drainscope` as a user would: the real kubectl finds the plugin
 // on PATH and runs it, the plugin finds the server through the API server
 // and reaches it by pods/portforward (which the lab node serves as the
@@ -80,7 +72,7 @@ func TestKubectlPluginOnTheLab(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(testLog{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	c, err := scenario.Up(ctx, scenario.Options{
 		AppCommand:  []string{bin, "lab", "sampleapp"},
-		Images:      map[string]node.Image{serverImage: {Entrypoint: []string{bin}}},
+		Images:      map[string]node.Image{scenario.ServerImage: {Entrypoint: []string{bin}}},
 		Store:       st,
 		WaitForLock: true,
 		Log:         log,
@@ -103,7 +95,10 @@ func TestKubectlPluginOnTheLab(t *testing.T) {
 	if exitRun.Load.FailedTotal() == 0 {
 		t.Fatalf("the exit run dropped nothing: %s", exitRun.Summary())
 	}
-	token := startServer(ctx, t, c, dbPath)
+	token, err := scenario.DeployServer(ctx, c, dbPath+"?mode=ro")
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	kubectl := bins["kubectl"]
 	env := append(os.Environ(), "PATH="+dir+string(os.PathListSeparator)+os.Getenv("PATH"), "KUBECONFIG="+c.CP.Kubeconfig(),
@@ -240,65 +235,6 @@ func sameCauses(report string) string {
 		}
 	}
 	return b.String()
-}
-
-// startServer runs `drainscope serve` over the lab's store as the chart
-// runs it: a pod with the chart's labels, its token from the chart's
-// Secret, behind the chart's Service. It returns the token.
-func startServer(ctx context.Context, t *testing.T, c *scenario.Cluster, dbPath string) string {
-	t.Helper()
-	ns := scenario.Namespace
-	var b [32]byte
-	rand.Read(b[:])
-	token := hex.EncodeToString(b[:])
-	selector := map[string]string{"app.kubernetes.io/name": "drainscope", "app.kubernetes.io/instance": "drainscope"}
-	labels := map[string]string{"app.kubernetes.io/part-of": "drainscope", "app.kubernetes.io/component": "server"}
-	for k, v := range selector {
-		labels[k] = v
-	}
-	core := c.Client.CoreV1()
-	if _, err := core.Secrets(ns).Create(ctx, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: "drainscope-server", Labels: labels},
-		Data:       map[string][]byte{"auth-token": []byte(token)},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := core.Services(ns).Create(ctx, &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "drainscope-server", Labels: labels},
-		Spec: corev1.ServiceSpec{Selector: selector,
-			Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromString("http")}}},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	podLabels := map[string]string{"app.kubernetes.io/component": "server"}
-	for k, v := range selector {
-		podLabels[k] = v
-	}
-	if _, err := core.Pods(ns).Create(ctx, &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "drainscope-server-0", Labels: podLabels},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{
-			Name: "server", Image: serverImage,
-			Args: []string{"serve", "--listen=0.0.0.0:8080", "--store=" + dbPath + "?mode=ro", "--retention=0"},
-			Env: []corev1.EnvVar{{Name: "DRAINSCOPE_AUTH_TOKEN", ValueFrom: &corev1.EnvVarSource{
-				SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "drainscope-server"}, Key: "auth-token"}}}},
-			Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
-			ReadinessProbe: &corev1.Probe{PeriodSeconds: 1, ProbeHandler: corev1.ProbeHandler{
-				HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromString("http")}}},
-		}}},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		p, err := core.Pods(ns).Get(ctx, "drainscope-server-0", metav1.GetOptions{})
-		if err == nil && podReady(p) {
-			return token
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the server's pod is not ready after 2 minutes: %v %+v", err, p.Status)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
 }
 
 type testLog struct{ t *testing.T }
