@@ -29,6 +29,12 @@ type secrets struct {
 	tokens     string // --token-auth-file
 	token      string // the admin bearer token
 	caPEM      []byte
+
+	// The API server's client certificate for the kubelets
+	// (--kubelet-client-certificate): the lab node's port-forward
+	// endpoint takes only it.
+	kubeletClientCert string
+	kubeletClientKey  string
 }
 
 // writeSecrets generates everything in dir. The API server's certificate is
@@ -42,6 +48,9 @@ func writeSecrets(dir, serviceIP string) (*secrets, error) {
 		saKey:      filepath.Join(dir, "sa.key"),
 		saPub:      filepath.Join(dir, "sa.pub"),
 		tokens:     filepath.Join(dir, "tokens.csv"),
+
+		kubeletClientCert: filepath.Join(dir, "apiserver-kubelet-client.crt"),
+		kubeletClientKey:  filepath.Join(dir, "apiserver-kubelet-client.key"),
 	}
 	now := time.Now()
 
@@ -98,6 +107,29 @@ func writeSecrets(dir, serviceIP string) (*secrets, error) {
 		return nil, err
 	}
 	if err := writeECKey(s.serverKey, srvKey); err != nil {
+		return nil, err
+	}
+
+	kcKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("generating kubelet client key: %w", err)
+	}
+	kcTmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(3),
+		Subject:      pkix.Name{CommonName: "kube-apiserver-kubelet-client"},
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     now.Add(10 * 365 * 24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	kcDER, err := x509.CreateCertificate(rand.Reader, kcTmpl, caCert, &kcKey.PublicKey, caKey)
+	if err != nil {
+		return nil, fmt.Errorf("creating kubelet client certificate: %w", err)
+	}
+	if err := os.WriteFile(s.kubeletClientCert, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: kcDER}), 0o644); err != nil {
+		return nil, err
+	}
+	if err := writeECKey(s.kubeletClientKey, kcKey); err != nil {
 		return nil, err
 	}
 

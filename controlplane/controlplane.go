@@ -317,6 +317,11 @@ func (c *ControlPlane) apiServerArgs() []string {
 		// The apiserver would publish its own address (loopback) as the
 		// kubernetes Service's endpoint, which EndpointSlices reject.
 		"--endpoint-reconciler-type=none",
+		// pods/portforward reaches a node at its InternalIP: the lab node
+		// has no resolvable host name.
+		"--kubelet-preferred-address-types=InternalIP",
+		"--kubelet-client-certificate=" + c.sec.kubeletClientCert,
+		"--kubelet-client-key=" + c.sec.kubeletClientKey,
 		"--profiling=false",
 		"--v=1",
 	}

@@ -13,6 +13,7 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/drainscope/drainscope/lab/node"
 	"github.com/drainscope/drainscope/lab/sampleapp"
 	"github.com/drainscope/drainscope/lab/scenario"
 	"github.com/drainscope/drainscope/store"
@@ -138,6 +139,7 @@ func runLab(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	started := time.Now()
 	c, err := scenario.Up(ctx, scenario.Options{
 		AppCommand:  []string{exe, "lab", "sampleapp"},
+		Images:      map[string]node.Image{scenario.ServerImage: {Entrypoint: []string{exe}}}, // --keep's server
 		Store:       st,
 		NoKernel:    *noKernel,
 		WaitForLock: *wait,
@@ -178,7 +180,7 @@ func runLab(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		return errors.New("interrupted; cleaned up")
 	}
 	if err == nil && *keep {
-		return labKeep(ctx, c, p, *dsn)
+		return labKeep(ctx, c, p, *dsn, exe)
 	}
 	if err != nil || *serve == "" || len(results) == 0 {
 		return err
@@ -196,7 +198,7 @@ func runLab(ctx context.Context, fs *flag.FlagSet, args []string) error {
 
 // labKeep leaves the cluster up, recording, with a Deployment of the
 // sample service for the user's own client, until ctx ends.
-func labKeep(ctx context.Context, c *scenario.Cluster, p scenario.Profile, dsn string) error {
+func labKeep(ctx context.Context, c *scenario.Cluster, p scenario.Profile, dsn, exe string) error {
 	own, err := scenario.Deploy(ctx, c, scenario.Own, p)
 	if ctx.Err() != nil {
 		return nil // Ctrl-C while deploying: the deferred teardown follows
@@ -207,6 +209,26 @@ func labKeep(ctx context.Context, c *scenario.Cluster, p scenario.Profile, dsn s
 	// As drainscope serve --events would: a rollout of sample-own that
 	// drops requests shows up in kubectl describe, 20 s after its last pod.
 	defer c.ExportEvents(ctx, 20*time.Second, nil)()
+	// drainscope serve in the cluster, as the chart runs it, for kubectl
+	// drainscope to find.
+	serverDSN := dsn
+	if backend, target, err := store.Backend(dsn); err == nil && backend == store.BackendSQLite {
+		if abs, err := filepath.Abs(target); err == nil {
+			target = abs // the pod's process runs elsewhere
+		}
+		if !strings.Contains(target, "?") {
+			target += "?mode=ro" // the lab writes it
+		}
+		serverDSN = "sqlite:" + target
+	}
+	plugin := fmt.Sprintf("KUBECONFIG=%s kubectl drainscope report deploy/%s -n %s --server-namespace %s\n"+
+		"            (kubectl-drainscope on PATH: ln -s %s kubectl-drainscope)", c.CP.Kubeconfig(), own.Deployment, scenario.Namespace, scenario.Namespace, exe)
+	if _, err := scenario.DeployServer(ctx, c, serverDSN); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		plugin = fmt.Sprintf("the server for kubectl drainscope did not start: %v", err)
+	}
 	kubectl := filepath.Join(c.CP.BinDir(), "kubectl") + " --kubeconfig " + c.CP.Kubeconfig() + " -n " + scenario.Namespace
 	storeFlag := ""
 	if dsn != "" {
@@ -221,7 +243,8 @@ the lab stays up and recording until Ctrl-C:
             (requests dropped? 20 s after the last old pod, describe deployment/%s shows a DroppedRequests Event)
   import    drainscope import --format jsonl%s CLIENT.jsonl   (or vegeta-json, nginx, …)
   report    drainscope report --since 30m%s
-`, own.Service, own.ClusterIP, own.ServiceName(), c.ServiceCIDR(), c.ClientSource(), kubectl, kubectl, own.Deployment, own.Deployment, storeFlag, storeFlag)
+  plugin    %s
+`, own.Service, own.ClusterIP, own.ServiceName(), c.ServiceCIDR(), c.ClientSource(), kubectl, kubectl, own.Deployment, own.Deployment, storeFlag, storeFlag, plugin)
 	<-ctx.Done()
 	return nil
 }

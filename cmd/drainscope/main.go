@@ -21,6 +21,7 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/drainscope/drainscope/kubectl"
 	"github.com/drainscope/drainscope/store"
 )
 
@@ -44,6 +45,9 @@ var commands = map[string]command{
 var errUsage = errors.New("usage")
 
 func main() {
+	if kubectl.IsPlugin(os.Args[0]) { // installed as kubectl-drainscope
+		os.Exit(kubectl.Main(os.Args[1:], os.Stdout, os.Stderr))
+	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 

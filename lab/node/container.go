@@ -258,9 +258,31 @@ func (n *Node) command(p *corev1.Pod, spec corev1.Container, ip netip.Addr) ([]s
 		if e.ValueFrom != nil && e.ValueFrom.FieldRef != nil {
 			v = fieldValue(p, e.ValueFrom.FieldRef.FieldPath, ip, n.IP())
 		}
+		if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+			var err error
+			if v, err = n.secretValue(p.Namespace, e.ValueFrom.SecretKeyRef); err != nil {
+				return nil, nil, fmt.Errorf("env %s: %w", e.Name, err)
+			}
+		}
 		env = append(env, e.Name+"="+v)
 	}
 	return argv, env, nil
+}
+
+// secretValue reads a secretKeyRef, as the kubelet does when it starts
+// the container.
+func (n *Node) secretValue(ns string, ref *corev1.SecretKeySelector) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	sec, err := n.cfg.Client.CoreV1().Secrets(ns).Get(ctx, ref.Name, metav1.GetOptions{})
+	if err != nil {
+		return "", fmt.Errorf("secret %s/%s: %w", ns, ref.Name, err)
+	}
+	v, ok := sec.Data[ref.Key]
+	if !ok {
+		return "", fmt.Errorf("secret %s/%s has no key %q", ns, ref.Name, ref.Key)
+	}
+	return string(v), nil
 }
 
 func (n *Node) imageNames() []string {

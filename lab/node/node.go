@@ -64,6 +64,13 @@ type Config struct {
 	Sandbox func(p PodInfo, up bool)
 	// Version is reported as the kubelet version in the Node's status.
 	Version string
+	// KubeletPort, when set, serves the kubelet's port-forward endpoint
+	// for the API server's pods/portforward on the node's address, and
+	// the Node's status names it. ClientCA, when set, is the CA the API
+	// server's client certificate (--kubelet-client-certificate) must be
+	// signed by.
+	KubeletPort int32
+	ClientCA    string
 }
 
 // Node is the running lab node.
@@ -178,6 +185,7 @@ func (n *Node) nodeStatus() corev1.NodeStatus {
 			{Type: corev1.NodeInternalIP, Address: n.IP().String()},
 			{Type: corev1.NodeHostName, Address: n.cfg.Name},
 		},
+		DaemonEndpoints: corev1.NodeDaemonEndpoints{KubeletEndpoint: corev1.DaemonEndpoint{Port: n.cfg.KubeletPort}},
 		NodeInfo: corev1.NodeSystemInfo{
 			KernelVersion:           kernel,
 			OSImage:                 "drainscope lab",
@@ -198,6 +206,13 @@ func (n *Node) Run(ctx context.Context) error {
 	var opts []informers.SharedInformerOption
 	if n.cfg.Namespace != "" {
 		opts = append(opts, informers.WithNamespace(n.cfg.Namespace))
+	}
+	if n.cfg.KubeletPort > 0 {
+		stop, err := n.serveStreaming(ctx)
+		if err != nil {
+			return err
+		}
+		defer stop()
 	}
 	factory := informers.NewSharedInformerFactoryWithOptions(n.cfg.Client, 0, opts...)
 	inf := factory.Core().V1().Pods().Informer()

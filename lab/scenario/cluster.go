@@ -30,6 +30,9 @@ const (
 	// AppImage is the sample service's image name; the lab node runs
 	// Options.AppCommand for it.
 	AppImage = "drainscope.dev/sampleapp:lab"
+	// KubeletPort is where the lab node serves the kubelet's
+	// port-forward endpoint, on the bridge's address.
+	KubeletPort = 10250
 )
 
 // Options configure the cluster.
@@ -39,7 +42,10 @@ type Options struct {
 	// arguments (for the drainscope binary: itself, "lab", "sampleapp").
 	AppCommand []string
 	AppEnv     []string
-	Store      store.Store
+	// Images are more images the lab node can run, beside the sample
+	// service's (AppImage).
+	Images map[string]node.Image
+	Store  store.Store
 	// NoKernel skips the eBPF capture; the lab node then records the
 	// signals it sends and the exits it sees itself.
 	NoKernel bool
@@ -150,6 +156,10 @@ func Up(ctx context.Context, o Options) (c *Cluster, err error) {
 	c.Client = c.CP.Client()
 	o.progress("control plane ready in %.1fs (API %s)", time.Since(start).Seconds(), c.CP.Host())
 
+	images := map[string]node.Image{AppImage: {Entrypoint: o.AppCommand, Env: o.AppEnv}}
+	for name, img := range o.Images {
+		images[name] = img
+	}
 	var sandboxMu sync.Mutex
 	var sandboxHook func(node.PodInfo, bool)
 	c.Node, err = node.New(node.Config{
@@ -157,7 +167,7 @@ func Up(ctx context.Context, o Options) (c *Cluster, err error) {
 		Client:    c.Client,
 		Network:   c.net,
 		Cgroups:   c.tree,
-		Images:    map[string]node.Image{AppImage: {Entrypoint: o.AppCommand, Env: o.AppEnv}},
+		Images:    images,
 		LogDir:    podLogDir,
 		Namespace: Namespace,
 		Log:       o.Log,
@@ -175,6 +185,9 @@ func Up(ctx context.Context, o Options) (c *Cluster, err error) {
 			}
 		},
 		Version: controlplane.Version,
+		// pods/portforward (kubectl port-forward) reaches the pods here.
+		KubeletPort: KubeletPort,
+		ClientCA:    c.CP.CACert(),
 	})
 	if err != nil {
 		return c, err

@@ -1,0 +1,126 @@
+package kubectl
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/netip"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/drainscope/drainscope/event"
+	"github.com/drainscope/drainscope/store"
+)
+
+func runPluginCLI(args ...string) (code int, stdout, stderr string) {
+	var o, e bytes.Buffer
+	code = Main(args, &o, &e)
+	return code, o.String(), e.String()
+}
+
+func TestPluginIsChosenByItsName(t *testing.T) {
+	for argv0, want := range map[string]bool{
+		"/usr/local/bin/kubectl-drainscope": true, "kubectl-drainscope": true,
+		"kubectl-drainscope.exe": true, "/usr/bin/drainscope": false, "kubectl": false,
+	} {
+		if got := IsPlugin(argv0); got != want {
+			t.Errorf("IsPlugin(%q) = %v, want %v", argv0, got, want)
+		}
+	}
+}
+
+// Bad command lines fail before any cluster or store is asked, naming
+// what is wrong.
+func TestPluginFlagErrors(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "nope.db")
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{nil, 2, "usage: kubectl drainscope report TYPE/NAME"},
+		{[]string{"frobnicate"}, 2, `unknown command "frobnicate"`},
+		{[]string{"report"}, 2, "report takes one workload, TYPE/NAME"},
+		{[]string{"report", "web"}, 2, `"web": want TYPE/NAME`},
+		{[]string{"report", "pod/web"}, 2, `unknown workload kind "pod" in "pod/web": want deployment (deploy), statefulset (sts) or daemonset (ds)`},
+		{[]string{"report", "deploy/web", "deploy/api"}, 2, "got 2 arguments"},
+		{[]string{"report", "deploy/web", "--format", "yaml"}, 2, `--format "yaml": want text or json`},
+		{[]string{"report", "deploy/web", "--since", "yesterday"}, 2, "--since"},
+		{[]string{"report", "deploy/web", "-A"}, 2, "-A is for rollouts"},
+		{[]string{"report", "deploy/web", "--bogus"}, 2, "unknown flag: --bogus"},
+		{[]string{"rollouts", "extra"}, 2, `unexpected argument "extra"`},
+		{[]string{"report", "deploy/web", "--dsn", missing}, 2, "--dsn: no store at " + missing},
+		{[]string{"report", "deploy/web", "--kubeconfig", missing}, 1, "reading the kubeconfig"},
+	} {
+		code, _, stderr := runPluginCLI(tc.args...)
+		if code != tc.code || !strings.Contains(stderr, tc.want) {
+			t.Errorf("%v: exit %d, stderr %q; want exit %d and %q", tc.args, code, stderr, tc.code, tc.want)
+		}
+	}
+	if code, _, stderr := runPluginCLI("report", "-h"); code != 0 || !strings.Contains(stderr, "--server-namespace") {
+		t.Errorf("-h: exit %d, %q", code, stderr)
+	}
+}
+
+// With --dsn the plugin reads a store through the same API the server
+// answers, and names the disruption, its cause and fix.
+func TestPluginReportFromStore(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "events.db")
+	st, err := store.Open(t.Context(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now().Add(-10 * time.Minute).UnixNano()
+	pod := event.PodRef{Namespace: "shop", Name: "web-1", UID: "u1"}
+	wl := event.Workload{Kind: "Deployment", Name: "web"}
+	ip := netip.MustParseAddrPort("10.244.0.11:8080")
+	client := netip.MustParseAddrPort("10.244.0.1:40001")
+	evs := []event.Event{
+		{Time: t0, Kind: event.PodDeletion, Node: "n", Source: event.SourceWatcher, Pod: pod, Workload: wl, Duration: int64(30 * time.Second)},
+		{Time: t0 + 400e6, Kind: event.EndpointNotReady, Node: "n", Source: event.SourceWatcher, Pod: pod, Workload: wl, Local: ip, Service: "web"},
+		{Time: t0 + 5e9, Kind: event.Signal, Node: "n", Source: event.SourceKernel, Pod: pod, PID: 7, Comm: "python3", Signal: 15, PeerPID: 1, PeerComm: "kubelet"},
+		{Time: t0 + 8e9, Kind: event.ProcessExit, Node: "n", Source: event.SourceKernel, Pod: pod, PID: 7, Comm: "python3"},
+		{Time: t0 + 8e9 + 1e5, Kind: event.ConnClosed, Node: "n", Source: event.SourceKernel, Pod: pod, Local: ip, Remote: client, Reason: "local", Flags: event.FlagAtExit},
+		{Time: t0 + 8e9 + 3e6, Kind: event.ClientFailure, Source: event.SourceClient, Local: client, Remote: netip.MustParseAddrPort("10.96.0.10:80"), Reason: event.FailEOF},
+	}
+	for i := range evs {
+		evs[i].Seal()
+	}
+	if err := st.Append(t.Context(), evs); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+
+	code, stdout, stderr := runPluginCLI("report", "deploy/web", "-n", "shop", "--dsn", path, "--since", "1h")
+	if code != 0 {
+		t.Fatalf("exit %d, stderr %q", code, stderr)
+	}
+	t.Logf("report:\n%s", stdout)
+	for _, want := range []string{"Deployment shop/web: 1 disruption", "1 pod replaced", "1 failure reported by clients",
+		"keep-alive connection cut at exit (shop/web-1 1)", "fix: while draining"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("report lacks %q:\n%s", want, stdout)
+		}
+	}
+	code, stdout, stderr = runPluginCLI("report", "deployment.apps/web", "--namespace=shop", "--dsn", path, "-o", "json")
+	var out struct {
+		Disruptions []alignmentAnswer `json:"disruptions"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &out); code != 0 || err != nil {
+		t.Fatalf("json: exit %d, %v, stderr %q:\n%s", code, err, stderr, stdout)
+	}
+	if len(out.Disruptions) != 1 || len(out.Disruptions[0].Causes) != 1 || out.Disruptions[0].Causes[0].Cause != "keepalive_at_exit" {
+		t.Errorf("json: want one disruption with one keep-alive cause: %+v", out.Disruptions)
+	}
+	// Another namespace, another kind: nothing, and no error (with --dsn
+	// no cluster says whether the workload exists).
+	if code, stdout, _ := runPluginCLI("report", "sts/web", "-n", "shop", "--dsn", path); code != 0 || !strings.Contains(stdout, "StatefulSet shop/web: 0 disruptions") {
+		t.Errorf("sts/web: exit %d:\n%s", code, stdout)
+	}
+	code, stdout, _ = runPluginCLI("rollouts", "-A", "--dsn", path)
+	t.Logf("rollouts:\n%s", stdout)
+	if code != 0 || !strings.Contains(stdout, "Deployment/web") || !strings.Contains(stdout, "keepalive_at_exit (1)") {
+		t.Errorf("rollouts: exit %d:\n%s", code, stdout)
+	}
+}
