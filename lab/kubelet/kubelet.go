@@ -128,6 +128,9 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	if err := n.writeCNI(); err != nil {
 		return n, err
 	}
+	if err := sharedNetNSDir(cfg.NetNSDir()); err != nil {
+		return n, err
+	}
 	if err := createCgroupRoot(cfg.CgroupRoot); err != nil {
 		return n, err
 	}
@@ -149,6 +152,24 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 		n.bind(bctx)
 	}()
 	return n, nil
+}
+
+// sharedNetNSDir makes dir a mount point of its own with shared
+// propagation, as /run is on a systemd host: a pod that mounts it with
+// HostToContainer propagation (the chart's agent does) then sees the
+// network namespaces containerd adds later. The runtime refuses that
+// propagation from a private mount, and this host's / is private.
+func sharedNetNSDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if err := syscall.Mount(dir, dir, "", syscall.MS_BIND, ""); err != nil {
+		return fmt.Errorf("bind-mounting %s: %w", dir, err)
+	}
+	if err := syscall.Mount("", dir, "", syscall.MS_SHARED|syscall.MS_REC, ""); err != nil {
+		return fmt.Errorf("making %s a shared mount: %w", dir, err)
+	}
+	return nil
 }
 
 func (n *Node) writeCNI() error {

@@ -83,6 +83,7 @@ type Cluster struct {
 	kernelCh chan error
 	watchers []func()
 	watcher  *watcher.Watcher
+	stops    []func() // relays to stop at Down
 
 	quiet      atomic.Bool // tearing down: record nothing more
 	nodeCancel context.CancelFunc
@@ -166,17 +167,22 @@ func Up(ctx context.Context, o Options) (c *Cluster, err error) {
 
 	start := time.Now()
 	o.progress("starting etcd, kube-apiserver, kube-controller-manager (%s) …", controlplane.Version)
-	var controllers []string
+	var controllers, apiArgs []string
 	if o.Node == NodeKubelet {
 		// The chart's agent is a DaemonSet.
 		controllers = append(slices.Clone(controlplane.DefaultControllers), "daemonset-controller")
+		// Pods reach the API server through the kubernetes Service, whose
+		// endpoint is the advertised address: the bridge's, relayed to
+		// the loopback address the API server listens on (upKubelet).
+		apiArgs = []string{"--advertise-address=" + c.net.Gateway.Addr().String(), "--endpoint-reconciler-type=lease"}
 	}
 	c.CP, err = controlplane.Start(ctx, controlplane.Options{
-		BinDir:      o.BinDir,
-		Dir:         k8sDir,
-		ServiceCIDR: c.net.ServiceCIDR.String(),
-		Controllers: controllers,
-		Logger:      o.Log,
+		BinDir:        o.BinDir,
+		Dir:           k8sDir,
+		ServiceCIDR:   c.net.ServiceCIDR.String(),
+		Controllers:   controllers,
+		APIServerArgs: apiArgs,
+		Logger:        o.Log,
 	})
 	if err != nil {
 		return c, fmt.Errorf("starting the control plane: %w", err)
@@ -352,6 +358,9 @@ func (c *Cluster) Down() {
 		}
 		if c.Real != nil {
 			c.Real.Stop()
+		}
+		for _, stop := range c.stops {
+			stop()
 		}
 		if c.nodeCancel != nil {
 			// The node kills the pods' processes at once: the lab is going

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
+	"net/url"
 	"os"
 	"path/filepath"
 	"time"
@@ -83,8 +85,20 @@ func (c *Cluster) upKubelet(ctx context.Context, start time.Time) error {
 	} else {
 		c.KernelErr = errors.New("turned off")
 	}
+	api, err := url.Parse(c.CP.Host())
+	if err != nil {
+		return err
+	}
+	apiAddr, err := netip.ParseAddrPort(api.Host)
+	if err != nil {
+		return fmt.Errorf("the API server's address %s: %w", api.Host, err)
+	}
+	stop, err := Forward(context.WithoutCancel(ctx), netip.AddrPortFrom(c.net.Gateway.Addr(), apiAddr.Port()), apiAddr)
+	if err != nil {
+		return fmt.Errorf("relaying the API server to the pod network: %w", err)
+	}
+	c.stops = append(c.stops, stop)
 	o.progress("starting containerd and the kubelet (%s) …", controlplane.Version)
-	var err error
 	c.Real, err = kubelet.Start(ctx, kubelet.Config{
 		Dir:          realDir,
 		Kubelet:      filepath.Join(binDir, "kubelet"),
@@ -171,3 +185,16 @@ func (c *Cluster) NodeDescription() string {
 	}
 	return "process (the lab's own node: each container a process in its own network namespace and cgroup)"
 }
+
+// KernelPrograms lists the lab's own kernel capture's programs and whether
+// each loaded; nil when the capture is off.
+func (c *Cluster) KernelPrograms() []ebpf.Program {
+	if c.kernel == nil {
+		return nil
+	}
+	return c.kernel.Programs()
+}
+
+// RealNodeDir is the real node's working directory (containerd, CNI, the
+// kubelet's pods and their logs).
+func RealNodeDir() string { return realDir }
