@@ -119,6 +119,33 @@ func (r *rec) signal(p *tpod, d int64, sig int32) {
 	r.add(e)
 }
 
+// runtimeSignal is a signal as runc sends it on a real node, to the app
+// container's process.
+func (r *rec) runtimeSignal(p *tpod, d int64, sig int32) {
+	e := r.kernel(p, d, event.Signal)
+	e.Signal, e.PeerPID, e.PeerComm, e.Reason = sig, 7001, "runc", "delivered"
+	r.add(e)
+}
+
+// selfSignal is a signal the pod's process sends itself, with its result.
+func (r *rec) selfSignal(p *tpod, d int64, sig int32, result string) {
+	e := r.kernel(p, d, event.Signal)
+	e.Signal, e.PeerPID, e.PeerComm, e.Reason = sig, p.pid, e.Comm, result
+	r.add(e)
+}
+
+// sandboxKilled is the runtime stopping the pod's sandbox on a real node:
+// SIGKILL to the pause process of its own container, and its exit.
+func (r *rec) sandboxKilled(p *tpod, d int64) {
+	e := r.kernel(p, d, event.Signal)
+	e.Pod.Container, e.PID, e.Comm = "sandbox", 4000, "pause"
+	e.Signal, e.PeerPID, e.PeerComm, e.Reason = 9, 7002, "runc", "delivered"
+	r.add(e)
+	x := r.kernel(p, d+1*ms, event.ProcessExit)
+	x.Pod.Container, x.PID, x.Comm, x.Signal = "sandbox", 4000, "pause", 9
+	r.add(x)
+}
+
 func (r *rec) exit(p *tpod, d int64, code, sig int32) {
 	e := r.kernel(p, d, event.ProcessExit)
 	e.Code, e.Signal = code, sig

@@ -181,6 +181,28 @@ func TestCauses(t *testing.T) {
 			want: []want{{cause: CauseInFlight, pod: "default/web-1", via: "backend"}},
 		},
 		{
+			// What a real kubelet, containerd and runc add to the same exit:
+			// the app, PID 1 of its container, dies of SIGTERM by raising it
+			// again, which PID 1 ignores (Go then exits 2, its SIGKILLs to
+			// its own threads ignored too); then the runtime SIGKILLs the
+			// pod's sandbox (pause) container, which never got SIGTERM.
+			// Neither is a kill of the app.
+			name: "reset with unread data at exit on a real node: in-flight cut, not the sandbox's SIGKILL",
+			build: func(r *rec) {
+				p := r.pod("web-1", "10.244.0.11")
+				r.ready(p, -60*s)
+				r.deletion(p, 0, 30*time.Second)
+				r.runtimeSignal(p, 30*ms, 15)
+				r.selfSignal(p, 31*ms, 15, "ignored")
+				r.exit(p, 32*ms, 2, 0)
+				r.rst(p, 32*ms+100_000, client(3), "TCP_ABORT_ON_CLOSE", event.FlagAtExit|event.FlagUnreadData)
+				r.selfSignal(p, 38*ms, 9, "ignored")
+				r.failure(33*ms, client(3), event.FailReset, backend(p))
+				r.sandboxKilled(p, 300*ms)
+			},
+			want: []want{{cause: CauseInFlight, pod: "default/web-1", via: "backend"}},
+		},
+		{
 			name: "a 800 ms request failed at exit: in-flight cut by its duration",
 			build: func(r *rec) {
 				p := r.pod("web-1", "10.244.0.11")

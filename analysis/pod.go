@@ -2,6 +2,7 @@ package analysis
 
 import (
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
@@ -28,6 +29,11 @@ type podState struct {
 	term     event.Event // last container_terminated
 	listener event.Event // first listener_closed
 	pids     []int32     // signal targets and listener owners: the pod's main processes
+	// termed are the containers (runtime IDs from the cgroup path) whose
+	// processes got SIGTERM: the app containers. A real node's sandbox
+	// (pause) container never gets one; the runtime SIGKILLs it once the
+	// app containers are gone.
+	termed []string
 
 	ep       []epView // per Service and observing node: its view of the endpoint
 	dp       []epView // per Service and proxy's node: its dataplane's view (dataplane events)
@@ -239,12 +245,24 @@ func (p *podState) ingest(e *event.Event, opts *Options) bool {
 	case event.ContainerTerminated:
 		p.term = e.Clone()
 	case event.Signal:
+		if p.sandboxEvent(e) {
+			break
+		}
 		switch e.Signal {
 		case sigTERM:
 			if p.sigterm.Time == 0 {
 				p.sigterm = e.Clone()
 			}
+			if c := e.Pod.Container; c != "" && !slices.Contains(p.termed, c) && len(p.termed) < 16 {
+				p.termed = append(p.termed, c)
+			}
 		case sigKILL:
+			// An ignored SIGKILL killed nothing: a process sends them to
+			// its own threads as it exits, and PID 1 of a container
+			// ignores its own.
+			if e.Reason == signalIgnored {
+				break
+			}
 			if p.kill.Time == 0 {
 				p.kill = e.Clone()
 			}
@@ -313,6 +331,9 @@ func (p *podState) addPID(pid int32) {
 // signal or owned the listener) from helpers such as a preStop sleep. With
 // no signal or listener seen, an exit after SIGTERM or deletion counts.
 func (p *podState) isMainExit(e *event.Event) bool {
+	if p.sandboxEvent(e) {
+		return false
+	}
 	if len(p.pids) > 0 && e.PID != 0 {
 		for _, x := range p.pids {
 			if x == e.PID {
@@ -326,6 +347,19 @@ func (p *podState) isMainExit(e *event.Event) bool {
 		ref = p.deletion.Time
 	}
 	return ref == 0 || e.Time >= ref
+}
+
+// signalIgnored is the kernel's result for a signal nothing acted on
+// (ebpf's signal results).
+const signalIgnored = "ignored"
+
+// sandboxEvent reports whether e is about a container of the pod that got
+// no SIGTERM while another did: on a real node, the sandbox (pause)
+// container the runtime stops, with SIGKILL, after the app containers.
+func (p *podState) sandboxEvent(e *event.Event) bool {
+	c := e.Pod.Container
+	return c != "" && len(p.termed) > 0 && !slices.Contains(p.termed, c) &&
+		!(e.Kind == event.Signal && e.Signal == sigTERM)
 }
 
 // mainExit is the main process's exit nearest to t, or nil.

@@ -380,7 +380,7 @@ func KilledNear(f *Facts, dst []Piece) []Piece {
 	}
 	for i := range p.exits {
 		x := &p.exits[i]
-		if x.Signal == sigKILL && near(x.Time) {
+		if x.Signal == sigKILL && near(x.Time) && !p.sandboxEvent(x) {
 			out = append(out, piece("process killed", x))
 		}
 	}

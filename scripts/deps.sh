@@ -13,6 +13,7 @@ packages=(
 	nginx             # real nginx access logs for the importer's tests
 	chromium          # the web UI's browser test
 	python3           # the lab's end-to-end test loads it with an independent client (http.client)
+	containerd runc containernetworking-plugins # the lab's real node (drainscope lab --node kubelet)
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the pinned Kubernetes control-plane binaries that the tests and the
-# lab run: etcd, kube-apiserver, kube-controller-manager, kube-proxy, kubectl.
+# lab run: etcd, kube-apiserver, kube-controller-manager, kube-proxy, kubectl,
+# and the kubelet that the lab's real node (drainscope lab --node kubelet) runs.
 #
 # They are built from the Go module proxy by the separate module in
 # hack/k8sbin (k8s.io/kubernetes stays out of the project's go.mod) into
@@ -16,7 +17,7 @@
 # wait for each other. On a fresh machine the first run takes several minutes
 # (kube-apiserver alone ~4-5 min on 2 cores, downloads included).
 #
-# Usage: scripts/k8s-binaries.sh [binary ...]   (default: all five)
+# Usage: scripts/k8s-binaries.sh [binary ...]   (default: all six)
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -30,7 +31,7 @@ cache="${DRAINSCOPE_CACHE:-$HOME/.cache/drainscope}"
 bin="$cache/k8s/$version/bin"
 mkdir -p "$bin"
 
-all=(etcd kube-apiserver kube-controller-manager kube-proxy kubectl)
+all=(etcd kube-apiserver kube-controller-manager kube-proxy kubectl kubelet)
 want=("$@")
 if [[ ${#want[@]} -eq 0 ]]; then
 	want=("${all[@]}")
@@ -59,11 +60,16 @@ ldflags+=" -X k8s.io/component-base/version.buildDate=1970-01-01T00:00:00Z"
 # module's requirements, the etcd main, the link flags and the Go release.
 stamp=$({ cat "$mod/go.mod" "$mod/go.sum" "$mod/etcd/main.go"; echo "$ldflags"; } | sha256sum | cut -c1-16)
 stamp="$stamp $(go env GOVERSION)"
+# The kubelet comes from its own module (hack/kubelet: the same release, more
+# dependencies), so that adding it left the other binaries' stamps alone.
+kmod="$root/hack/kubelet"
+kstamp=$({ cat "$kmod/go.mod" "$kmod/go.sum"; echo "$ldflags"; } | sha256sum | cut -c1-16)
+kstamp="$kstamp $(go env GOVERSION)"
 
 pkg() {
 	case "$1" in
 	etcd) echo ./etcd ;;
-	kube-apiserver | kube-controller-manager | kube-proxy | kubectl) echo "k8s.io/kubernetes/cmd/$1" ;;
+	kube-apiserver | kube-controller-manager | kube-proxy | kubectl | kubelet) echo "k8s.io/kubernetes/cmd/$1" ;;
 	*) return 1 ;;
 	esac
 }
@@ -76,7 +82,11 @@ for name in "${want[@]}"; do
 		log "unknown binary $name (want one of: ${all[*]})"
 		exit 2
 	}
-	if [[ -x "$bin/$name" && -f "$bin/.$name.stamp" && "$(cat "$bin/.$name.stamp")" == "$stamp" ]]; then
+	dir=$mod want_stamp=$stamp
+	if [[ $name == kubelet ]]; then
+		dir=$kmod want_stamp=$kstamp
+	fi
+	if [[ -x "$bin/$name" && -f "$bin/.$name.stamp" && "$(cat "$bin/.$name.stamp")" == "$want_stamp" ]]; then
 		log "[$n/${#want[@]}] $name $version: up to date"
 		continue
 	fi
@@ -90,7 +100,7 @@ for name in "${want[@]}"; do
 	) &
 	beat=$!
 	rc=0
-	(cd "$mod" && CGO_ENABLED=0 go build -mod=readonly -trimpath -ldflags "$ldflags" -o "$bin/.$name.tmp" "$p") || rc=$?
+	(cd "$dir" && CGO_ENABLED=0 go build -mod=readonly -trimpath -ldflags "$ldflags" -o "$bin/.$name.tmp" "$p") || rc=$?
 	kill "$beat" 2>/dev/null || true
 	wait "$beat" 2>/dev/null || true
 	if [[ $rc -ne 0 ]]; then
@@ -99,7 +109,7 @@ for name in "${want[@]}"; do
 		exit "$rc"
 	fi
 	mv -f "$bin/.$name.tmp" "$bin/$name"
-	echo "$stamp" >"$bin/.$name.stamp"
+	echo "$want_stamp" >"$bin/.$name.stamp"
 	log "[$n/${#want[@]}] $name: built in $((SECONDS - start)) s"
 done
 log "done in $((SECONDS - total_start)) s"

@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -27,7 +29,8 @@ const labUsage = `usage: drainscope lab [--profile short|seed000|ci] [--runs con
 Runs a real single-node Kubernetes on this machine (etcd, kube-apiserver,
 kube-controller-manager and kube-proxy in nftables mode, from the binaries
 scripts/k8s-binaries.sh builds; a lab node in the kubelet's role running each
-pod as a process in its own network namespace and cgroup), deploys a sample
+pod as a process in its own network namespace and cgroup; with --node kubelet,
+a real kubelet with containerd and runc instead), deploys a sample
 HTTP service of 4 replicas (maxSurge 1, maxUnavailable 0) behind a ClusterIP
 Service, and puts 20 keep-alive HTTP/1.1 clients on it. A control run has no
 rollout; each other run rolls the Deployment out while the load runs, with the
@@ -66,6 +69,13 @@ func runLab(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		case "sampleapp":
 			// The lab node runs the sample service as this binary.
 			os.Exit(sampleapp.Main(args[1:], os.Stderr))
+		case "pause":
+			// The real node's sandbox image runs this: it holds the pod's
+			// namespaces until the runtime stops it.
+			sig := make(chan os.Signal, 1)
+			signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+			<-sig
+			os.Exit(0)
 		}
 	}
 	profile := fs.String("profile", "short", "experiment shape: "+strings.Join(scenario.ProfileNames(), ", ")+" (seed000: 110 s runs, rollout at 25 s)")
@@ -78,6 +88,7 @@ func runLab(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	verbose := fs.Bool("v", false, "log what the lab node and the control plane do")
 	serve := fs.String("serve", "127.0.0.1:8080", "after the runs, serve the web UI on this address until interrupted (empty: exit)")
 	proxySync := fs.Duration("proxy-min-sync", 0, "kube-proxy's minimum sync period (its --iptables-min-sync-period, which the nftables mode reads; default kube-proxy's 1s): a longer one shows the dataplane lag growing with it")
+	nodeKind := fs.String("node", scenario.NodeProcess, "the lab node: process (each container a process of the lab) or kubelet (a real kubelet with containerd and runc; needs a static binary, CGO_ENABLED=0)")
 	keep := fs.Bool("keep", false, "after the runs, keep the cluster up and recording, with the Deployment sample-own behind a Service, until Ctrl-C (instead of --serve)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), labUsage)
@@ -107,12 +118,20 @@ func runLab(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	if err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
+	if *nodeKind != scenario.NodeProcess && *nodeKind != scenario.NodeKubelet {
+		return fmt.Errorf("%w: --node %q: want %s or %s", errUsage, *nodeKind, scenario.NodeProcess, scenario.NodeKubelet)
+	}
 	if err := scenario.Preflight(""); err != nil {
 		return err
 	}
 	exe, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("finding this program to run the sample service: %w", err)
+	}
+	if *nodeKind == scenario.NodeKubelet {
+		if err := scenario.PreflightKubelet("", exe); err != nil {
+			return err
+		}
 	}
 
 	level := slog.LevelWarn
@@ -135,7 +154,7 @@ func runLab(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	defer st.Close()
 
 	progress := os.Stderr
-	fmt.Fprintf(progress, "drainscope lab: profile %s, runs %s, recording into %s\n", p.Name, runNames(selected), st.Describe())
+	fmt.Fprintf(progress, "drainscope lab: profile %s, runs %s, %s node, recording into %s\n", p.Name, runNames(selected), *nodeKind, st.Describe())
 	started := time.Now()
 	c, err := scenario.Up(ctx, scenario.Options{
 		AppCommand:  []string{exe, "lab", "sampleapp"},
@@ -143,6 +162,8 @@ func runLab(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		Store:       st,
 		NoKernel:    *noKernel,
 		WaitForLock: *wait,
+		Node:        *nodeKind,
+		Binary:      exe,
 		Log:         log,
 		Progress:    progress,
 		ProxyArgs:   proxyArgs(*proxySync),
@@ -174,6 +195,7 @@ func runLab(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		if !c.Kernel() {
 			fmt.Printf("(kernel capture was off: %v)\n", c.KernelErr)
 		}
+		fmt.Printf("node: %s\n", c.NodeDescription())
 		fmt.Printf("lab time: %s\n", time.Since(started).Round(time.Second))
 	}
 	if errors.Is(err, context.Canceled) || ctx.Err() != nil {

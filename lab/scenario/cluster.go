@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,10 +18,12 @@ import (
 	"github.com/drainscope/drainscope/ebpf"
 	"github.com/drainscope/drainscope/event"
 	"github.com/drainscope/drainscope/lab/cgroup"
+	"github.com/drainscope/drainscope/lab/kubelet"
 	"github.com/drainscope/drainscope/lab/lock"
 	"github.com/drainscope/drainscope/lab/netns"
 	"github.com/drainscope/drainscope/lab/node"
 	"github.com/drainscope/drainscope/store"
+	"github.com/drainscope/drainscope/watcher"
 )
 
 // Lab-wide names.
@@ -56,13 +59,28 @@ type Options struct {
 	ProxyArgs []string
 	Log       *slog.Logger
 	Progress  io.Writer // one line per step; nil for none
+	// Node is the kind of node: NodeProcess (the default) or NodeKubelet.
+	Node string
+	// Binary is a statically linked drainscope binary, for the images a
+	// real node runs (the sample service and the sandbox); NodeKubelet only.
+	Binary string
 }
+
+// Node kinds.
+const (
+	// NodeProcess is the lab's own node: each container a process.
+	NodeProcess = "process"
+	// NodeKubelet is a real kubelet with containerd and runc.
+	NodeKubelet = "kubelet"
+)
 
 // Cluster is a running single-node lab cluster.
 type Cluster struct {
 	CP     *controlplane.ControlPlane
-	Node   *node.Node
+	Node   *node.Node // the process node; nil on a real one
 	Client kubernetes.Interface
+	// Real is the real node (kubelet, containerd); nil on the process node.
+	Real *kubelet.Node
 
 	opts     Options
 	log      *slog.Logger
@@ -73,6 +91,8 @@ type Cluster struct {
 	kernel   *ebpf.Collector
 	kernelCh chan error
 	watchers []func()
+	watcher  *watcher.Watcher
+	stops    []func() // relays to stop at Down
 
 	quiet      atomic.Bool // tearing down: record nothing more
 	nodeCancel context.CancelFunc
@@ -99,11 +119,23 @@ func Up(ctx context.Context, o Options) (c *Cluster, err error) {
 	if o.Store == nil {
 		return nil, errors.New("scenario: no store")
 	}
-	if len(o.AppCommand) == 0 {
+	switch o.Node {
+	case "":
+		o.Node = NodeProcess
+	case NodeProcess, NodeKubelet:
+	default:
+		return nil, fmt.Errorf("scenario: unknown node kind %q (want %s or %s)", o.Node, NodeProcess, NodeKubelet)
+	}
+	if len(o.AppCommand) == 0 && o.Node == NodeProcess {
 		return nil, errors.New("scenario: no command for the sample service")
 	}
 	if err := Preflight(o.BinDir); err != nil {
 		return nil, err
+	}
+	if o.Node == NodeKubelet {
+		if err := PreflightKubelet(o.BinDir, o.Binary); err != nil {
+			return nil, err
+		}
 	}
 	c = &Cluster{opts: o, log: o.Log, net: netns.Default}
 	if o.WaitForLock {
@@ -144,11 +176,22 @@ func Up(ctx context.Context, o Options) (c *Cluster, err error) {
 
 	start := time.Now()
 	o.progress("starting etcd, kube-apiserver, kube-controller-manager (%s) …", controlplane.Version)
+	var controllers, apiArgs []string
+	if o.Node == NodeKubelet {
+		// The chart's agent is a DaemonSet.
+		controllers = append(slices.Clone(controlplane.DefaultControllers), "daemonset-controller")
+		// Pods reach the API server through the kubernetes Service, whose
+		// endpoint is the advertised address: the bridge's, relayed to
+		// the loopback address the API server listens on (upKubelet).
+		apiArgs = []string{"--advertise-address=" + c.net.Gateway.Addr().String(), "--endpoint-reconciler-type=lease"}
+	}
 	c.CP, err = controlplane.Start(ctx, controlplane.Options{
-		BinDir:      o.BinDir,
-		Dir:         k8sDir,
-		ServiceCIDR: c.net.ServiceCIDR.String(),
-		Logger:      o.Log,
+		BinDir:        o.BinDir,
+		Dir:           k8sDir,
+		ServiceCIDR:   c.net.ServiceCIDR.String(),
+		Controllers:   controllers,
+		APIServerArgs: apiArgs,
+		Logger:        o.Log,
 	})
 	if err != nil {
 		return c, fmt.Errorf("starting the control plane: %w", err)
@@ -156,6 +199,15 @@ func Up(ctx context.Context, o Options) (c *Cluster, err error) {
 	c.Client = c.CP.Client()
 	o.progress("control plane ready in %.1fs (API %s)", time.Since(start).Seconds(), c.CP.Host())
 
+	if o.Node == NodeKubelet {
+		if err := c.CP.EnsureNamespace(ctx, Namespace); err != nil {
+			return c, err
+		}
+		if err := c.upKubelet(ctx, start); err != nil {
+			return c, err
+		}
+		return c, nil
+	}
 	images := map[string]node.Image{AppImage: {Entrypoint: o.AppCommand, Env: o.AppEnv}}
 	for name, img := range o.Images {
 		images[name] = img
@@ -229,20 +281,27 @@ func Up(ctx context.Context, o Options) (c *Cluster, err error) {
 	c.nodeCancel, c.nodeDone = cancel, make(chan error, 1)
 	go func() { c.nodeDone <- c.Node.Run(nodeCtx) }()
 
+	if err := c.startKubeProxy(ctx); err != nil {
+		return c, err
+	}
+	o.progress("lab node %s and kube-proxy (nftables) running, %.1fs after start", NodeName, time.Since(start).Seconds())
+	return c, nil
+}
+
+func (c *Cluster) startKubeProxy(ctx context.Context) error {
 	if err := claimTables(); err != nil {
-		return c, fmt.Errorf("recording the nftables tables: %w", err)
+		return fmt.Errorf("recording the nftables tables: %w", err)
 	}
 	if err := c.CP.StartKubeProxy(ctx, controlplane.ProxyOptions{
 		NodeName:    NodeName,
 		Mode:        "nftables",
 		ClusterCIDR: c.net.PodCIDR().String(),
 		// Leave the host's conntrack timeouts alone too.
-		ExtraArgs: append([]string{"--conntrack-tcp-timeout-established=0", "--conntrack-tcp-timeout-close-wait=0"}, o.ProxyArgs...),
+		ExtraArgs: append([]string{"--conntrack-tcp-timeout-established=0", "--conntrack-tcp-timeout-close-wait=0"}, c.opts.ProxyArgs...),
 	}); err != nil {
-		return c, fmt.Errorf("starting kube-proxy: %w\n%s", err, c.CP.Logs("kube-proxy-"+NodeName, 20))
+		return fmt.Errorf("starting kube-proxy: %w\n%s", err, c.CP.Logs("kube-proxy-"+NodeName, 20))
 	}
-	o.progress("lab node %s and kube-proxy (nftables) running, %.1fs after start", NodeName, time.Since(start).Seconds())
-	return c, nil
+	return nil
 }
 
 func loaded(ps []ebpf.Program) int {
@@ -312,6 +371,12 @@ func (c *Cluster) Down() {
 		}
 		if c.rec != nil {
 			c.rec.Close()
+		}
+		if c.Real != nil {
+			c.Real.Stop()
+		}
+		for _, stop := range c.stops {
+			stop()
 		}
 		if c.nodeCancel != nil {
 			// The node kills the pods' processes at once: the lab is going

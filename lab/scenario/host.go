@@ -15,6 +15,7 @@ import (
 
 	"github.com/drainscope/drainscope/controlplane"
 	"github.com/drainscope/drainscope/lab/cgroup"
+	"github.com/drainscope/drainscope/lab/kubelet"
 	"github.com/drainscope/drainscope/lab/lock"
 	"github.com/drainscope/drainscope/lab/netns"
 )
@@ -65,11 +66,12 @@ type Leftovers struct {
 	OurTables  []string // nftables tables the lab's kube-proxy made
 	Foreign    []string // kube-proxy tables the lab did not make
 	Dirs       []string // working directories
+	Real       []string // what a real node left (processes, mounts, cgroups, files)
 }
 
 // Empty reports whether nothing is left.
 func (l Leftovers) Empty() bool {
-	return len(l.Namespaces)+len(l.Links)+len(l.Pids)+len(l.OurTables)+len(l.Foreign)+len(l.Dirs) == 0 && !l.Cgroups
+	return len(l.Namespaces)+len(l.Links)+len(l.Pids)+len(l.OurTables)+len(l.Foreign)+len(l.Dirs)+len(l.Real) == 0 && !l.Cgroups
 }
 
 func (l Leftovers) String() string {
@@ -92,6 +94,7 @@ func (l Leftovers) String() string {
 	add("nftables tables", l.OurTables)
 	add("nftables tables not made by the lab", l.Foreign)
 	add("directories", l.Dirs)
+	add("real node:", l.Real)
 	if len(parts) == 0 {
 		return "nothing"
 	}
@@ -112,6 +115,7 @@ func FindLeftovers() (Leftovers, error) {
 		l.Pids = append(l.Pids, pids...)
 	}
 	l.Pids = append(l.Pids, processesUsing(k8sDir)...)
+	l.Real = kubelet.Leftovers(realDir, realCgroupRoot)
 	existing, err := nftTables()
 	if err != nil {
 		return l, err
@@ -155,6 +159,12 @@ func Cleanup(ctx context.Context, held bool) (Leftovers, error) {
 	var errs []error
 	for _, pid := range processesUsing(k8sDir) {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	// A real node's containers, shims and mounts go first: its cgroups
+	// are inside the lab's tree and its network namespaces hold veths on
+	// the lab's bridge.
+	if err := kubelet.Cleanup(realDir, realCgroupRoot); err != nil {
+		errs = append(errs, err)
 	}
 	if tree, err := cgroup.Detect(); err == nil {
 		if err := tree.Cleanup(10 * time.Second); err != nil {

@@ -48,6 +48,9 @@ type PodRecord struct {
 	Name string
 	UID  string
 	IP   netip.Addr
+	// Containers maps a container's name to the ID its runtime gave it
+	// (status.containerStatuses' containerID without the runtime:// prefix).
+	Containers map[string]string
 }
 
 // RunResult is what one run did and what its clients saw.
@@ -432,7 +435,13 @@ func runPods(ctx context.Context, c *Cluster, r Run) ([]PodRecord, error) {
 			continue
 		}
 		ip, _ := netip.ParseAddr(p.Status.PodIP)
-		out = append(out, PodRecord{Name: p.Name, UID: string(p.UID), IP: ip})
+		rec := PodRecord{Name: p.Name, UID: string(p.UID), IP: ip, Containers: map[string]string{}}
+		for _, cs := range p.Status.ContainerStatuses {
+			if _, id, ok := strings.Cut(cs.ContainerID, "://"); ok {
+				rec.Containers[cs.Name] = id
+			}
+		}
+		out = append(out, rec)
 	}
 	slices.SortFunc(out, func(a, b PodRecord) int { return cmp.Compare(a.Name, b.Name) })
 	return out, nil

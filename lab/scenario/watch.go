@@ -34,6 +34,7 @@ func (c *Cluster) startWatchers(ctx context.Context) error {
 		<-done
 		return fmt.Errorf("the watcher did not sync: %w", err)
 	}
+	c.watcher = w
 	c.watchers = append(c.watchers, func() {
 		cancel()
 		if err := <-done; err != nil {

@@ -1,0 +1,299 @@
+package scenario_test
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/drainscope/drainscope/analysis"
+	"github.com/drainscope/drainscope/controlplane"
+	"github.com/drainscope/drainscope/event"
+	"github.com/drainscope/drainscope/internal/testenv"
+	"github.com/drainscope/drainscope/lab/kubelet"
+	"github.com/drainscope/drainscope/lab/scenario"
+	"github.com/drainscope/drainscope/store"
+)
+
+// buildStatic builds drainscope as deploy/Dockerfile does (static, no C
+// library) for the real node's images.
+func buildStatic(t *testing.T) string {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "drainscope")
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", out, "../../cmd/drainscope")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building a static drainscope: %v\n%s", err, b)
+	}
+	return out
+}
+
+// hostState is what the real node must leave as it found: the host's CNI
+// configuration and state, the kubelet's log links, the iptables rules.
+func hostState(t *testing.T) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, d := range []string{"/etc/cni/net.d", "/var/lib/cni", "/var/log/containers", "/run/netns", "/var/lib/kubelet", "/var/lib/containerd", "/run/containerd"} {
+		var names []string
+		_ = filepath.WalkDir(d, func(p string, _ os.DirEntry, err error) error {
+			// The process lab's namespaces (dslab-*) come and go with
+			// other labs on this machine; FindLeftovers covers them.
+			if err == nil && !strings.HasPrefix(filepath.Base(p), "dslab-") {
+				names = append(names, p)
+			}
+			return nil
+		})
+		out[d] = strings.Join(names, " ")
+	}
+	if _, err := exec.LookPath("iptables-save"); err == nil {
+		b, _ := exec.Command("iptables-save").Output()
+		var rules []string
+		for _, l := range strings.Split(string(b), "\n") {
+			switch {
+			case strings.HasPrefix(l, "-A"):
+				rules = append(rules, l)
+			case strings.HasPrefix(l, ":"): // a chain, without its counters
+				rules = append(rules, strings.Fields(l)[0])
+			}
+		}
+		out["iptables"] = strings.Join(rules, ",")
+	}
+	return out
+}
+
+var containerID = regexp.MustCompile(`^[0-9a-f]{64}$`)
+
+// TestLabRealNode runs the exit and preStop runs on a real kubelet with
+// containerd and runc, and checks from the store that the kernel capture
+// attributed the runtime's signals and the exits to the right pod and
+// container through containerd's cgroup paths, that the kubelet's preStop
+// window, the pods' connection endings and the endpoint transitions are
+// there, and that the analysis names the causes the process node's runs
+// get.
+func TestLabRealNode(t *testing.T) {
+	testenv.RequireRoot(t)
+	if _, err := controlplane.CheckBinaries("", "kubelet"); err != nil {
+		testenv.Unavailable(t, err.Error())
+	}
+	if err := scenario.Preflight(""); err != nil {
+		testenv.Unavailable(t, err.Error())
+	}
+	if err := kubelet.Available(filepath.Join(controlplane.BinDir(), "kubelet")); err != nil {
+		testenv.Unavailable(t, err.Error())
+	}
+	if testing.Short() {
+		t.Skip("the real node's lab runs take about three minutes")
+	}
+	bin := buildStatic(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute) // the lab lock may be held for a while
+	defer cancel()
+	st, err := store.Open(ctx, filepath.Join(t.TempDir(), "events.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	// Before Up, and so before the lab lock: the process lab writes none
+	// of these places.
+	before := hostState(t)
+	c, err := scenario.Up(ctx, scenario.Options{
+		Node:        scenario.NodeKubelet,
+		Binary:      bin,
+		Store:       st,
+		WaitForLock: true,
+		Log:         log,
+		Progress:    testWriter{t},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	downed := false
+	defer func() {
+		if !downed {
+			c.Down()
+		}
+	}()
+	start := time.Now()
+	if !c.Kernel() {
+		t.Fatalf("the kernel capture must run on the real node: %v", c.KernelErr)
+	}
+	if d := c.NodeDescription(); !strings.Contains(d, "containerd://") || !strings.Contains(d, "kubelet v1.37") {
+		t.Errorf("node description %q does not name the real runtime and kubelet", d)
+	}
+	runs, err := scenario.SelectRuns("exit,prestop")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := scenario.Profiles["ci"]
+	results, err := scenario.Execute(ctx, c, scenario.Config{Profile: p, Runs: runs, Progress: testWriter{t}, Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Sync()
+	var table, diag strings.Builder
+	_ = scenario.WriteTable(&table, results)
+	_ = scenario.Diagnose(ctx, &diag, st, results)
+	t.Logf("runs (%v):\n%s\n%s", time.Since(start).Round(time.Second), table.String(), diag.String())
+	events, err := store.Events(ctx, st, store.Query{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	for _, r := range results {
+		if len(r.Replaced) != 4 || len(r.New) != 4 {
+			t.Errorf("run %s: %d pods replaced by %d, want 4 by 4", r.Run.Name, len(r.Replaced), len(r.New))
+		}
+		for _, pod := range r.Replaced {
+			checkRealTermination(t, r, pod, events, p)
+		}
+		checkRealCauses(ctx, t, st, r)
+	}
+
+	c.Down()
+	downed = true
+	left, err := scenario.FindLeftovers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !left.Empty() {
+		t.Errorf("left behind after Down: %s", left)
+	}
+	after := hostState(t)
+	for k, v := range before {
+		if after[k] != v {
+			t.Errorf("the real node changed %s:\nbefore: %s\nafter:  %s", k, v, after[k])
+		}
+	}
+}
+
+// checkRealTermination checks one replaced pod's termination as the store
+// holds it: the watcher's deletion, the runtime's SIGTERM to the app
+// container's process (attributed by containerd's cgroup path to this pod
+// and container), after the preStop sleep where the run has one, its exit,
+// its connections' FIN or RST, and its endpoint leaving rotation and being
+// removed.
+func checkRealTermination(t *testing.T, r scenario.RunResult, pod scenario.PodRecord, events []event.Event, p scenario.Profile) {
+	t.Helper()
+	app := pod.Containers["app"]
+	if !containerID.MatchString(app) {
+		t.Errorf("run %s pod %s: app container ID %q from the pod's status is not containerd's", r.Run.Name, pod.Name, app)
+		return
+	}
+	var deletion, sigterm, exit, leaving, removed int64
+	var sender string
+	conns := 0
+	for _, e := range events {
+		if e.Pod.UID != pod.UID {
+			continue
+		}
+		kernelApp := e.Source == event.SourceKernel && e.Pod.Container == app
+		switch {
+		case e.Kind == event.PodDeletion && deletion == 0:
+			deletion = e.Time
+		case e.Kind == event.Signal && e.Signal == int32(syscall.SIGTERM) && kernelApp && e.PeerPID != e.PID && sigterm == 0:
+			sigterm, sender = e.Time, e.PeerComm
+			if e.Pod.Name != pod.Name || e.Workload.Name != r.Deployment {
+				t.Errorf("run %s: SIGTERM to %s attributed to pod %q of %v", r.Run.Name, pod.Name, e.Pod.Name, e.Workload)
+			}
+		case e.Kind == event.ProcessExit && kernelApp && sigterm != 0 && exit == 0:
+			exit = e.Time
+		case (e.Kind == event.ConnClosed || e.Kind == event.RSTSent) && e.Source == event.SourceKernel && sigterm != 0:
+			conns++
+		case (e.Kind == event.EndpointNotReady || e.Kind == event.EndpointTerminating) && leaving == 0:
+			leaving = e.Time
+		case e.Kind == event.EndpointRemoved && removed == 0:
+			removed = e.Time
+		}
+	}
+	name := r.Run.Name + " pod " + pod.Name
+	switch {
+	case deletion == 0:
+		t.Errorf("%s: no deletion", name)
+	case sigterm == 0:
+		t.Errorf("%s: no SIGTERM to the app container %s recorded by the kernel", name, app[:12])
+	case exit == 0:
+		t.Errorf("%s: no exit of the app container after SIGTERM", name)
+	case leaving == 0 || removed == 0:
+		t.Errorf("%s: endpoint leaving %d, removed %d: want both", name, leaving, removed)
+	default:
+		// runc delivers the signal the shim asks it to (runc kill).
+		if sender != "runc" && !strings.HasPrefix(sender, "containerd-shim") {
+			t.Errorf("%s: SIGTERM sent by %q, want the runtime (runc)", name, sender)
+		}
+		wait := time.Duration(sigterm - deletion)
+		if r.Run.PreStop {
+			// The kubelet runs the preStop sleep, then sends SIGTERM.
+			if wait < p.PreStop-300*time.Millisecond || wait > p.PreStop+3*time.Second {
+				t.Errorf("%s: SIGTERM %v after deletion, want the preStop sleep of %v first", name, wait, p.PreStop)
+			}
+		} else if wait > 3*time.Second {
+			t.Errorf("%s: SIGTERM %v after deletion, want it at once (no preStop)", name, wait)
+		}
+		if exit < sigterm {
+			t.Errorf("%s: exit before SIGTERM", name)
+		}
+		if conns == 0 {
+			t.Errorf("%s: no FIN or RST of the pod's connections after SIGTERM", name)
+		}
+		if leaving > removed || leaving < deletion-int64(100*time.Millisecond) {
+			t.Errorf("%s: endpoint left rotation at %d, removed at %d, deletion at %d: out of order", name, leaving, removed, deletion)
+		}
+		t.Logf("%s: deletion → SIGTERM from %s %v → exit %v → endpoint removed %v; %d connection endings", name, sender,
+			time.Duration(sigterm-deletion).Round(time.Millisecond), time.Duration(exit-sigterm).Round(time.Millisecond),
+			time.Duration(removed-deletion).Round(time.Millisecond), conns)
+	}
+}
+
+// checkRealCauses checks that the analysis finds, on the real node, what
+// TestLabEndToEnd requires of the same runs on the process node: every
+// exit-run failure on a terminating pod with a cause; the preStop run's
+// failures mostly keep-alive connections cut at exit, just after the exit;
+// and no SIGKILL in either (the apps exit well within the grace period).
+func checkRealCauses(ctx context.Context, t *testing.T, st store.Store, r scenario.RunResult) {
+	t.Helper()
+	res, err := analysis.Analyze(ctx, st, store.Query{
+		Window: r.Window(), Namespace: scenario.Namespace,
+		Workload: event.Workload{Kind: "Deployment", Name: r.Deployment},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tot := res.Totals
+	var causes []string
+	for _, c := range res.Causes {
+		causes = append(causes, string(c.Cause))
+		t.Logf("%s: %s %d; from exit p10 %s p90 %s", r.Run.Name, c.Title, c.Count, offset(c.FromExit.P10NS), offset(c.FromExit.P90NS))
+	}
+	if slices.Contains(causes, string(analysis.CauseSIGKILL)) {
+		t.Errorf("%s run: the analysis names SIGKILL (%v); the app exited long before the grace period ended", r.Run.Name, causes)
+	}
+	switch r.Run.Name {
+	case "exit":
+		if tot.ClientFailures == 0 || tot.ExplainedOnTerminatingPod != tot.ClientFailures {
+			t.Errorf("exit run: %d of %d failures tied to a terminating pod and a cause", tot.ExplainedOnTerminatingPod, tot.ClientFailures)
+		}
+	case "prestop":
+		var keepAlive *analysis.CauseSummary
+		for i, c := range res.Causes {
+			if c.Cause == analysis.CauseKeepAliveAtExit {
+				keepAlive = &res.Causes[i]
+			}
+		}
+		switch {
+		case tot.ClientFailures == 0:
+			t.Errorf("prestop run: no client failure, want keep-alive connections cut at exit")
+		case keepAlive == nil || 2*keepAlive.Count <= tot.ClientFailures:
+			t.Errorf("prestop run: keep-alive cut at exit is not most of the failures: %+v", res.Causes)
+		case keepAlive.FromExit.P10NS < -int64(10*time.Millisecond) || keepAlive.FromExit.P90NS > int64(250*time.Millisecond):
+			t.Errorf("prestop run: keep-alive failures not clustered just after the exit: p10 %s, p90 %s",
+				offset(keepAlive.FromExit.P10NS), offset(keepAlive.FromExit.P90NS))
+		}
+	}
+}
