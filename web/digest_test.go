@@ -4,10 +4,10 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"slices"
-	"strings"
 	"regexp"
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
