@@ -153,13 +153,17 @@ func restartPostgres(data string) error {
 	if bin == "" {
 		return fmt.Errorf("DRAINSCOPE_TEST_POSTGRES_BIN unset")
 	}
-	args := []string{filepath.Join(bin, "pg_ctl"), "-D", data, "-w", "-t", "60", "restart", "-m", "fast"}
+	// The server's output goes to its log, not to a pipe of ours: the new
+	// postmaster would hold the pipe open and Wait would never return.
+	logFile := filepath.Join(filepath.Dir(data), "server.log")
+	args := []string{filepath.Join(bin, "pg_ctl"), "-D", data, "-l", logFile, "-w", "-t", "60", "restart", "-m", "fast"}
 	if os.Getuid() == 0 {
 		args = append([]string{"runuser", "-u", "postgres", "--"}, args...)
 	}
-	out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("%v: %s", err, out)
+	cmd := exec.Command(args[0], args[1:]...)
+	if err := cmd.Run(); err != nil {
+		tail, _ := os.ReadFile(logFile)
+		return fmt.Errorf("%v (server log: %s)", err, tail[max(0, len(tail)-500):])
 	}
 	return nil
 }
@@ -180,6 +184,13 @@ func coldChild(b *testing.B, dsn, path string) [4]time.Duration {
 			for i, s := range strings.Fields(f) {
 				n, _ := strconv.ParseInt(s, 10, 64)
 				r[i] = time.Duration(n)
+			}
+			if testing.Verbose() {
+				for _, l := range strings.Split(out.String(), "\n") {
+					if strings.Contains(l, `msg="digest read"`) {
+						b.Log(l)
+					}
+				}
 			}
 			return r
 		}
@@ -203,8 +214,9 @@ func TestTimelineColdChild(t *testing.T) {
 	}
 	defer st.Close()
 	start := time.Date(2026, 3, 14, 12, 0, 0, 0, time.UTC)
+	// The phases of the digest read, on stderr for the benchmark's log.
 	s := New(Options{Store: st, Now: func() time.Time { return start.Add(48 * time.Hour) },
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		Log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	defer s.Close()
 	opened := time.Since(t0)
 	get := func(p string) time.Duration {

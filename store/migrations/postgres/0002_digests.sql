@@ -13,3 +13,8 @@ CREATE TABLE digests (
     analysis  bytea   NOT NULL
 );
 CREATE INDEX digests_from ON digests (from_ns);
+
+-- A digest is read whole and is mostly packed numbers: keep it out of line
+-- but uncompressed, so a read is no decompression of megabytes.
+ALTER TABLE digests ALTER COLUMN timeline SET STORAGE EXTERNAL;
+ALTER TABLE digests ALTER COLUMN analysis SET STORAGE EXTERNAL;
