@@ -224,13 +224,20 @@ func loadRound(b *testing.B, client *cgroup.Group, podRoot string, agent *costAg
 	}
 	for _, l := range strings.Split(string(out), "\n") {
 		if v, ok := strings.CutPrefix(l, "cost-requests "); ok {
-			n, _ := strconv.ParseInt(v, 10, 64)
+			var n, failed int64
+			fmt.Sscan(v, &n, &failed)
+			loadFailures.Add(failed)
 			return n, after - before
 		}
 	}
 	b.Fatalf("load client printed no count:\n%s", out)
 	return 0, 0
 }
+
+// loadFailures counts the requests the load clients saw fail (a dial
+// refused or timed out, a status other than 200): each costs CPU and
+// serves nothing, so they are printed beside the ratios.
+var loadFailures atomic.Int64
 
 // TestCostLoadChild is the load client of BenchmarkAgentCost, in a process
 // of its own; it does nothing in a normal run.
@@ -245,7 +252,7 @@ func TestCostLoadChild(t *testing.T) {
 	tr := &http.Transport{DisableKeepAlives: !keepAlive, MaxIdleConnsPerHost: conc, MaxConnsPerHost: conc}
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr, Timeout: 5 * time.Second}
-	var n atomic.Int64
+	var n, failed atomic.Int64
 	var wg sync.WaitGroup
 	end := time.Now().Add(time.Duration(ms) * time.Millisecond)
 	for range conc {
@@ -255,18 +262,21 @@ func TestCostLoadChild(t *testing.T) {
 			for time.Now().Before(end) {
 				resp, err := client.Get(target)
 				if err != nil {
+					failed.Add(1)
 					continue
 				}
 				io.Copy(io.Discard, resp.Body)
 				resp.Body.Close()
 				if resp.StatusCode == 200 {
 					n.Add(1)
+				} else {
+					failed.Add(1)
 				}
 			}
 		}()
 	}
 	wg.Wait()
-	fmt.Printf("cost-requests %d\n", n.Load())
+	fmt.Printf("cost-requests %d %d\n", n.Load(), failed.Load())
 }
 
 // BenchmarkAgentCost measures the CPU every request costs on the node (the
@@ -302,6 +312,7 @@ func BenchmarkAgentCost(b *testing.B) {
 			var cpuRatio, rateRatio []float64
 			var perOff, perOn []float64
 			load0 := loadAvg()
+			loadFailures.Store(0)
 			for i := 0; i < pairs; i++ {
 				var nOn, nOff int64
 				var cOn, cOff time.Duration
@@ -332,9 +343,9 @@ func BenchmarkAgentCost(b *testing.B) {
 			}
 			b.ReportMetric(quant(cpuRatio, 0.5), "cpu/req-ratio")
 			b.ReportMetric(quant(rateRatio, 0.5), "req/s-ratio")
-			b.Logf("%s, %d pairs of %v (load average %s at the start, %s at the end): CPU per request with the agent ÷ without: median %.4f (p10–p90 %.4f–%.4f, min–max %.4f–%.4f); %.1f µs vs %.1f µs per request (medians); requests served with ÷ without: median %.4f (p10–p90 %.4f–%.4f)",
+			b.Logf("%s, %d pairs of %v (load average %s at the start, %s at the end): CPU per request with the agent ÷ without: median %.4f (p10–p90 %.4f–%.4f, min–max %.4f–%.4f); %.1f µs vs %.1f µs per request (medians); requests served with ÷ without: median %.4f (p10–p90 %.4f–%.4f); %d requests failed in all rounds; conntrack %s entries at the end",
 				name, pairs, d, load0, loadAvg(), quant(cpuRatio, 0.5), quant(cpuRatio, 0.1), quant(cpuRatio, 0.9), slices.Min(cpuRatio), slices.Max(cpuRatio),
-				quant(perOn, 0.5)/1e3, quant(perOff, 0.5)/1e3, quant(rateRatio, 0.5), quant(rateRatio, 0.1), quant(rateRatio, 0.9))
+				quant(perOn, 0.5)/1e3, quant(perOff, 0.5)/1e3, quant(rateRatio, 0.5), quant(rateRatio, 0.1), quant(rateRatio, 0.9), loadFailures.Load(), conntrack())
 		})
 	}
 }
@@ -398,4 +409,13 @@ func loadAvg() string {
 		return "unknown"
 	}
 	return strings.Join(strings.Fields(string(data))[:3], " ")
+}
+
+// conntrack says how full the kernel's connection tracking table is: a
+// connection per request fills it (entries stay 120 s after the close),
+// and once full new connections are dropped.
+func conntrack() string {
+	n, _ := os.ReadFile("/proc/sys/net/netfilter/nf_conntrack_count")
+	m, _ := os.ReadFile("/proc/sys/net/netfilter/nf_conntrack_max")
+	return strings.TrimSpace(string(n)) + " of " + strings.TrimSpace(string(m))
 }
