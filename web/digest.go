@@ -281,22 +281,35 @@ func (s *Server) loadDigest(ctx context.Context, key RolloutKey, full bool) (*mo
 		return nil, err
 	}
 	read := time.Since(began)
+	// The count waits on the store, the decoding on the CPU: side by side.
+	type decoded struct {
+		m    *model
+		err  error
+		took time.Duration
+	}
+	dc := make(chan decoded, 1)
+	go func() {
+		t0 := time.Now()
+		m, err := decodeDigest(key, d.Timeline, d.Analysis)
+		dc <- decoded{m, err, time.Since(t0)}
+	}()
 	n, err := s.digests.CountEvents(ctx, d.Window)
+	counted := time.Since(began) - read
+	dec := <-dc
 	if err != nil {
 		return nil, err
 	}
-	counted := time.Since(began)
 	if n != d.Events {
 		return nil, nil // events were added since: read the rollout again
 	}
-	m, err := decodeDigest(key, d.Timeline, d.Analysis)
-	if err != nil {
-		s.log.Warn("unreadable digest; reading the rollout again", "rollout", key.String(), "err", err)
+	if dec.err != nil {
+		s.log.Warn("unreadable digest; reading the rollout again", "rollout", key.String(), "err", dec.err)
 		return nil, nil
 	}
+	m := dec.m
 	m.built = s.opts.Now()
 	m.took = time.Since(began)
-	s.log.Debug("digest read", "rollout", key.String(), "bytes", len(d.Timeline)+len(d.Analysis), "read", read, "count", counted-read, "decode", m.took-counted)
+	s.log.Debug("digest read", "rollout", key.String(), "bytes", len(d.Timeline)+len(d.Analysis), "read", read, "count", counted, "decode", dec.took, "took", m.took)
 	m.fromDigest = true
 	return m, nil
 }
