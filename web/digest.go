@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"runtime/debug"
 	"slices"
 	"sort"
 	"time"
@@ -32,11 +33,35 @@ import (
 // never read.
 const digestVersion = 2
 
-// digestKey names a rollout's digest for the analysis options in force.
+// digestKey names a rollout's digest for this build and the analysis
+// options in force: another build's analysis may read the same events
+// differently.
 func (s *Server) digestKey(key RolloutKey) string {
-	h := sha256.Sum256(fmt.Appendf(nil, "%d %+v", digestVersion, s.opts.Analysis.WithDefaults()))
+	o := s.opts.Analysis.WithDefaults()
+	var rules []string
+	for _, r := range o.Rules {
+		rules = append(rules, string(r.Cause)+":"+r.Title) // not the Finder: a func prints as its address
+	}
+	o.Rules = nil
+	h := sha256.Sum256(fmt.Appendf(nil, "%d %s %+v %q", digestVersion, buildID, o, rules))
 	return key.String() + " " + hex.EncodeToString(h[:8])
 }
+
+// buildID names the build: its VCS revision (and whether the tree was
+// modified) when it was built from a repository.
+var buildID = func() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return ""
+	}
+	id := bi.Main.Version
+	for _, s := range bi.Settings {
+		if s.Key == "vcs.revision" || s.Key == "vcs.modified" {
+			id += " " + s.Value
+		}
+	}
+	return id
+}()
 
 // digestWindow is every time whose events can change r's model: the
 // analysis's history before the rollout, and after its end the quiet gap
