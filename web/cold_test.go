@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -196,6 +195,9 @@ func coldChild(b *testing.B, dsn, path string) [4]time.Duration {
 	var r [4]time.Duration
 	for _, line := range strings.Split(out.String(), "\n") {
 		if f, ok := strings.CutPrefix(line, "cold-result "); ok {
+			if !strings.Contains(out.String(), `msg="digest read"`) {
+				b.Fatalf("the fresh process did not answer from the rollout's digest:\n%s", out.String())
+			}
 			for i, s := range strings.Fields(f) {
 				n, _ := strconv.ParseInt(s, 10, 64)
 				r[i] = time.Duration(n)
@@ -243,11 +245,6 @@ func TestTimelineColdChild(t *testing.T) {
 			t.Fatalf("GET %s: %d %s", p, rec.Code, truncate(rec.Body.String(), 300))
 		}
 		return d
-	}
-	if f := os.Getenv("DRAINSCOPE_COLD_PROFILE"); f != "" {
-		pf, _ := os.Create(f)
-		pprof.StartCPUProfile(pf)
-		defer pprof.StopCPUProfile()
 	}
 	cold := get(path)
 	var warm, refresh []time.Duration
