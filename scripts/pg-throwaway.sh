@@ -28,6 +28,8 @@ pg_start() {
 	PG_BINDIR=$bindir
 	PG_RUN_AS=("${run_as[@]}")
 	"$bindir/psql" -h 127.0.0.1 -p "$port" -U postgres -qAt -c "CREATE DATABASE drainscope_test" >/dev/null
+	# BenchmarkTimelineCold restarts the cluster to empty its buffers.
+	export DRAINSCOPE_TEST_POSTGRES_DATA="$PG_DIR/data" DRAINSCOPE_TEST_POSTGRES_BIN="$bindir"
 	export DRAINSCOPE_TEST_POSTGRES="postgres://postgres@127.0.0.1:$port/drainscope_test?sslmode=disable"
 	echo "postgres: throwaway cluster at $DRAINSCOPE_TEST_POSTGRES (data in $PG_DIR)"
 }

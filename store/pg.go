@@ -425,6 +425,10 @@ func (s *Postgres) PruneDetail(ctx context.Context, before int64) (Pruned, error
 		return p, nil
 	}
 	defer conn.Exec(context.Background(), "SELECT pg_advisory_unlock($1)", pruneLockKey)
+	// Digests of windows the cut falls in would no longer match their events.
+	if _, err := conn.Exec(ctx, fmt.Sprintf(pruneDigests, "$1"), before); err != nil {
+		return fail(fmt.Errorf("deleting digests: %w", err))
+	}
 
 	parts, err := listPartitions(ctx, conn.Conn())
 	if err != nil {

@@ -21,8 +21,10 @@ import (
 //     cannot read a stored event.
 //   - Server reads, and writes what it ingests (client failures pushed over
 //     HTTP) and what retention removes: SELECT, INSERT and DELETE on events,
-//     EXECUTE on drainscope_create_partition and drainscope_drop_partition.
-//     It cannot UPDATE, TRUNCATE or change the schema.
+//     EXECUTE on drainscope_create_partition and drainscope_drop_partition;
+//     and the digests it computes (Digests): SELECT, INSERT, UPDATE and
+//     DELETE on digests. It cannot UPDATE or TRUNCATE events or change the
+//     schema.
 //
 // Neither may run COPY … TO/FROM PROGRAM or read server files: that needs
 // superuser or pg_execute_server_program, which SetupRoles refuses to grant
@@ -138,13 +140,15 @@ func SetupRoles(ctx context.Context, dsn string, r Roles) error {
 			strings.ReplaceAll(rolesFunctions, "{{schema}}", sch),
 			// Nothing by default: PUBLIC may execute any new function.
 			"REVOKE ALL ON FUNCTION drainscope_create_partition(bigint), drainscope_drop_partition(regclass, bigint) FROM PUBLIC",
-			"REVOKE ALL ON events, events_shape, schema_migrations FROM PUBLIC",
-			"REVOKE ALL ON events, events_shape, schema_migrations FROM " + agent + ", " + server,
+			"REVOKE ALL ON events, events_shape, schema_migrations, digests FROM PUBLIC",
+			"REVOKE ALL ON events, events_shape, schema_migrations, digests FROM " + agent + ", " + server,
 			"REVOKE CREATE ON SCHEMA " + sch + " FROM PUBLIC, " + agent + ", " + server,
 			"GRANT USAGE ON SCHEMA " + sch + " TO " + agent + ", " + server,
 			"GRANT SELECT ON schema_migrations, events_shape TO " + agent + ", " + server,
 			"GRANT INSERT ON events TO " + agent + ", " + server,
 			"GRANT SELECT, DELETE ON events TO " + server,
+			// The server keeps the timelines it computed (store.Digests).
+			"GRANT SELECT, INSERT, UPDATE, DELETE ON digests TO " + server,
 			"GRANT EXECUTE ON FUNCTION drainscope_create_partition(bigint) TO " + agent + ", " + server,
 			"GRANT EXECUTE ON FUNCTION drainscope_drop_partition(regclass, bigint) TO " + server,
 		}

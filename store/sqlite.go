@@ -333,6 +333,10 @@ func (s *SQLite) Prune(ctx context.Context, before int64) (int64, error) {
 	rest := func(took time.Duration) {
 		time.Sleep(max(took, time.Millisecond))
 	}
+	// Digests of windows the cut falls in would no longer match their events.
+	if _, err := s.db.ExecContext(ctx, fmt.Sprintf(pruneDigests, "?"), before); err != nil {
+		return 0, fmt.Errorf("store sqlite:%s: pruning digests: %s", s.path, oneLine(err))
+	}
 	n, err := deleteOlder(ctx, before, sqlitePruneChunk, nth, del, rest)
 	if err != nil {
 		return n, fmt.Errorf("store sqlite:%s: pruning: %s", s.path, oneLine(err))

@@ -97,6 +97,15 @@ func (s *Server) routeModel(r *http.Request) (*model, error) {
 	return s.model(r.Context(), k, r.URL.Query().Get("refresh") == "1")
 }
 
+// routeTimeline is routeModel for answers drawn from the timeline alone.
+func (s *Server) routeTimeline(r *http.Request) (*model, error) {
+	k, err := rolloutKey(r)
+	if err != nil {
+		return nil, err
+	}
+	return s.modelFor(r.Context(), k, r.URL.Query().Get("refresh") == "1", true)
+}
+
 func (s *Server) apiRollouts(w http.ResponseWriter, r *http.Request) {
 	f, err := parseListFilter(r.URL.Query(), s.opts.Now())
 	if err != nil {
@@ -237,7 +246,7 @@ func (s *Server) apiTimeline(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	m, err := s.routeModel(r)
+	m, err := s.routeTimeline(r)
 	if err != nil {
 		s.fail(w, r, err)
 		return

@@ -3,6 +3,7 @@ package web
 import (
 	"context"
 	"math"
+	"slices"
 	"sort"
 	"time"
 
@@ -30,6 +31,11 @@ type model struct {
 	events  int // events held in lanes
 
 	clientN int // failures reported by clients
+
+	found      event.Rollout // the rollout as the store gave it, before the analysis filled it in
+	scanned    int           // events the analysis read
+	partial    bool          // read from a digest without the whole analysis: answers the timeline only
+	fromDigest bool
 }
 
 // lane is one pod's row on the timeline.
@@ -266,16 +272,20 @@ const tailPad = 30 * time.Second
 // buildModel reads one rollout from the store.
 func buildModel(ctx context.Context, st store.Store, analyze AnalyzeFunc, opts analysis.Options, r event.Rollout, now time.Time) (*model, error) {
 	began := time.Now()
+	found := r
+	found.Terminations = slices.Clone(r.Terminations)
 	win := event.Window{From: r.From - int64(analysis.RolloutLead), To: r.To + int64(tailPad)}
 	c := newCapture(r, win, opts.WithDefaults().ExitSlack)
 	q := store.Query{Window: win, Namespace: r.Namespace, Workload: r.Workload}
-	res, err := analyze(ctx, tee{st, c.add}, q, opts)
+	scanned := 0
+	res, err := analyze(ctx, tee{st, func(e *event.Event) { scanned++; c.add(e) }}, q, opts)
 	if err != nil {
 		return nil, err
 	}
 	m := &model{
 		key: keyOf(r), rollout: r, capture: win, result: res, events: c.events,
-		live: now.UnixNano()-r.To < int64(event.RolloutGap),
+		live:    now.UnixNano()-r.To < int64(event.RolloutGap),
+		scanned: scanned, found: found,
 	}
 	m.attach(c)
 	m.summary = summarize(r, res, m.live)

@@ -98,6 +98,7 @@ type Server struct {
 	queued  map[RolloutKey]bool
 	working bool
 	builds  chan struct{} // one token per concurrent build
+	digests store.Digests // nil: none kept
 	version atomic.Uint64 // bumped when a summary lands
 	statics map[string]staticFile
 	pages   *pageTemplates
@@ -128,6 +129,9 @@ type flight struct {
 	done chan struct{}
 	m    *model
 	err  error
+	// full: the model must answer more than the timeline; again: read the
+	// rollout from its events, not from a digest.
+	full, again bool
 }
 
 // NewHandler returns the router serving the pages, the static files and
@@ -184,7 +188,7 @@ func New(opts Options) *Server {
 		opts: opts, st: opts.Store, log: opts.Log, limits: opts.Limits.withDefaults(),
 		models: map[RolloutKey]*cached{}, flight: map[RolloutKey]*flight{},
 		sums: map[RolloutKey]keptSummary{}, lists: map[listFilter]*listEntry{},
-		queued: map[RolloutKey]bool{}, builds: make(chan struct{}, 1),
+		queued: map[RolloutKey]bool{}, builds: make(chan struct{}, 1), digests: digestsOf(opts),
 		statics: loadStatics(), failures: opts.AuthFailures, streamsBy: map[string]int{},
 	}
 	s.pages = mustTemplates(s.staticVersion)
@@ -262,30 +266,42 @@ func NewServer(addr string, h http.Handler) *http.Server {
 // model returns the rollout's model, reading it if it is not cached or has
 // expired. Concurrent requests for one rollout share one read.
 func (s *Server) model(ctx context.Context, key RolloutKey, refresh bool) (*model, error) {
-	s.mu.Lock()
-	if c := s.models[key]; c != nil && !refresh && s.fresh(c.m) {
-		s.tick++
-		c.used = s.tick
+	return s.modelFor(ctx, key, refresh, false)
+}
+
+// modelFor is model; a model that answers only the timeline will do when
+// timeline is set.
+func (s *Server) modelFor(ctx context.Context, key RolloutKey, refresh, timeline bool) (*model, error) {
+	for range 2 {
+		s.mu.Lock()
+		if c := s.models[key]; c != nil && !refresh && s.fresh(c.m) && (timeline || !c.m.partial) {
+			s.tick++
+			c.used = s.tick
+			s.mu.Unlock()
+			return c.m, nil
+		}
+		f := s.flight[key]
+		if f == nil {
+			f = &flight{done: make(chan struct{}), full: !timeline, again: refresh}
+			s.flight[key] = f
+			s.wg.Add(1)
+			go func() {
+				defer s.wg.Done()
+				s.fly(key, f, nil, true)
+			}()
+		}
 		s.mu.Unlock()
-		return c.m, nil
+		select {
+		case <-f.done:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		if f.err != nil || timeline || !f.m.partial {
+			return f.m, f.err
+		}
+		// Joined a flight that read only the timeline: read the rest.
 	}
-	f := s.flight[key]
-	if f == nil {
-		f = &flight{done: make(chan struct{})}
-		s.flight[key] = f
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			s.fly(key, f, nil, true)
-		}()
-	}
-	s.mu.Unlock()
-	select {
-	case <-f.done:
-		return f.m, f.err
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
+	return nil, fmt.Errorf("reading rollout %s: no whole model", key)
 }
 
 func (s *Server) fresh(m *model) bool { return s.freshAt(m.built, m.took, m.live) }
@@ -320,6 +336,18 @@ func (s *Server) fly(key RolloutKey, f *flight, r *event.Rollout, keep bool) {
 		return
 	}
 	defer func() { <-s.builds }()
+	if r == nil && s.digests != nil && !f.again {
+		m, err := s.loadDigest(ctx, key, f.full)
+		if err != nil {
+			s.log.Warn("reading a digest; reading the rollout instead", "rollout", key.String(), "err", err)
+		}
+		if m != nil {
+			f.m = m
+			s.log.Debug("rollout read from its digest", "rollout", key.String(), "lanes", len(m.lanes), "took", m.took)
+			s.land(key, f, keep)
+			return
+		}
+	}
 	if r == nil {
 		ro, err := s.findRollout(ctx, key)
 		if err != nil {
@@ -336,6 +364,15 @@ func (s *Server) fly(key RolloutKey, f *flight, r *event.Rollout, keep bool) {
 		f.m = m
 		s.log.Debug("rollout read", "rollout", key.String(), "lanes", len(m.lanes), "events", m.events,
 			"failures", len(m.result.Failures), "took", m.took)
+		if s.digests != nil && !m.live {
+			s.wg.Add(1)
+			go func() {
+				defer s.wg.Done()
+				if err := s.keepDigest(s.ctx, m, m.scanned); err != nil && s.ctx.Err() == nil {
+					s.log.Warn("keeping a digest", "rollout", key.String(), "err", err)
+				}
+			}()
+		}
 	}
 	s.land(key, f, keep)
 }

@@ -1,0 +1,407 @@
+package web
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/gob"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"runtime/debug"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/drainscope/drainscope/analysis"
+	"github.com/drainscope/drainscope/event"
+	"github.com/drainscope/drainscope/store"
+)
+
+// A finished rollout's model is kept in the store as a digest (see
+// store.Digest), so that the first timeline read in a new process is one
+// row, not the rollout's 100,000 events read and analysed again. The
+// digest holds two parts: what the timeline draws (lanes with their
+// socket and failure marks packed, the summary, the analysis's timelines
+// and rules) and the whole analysis, which the other answers need and
+// which is read only for them.
+
+// digestVersion changes whenever what a digest holds, or what the analysis
+// makes of the same events, changes: digests of another version are
+// never read.
+const digestVersion = 2
+
+// digestKey names a rollout's digest for this build and the analysis
+// options in force: another build's analysis may read the same events
+// differently.
+func (s *Server) digestKey(key RolloutKey) string {
+	o := s.opts.Analysis.WithDefaults()
+	var rules []string
+	for _, r := range o.Rules {
+		rules = append(rules, string(r.Cause)+":"+r.Title) // not the Finder: a func prints as its address
+	}
+	o.Rules = nil
+	h := sha256.Sum256(fmt.Appendf(nil, "%d %s %+v %q", digestVersion, buildID, o, rules))
+	return key.String() + " " + hex.EncodeToString(h[:8])
+}
+
+// buildID names the build: its VCS revision (and whether the tree was
+// modified) when it was built from a repository.
+var buildID = func() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return ""
+	}
+	id := bi.Main.Version
+	for _, s := range bi.Settings {
+		if s.Key == "vcs.revision" || s.Key == "vcs.modified" {
+			id += " " + s.Value
+		}
+	}
+	return id
+}()
+
+// digestWindow is every time whose events can change r's model: the
+// analysis's history before the rollout, and after its end the quiet gap
+// within which another termination would have extended it.
+func digestWindow(r event.Rollout, o analysis.Options) event.Window {
+	o = o.WithDefaults()
+	from := r.From - int64(analysis.RolloutLead) - int64(o.Lead)
+	from = min(from, r.From-int64(event.TriggerLead))
+	to := max(r.To+int64(tailPad)+int64(o.Lookahead)+1, r.To+int64(event.RolloutGap)+1)
+	return event.Window{From: max(from, 0), To: to}
+}
+
+// scanWindow is the window buildModel's analysis reads (AnalyzeWith's).
+func scanWindow(r event.Rollout, o analysis.Options) event.Window {
+	o = o.WithDefaults()
+	w := event.Window{From: max(r.From-int64(analysis.RolloutLead)-int64(o.Lead), 0)}
+	w.To = r.To + int64(tailPad) + int64(o.Lookahead) + 1
+	return w
+}
+
+type digestView struct {
+	Rollout   event.Rollout
+	Capture   event.Window
+	Extent    event.Window
+	Summary   RolloutSummary
+	Events    int
+	ClientN   int
+	Took      time.Duration
+	Rules     []analysis.RuleView
+	Truncated bool
+	Classes   []string // each failure's Failure.Reason, by index
+	Timelines []analysis.PodTimeline
+	Lanes     []digestLane
+}
+
+type digestLane struct {
+	Key         string
+	Pod         analysis.PodView
+	Role, Node  string
+	First, Last int64
+	Start       int64
+	TL          int // index into Timelines; -1 for none
+	Marks       []digestMark
+	Dropped     int
+	Socks       []byte // packSocks
+	Fails       []byte // packFails
+	Inferred    []byte
+}
+
+type digestMark struct {
+	T       int64
+	ID      event.ID
+	Kind    event.Kind
+	Signal  int32
+	Node    string
+	Summary string
+}
+
+func packSocks(ss []sockMark) []byte {
+	b := make([]byte, 0, len(ss)*12)
+	prev := int64(0)
+	for _, s := range ss {
+		b = binary.AppendVarint(b, s.t-prev)
+		prev = s.t
+		b = binary.LittleEndian.AppendUint64(b, uint64(s.id))
+		b = append(b, s.kind<<4|s.series)
+	}
+	return b
+}
+
+func unpackSocks(b []byte) ([]sockMark, error) {
+	var out []sockMark
+	prev := int64(0)
+	for len(b) > 0 {
+		d, n := binary.Varint(b)
+		if n <= 0 || len(b) < n+9 {
+			return nil, fmt.Errorf("socket marks cut short")
+		}
+		prev += d
+		out = append(out, sockMark{t: prev, id: event.ID(binary.LittleEndian.Uint64(b[n:])), kind: b[n+8] >> 4, series: b[n+8] & 15})
+		b = b[n+9:]
+	}
+	return out, nil
+}
+
+func packFails(fs []failMark) []byte {
+	b := make([]byte, 0, len(fs)*8)
+	prev := int64(0)
+	for _, f := range fs {
+		b = binary.AppendVarint(b, f.t-prev)
+		prev = f.t
+		b = binary.AppendUvarint(b, uint64(f.i))
+		inf := byte(0)
+		if f.inferred {
+			inf = 1
+		}
+		b = append(b, f.cause, inf)
+	}
+	return b
+}
+
+func unpackFails(b []byte) ([]failMark, error) {
+	var out []failMark
+	prev := int64(0)
+	for len(b) > 0 {
+		d, n := binary.Varint(b)
+		if n <= 0 {
+			return nil, fmt.Errorf("failure marks cut short")
+		}
+		i, m := binary.Uvarint(b[n:])
+		if m <= 0 || len(b) < n+m+2 {
+			return nil, fmt.Errorf("failure marks cut short")
+		}
+		prev += d
+		out = append(out, failMark{t: prev, i: int32(i), cause: b[n+m], inferred: b[n+m+1] == 1})
+		b = b[n+m+2:]
+	}
+	return out, nil
+}
+
+// encodeDigest packs m's timeline part and its whole analysis.
+func encodeDigest(m *model) (view, full []byte, err error) {
+	res := m.result
+	v := digestView{Rollout: m.rollout, Capture: m.capture, Extent: m.extent, Summary: m.summary,
+		Events: m.events, ClientN: m.clientN, Took: m.took, Rules: res.Rules, Truncated: res.Truncated,
+		Classes: make([]string, len(res.Failures)), Timelines: slices.Clone(res.Timelines)}
+	for i := range v.Timelines {
+		v.Timelines[i].Events = nil // the lanes' marks hold what the timeline draws of them
+	}
+	for i := range res.Failures {
+		v.Classes[i] = res.Failures[i].Failure.Reason
+	}
+	tlIndex := map[*analysis.PodTimeline]int{}
+	for i := range res.Timelines {
+		tlIndex[&res.Timelines[i]] = i
+	}
+	for _, l := range m.lanes {
+		dl := digestLane{Key: l.key, Pod: l.pod, Role: l.role, Node: l.node, First: l.first, Last: l.last, Start: l.start,
+			TL: -1, Dropped: l.dropped, Socks: packSocks(l.socks), Fails: packFails(l.fails), Inferred: packFails(l.inferred)}
+		if l.tl != nil {
+			i, ok := tlIndex[l.tl]
+			if !ok {
+				return nil, nil, fmt.Errorf("lane %s: its timeline is not the analysis's", l.key)
+			}
+			dl.TL = i
+		}
+		for _, lm := range l.marks {
+			dl.Marks = append(dl.Marks, digestMark{T: lm.t, ID: lm.id, Kind: lm.kind, Signal: lm.signal, Node: lm.node, Summary: lm.summary})
+		}
+		v.Lanes = append(v.Lanes, dl)
+	}
+	// gob, not JSON: it decodes five times as fast, and the timeline part
+	// is what a cold read waits for.
+	var buf bytes.Buffer
+	if err = gob.NewEncoder(&buf).Encode(v); err != nil {
+		return nil, nil, fmt.Errorf("encoding the timeline: %w", err)
+	}
+	view = buf.Bytes()
+	if full, err = json.Marshal(res); err != nil {
+		return nil, nil, fmt.Errorf("encoding the analysis: %w", err)
+	}
+	return view, full, nil
+}
+
+// decodeDigest makes a model from a digest. Without the whole analysis
+// (full empty) the model answers the timeline only (partial).
+func decodeDigest(key RolloutKey, view, full []byte) (*model, error) {
+	var v digestView
+	if err := gob.NewDecoder(bytes.NewReader(view)).Decode(&v); err != nil {
+		return nil, fmt.Errorf("decoding the timeline: %w", err)
+	}
+	m := &model{key: key, rollout: v.Rollout, capture: v.Capture, extent: v.Extent, summary: v.Summary,
+		events: v.Events, clientN: v.ClientN, took: v.Took}
+	res := &analysis.Result{}
+	if len(full) > 0 {
+		if err := json.Unmarshal(full, res); err != nil {
+			return nil, fmt.Errorf("decoding the analysis: %w", err)
+		}
+		if len(res.Failures) != len(v.Classes) || len(res.Timelines) != len(v.Timelines) {
+			return nil, fmt.Errorf("the analysis does not match the timeline")
+		}
+	} else {
+		m.partial = true
+		res.Rules, res.Truncated, res.Timelines = v.Rules, v.Truncated, v.Timelines
+		res.Failures = make([]analysis.AlignedFailure, len(v.Classes))
+		for i, c := range v.Classes {
+			res.Failures[i].Failure.Reason = c
+		}
+	}
+	m.result = res
+	for _, dl := range v.Lanes {
+		l := &lane{key: dl.Key, pod: dl.Pod, role: dl.Role, node: dl.Node, first: dl.First, last: dl.Last, start: dl.Start, dropped: dl.Dropped}
+		if dl.TL >= 0 {
+			if dl.TL >= len(res.Timelines) {
+				return nil, fmt.Errorf("lane %s: timeline %d of %d", dl.Key, dl.TL, len(res.Timelines))
+			}
+			l.tl = &res.Timelines[dl.TL]
+		}
+		for _, dm := range dl.Marks {
+			l.marks = append(l.marks, landmark{t: dm.T, id: dm.ID, kind: dm.Kind, signal: dm.Signal, node: dm.Node, summary: dm.Summary})
+		}
+		var err error
+		if l.socks, err = unpackSocks(dl.Socks); err != nil {
+			return nil, fmt.Errorf("lane %s: %w", dl.Key, err)
+		}
+		if l.fails, err = unpackFails(dl.Fails); err != nil {
+			return nil, fmt.Errorf("lane %s: %w", dl.Key, err)
+		}
+		if l.inferred, err = unpackFails(dl.Inferred); err != nil {
+			return nil, fmt.Errorf("lane %s: %w", dl.Key, err)
+		}
+		for _, fs := range [][]failMark{l.fails, l.inferred} {
+			for _, f := range fs {
+				if int(f.i) >= len(res.Failures) {
+					return nil, fmt.Errorf("lane %s: failure %d of %d", dl.Key, f.i, len(res.Failures))
+				}
+			}
+		}
+		l.all = append(append(make([]failMark, 0, len(l.fails)+len(l.inferred)), l.fails...), l.inferred...)
+		sort.SliceStable(l.all, func(i, j int) bool { return l.all[i].t < l.all[j].t })
+		m.lanes = append(m.lanes, l)
+	}
+	return m, nil
+}
+
+// digestsOf returns the store's digests when this server may use them:
+// only with the default analysis, whose results the options name.
+func digestsOf(opts Options) store.Digests {
+	d, ok := opts.Store.(store.Digests)
+	if !ok || (opts.Analyze != nil && reflect.ValueOf(opts.Analyze).Pointer() != reflect.ValueOf(analysis.AnalyzeWith).Pointer()) {
+		return nil
+	}
+	return d
+}
+
+// loadDigest reads key's model from its digest, or returns nil when there
+// is none or it no longer matches the store's events.
+func (s *Server) loadDigest(ctx context.Context, key RolloutKey, full bool) (*model, error) {
+	began := time.Now()
+	d, ok, err := s.digests.GetDigest(ctx, s.digestKey(key), full)
+	if err != nil || !ok {
+		return nil, err
+	}
+	read := time.Since(began)
+	// The count waits on the store, the decoding on the CPU: side by side.
+	type decoded struct {
+		m    *model
+		err  error
+		took time.Duration
+	}
+	dc := make(chan decoded, 1)
+	go func() {
+		t0 := time.Now()
+		m, err := decodeDigest(key, d.Timeline, d.Analysis)
+		dc <- decoded{m, err, time.Since(t0)}
+	}()
+	n, err := s.digests.CountEvents(ctx, d.Window)
+	counted := time.Since(began) - read
+	dec := <-dc
+	if err != nil {
+		return nil, err
+	}
+	if n != d.Events {
+		return nil, nil // events were added since: read the rollout again
+	}
+	if dec.err != nil {
+		s.log.Warn("unreadable digest; reading the rollout again", "rollout", key.String(), "err", dec.err)
+		return nil, nil
+	}
+	m := dec.m
+	m.built = s.opts.Now()
+	m.took = time.Since(began)
+	s.log.Debug("digest read", "rollout", key.String(), "bytes", len(d.Timeline)+len(d.Analysis), "read", read, "count", counted, "decode", dec.took, "took", m.took)
+	m.fromDigest = true
+	return m, nil
+}
+
+// keepDigest stores m's digest when nothing changed in its window while it
+// was read: scanned is how many events the analysis read. Counting before
+// and after finding the rollout again makes sure no event landed in the
+// window in between (events are only added, so equal counts mean the
+// same events).
+func (s *Server) keepDigest(ctx context.Context, m *model, scanned int) error {
+	if m.live || m.partial || m.fromDigest {
+		return nil
+	}
+	if ro, ok := s.st.(interface{ ReadOnly() bool }); ok && ro.ReadOnly() {
+		return nil
+	}
+	o := s.opts.Analysis
+	scan, win := scanWindow(m.rollout, o), digestWindow(m.rollout, o)
+	counts := func() (int64, int64, error) {
+		a, err := s.digests.CountEvents(ctx, scan)
+		if err != nil {
+			return 0, 0, err
+		}
+		all, err := s.digests.CountEvents(ctx, win)
+		return a, all, err
+	}
+	a, all, err := counts()
+	if err != nil || a != int64(scanned) {
+		s.log.Debug("digest not kept: events changed while reading", "scanned", scanned, "counted", a)
+		return err
+	}
+	r, err := s.findRollout(ctx, m.key)
+	if err != nil || !sameShape(r, m.found) {
+		s.log.Debug("digest not kept: the rollout changed while reading")
+		return err
+	}
+	view, full, err := encodeDigest(m)
+	if err != nil {
+		return err
+	}
+	a2, all2, err := counts()
+	if err != nil || a2 != a || all2 != all {
+		return err
+	}
+	return s.digests.PutDigest(ctx, store.Digest{Key: s.digestKey(m.key), Window: win, Events: all,
+		Built: m.built.UnixNano(), Timeline: view, Analysis: full})
+}
+
+// sameShape says whether two reads of a rollout found the same one: the
+// same span, trigger and pods. (The list reads every kind of event of a
+// namespace, findRollout only the workload's own, so the times the kernel
+// gives, and the counts, may differ between them.)
+func sameShape(a, b event.Rollout) bool {
+	if a.From != b.From || a.To != b.To || a.Trigger != b.Trigger || a.TriggerAt != b.TriggerAt || len(a.Terminations) != len(b.Terminations) {
+		return false
+	}
+	pods := map[event.PodRef]int{}
+	for _, t := range a.Terminations {
+		pods[t.Pod]++
+	}
+	for _, t := range b.Terminations {
+		pods[t.Pod]--
+	}
+	for _, n := range pods {
+		if n != 0 {
+			return false
+		}
+	}
+	return true
+}

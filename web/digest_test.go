@@ -1,0 +1,161 @@
+package web
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/drainscope/drainscope/event"
+	"github.com/drainscope/drainscope/internal/pgtest"
+	"github.com/drainscope/drainscope/store"
+)
+
+// builtStats are the timeline's fields that say when and how fast the
+// model was read; they differ between two reads of the same rollout.
+var builtStats = regexp.MustCompile(`"(built_ns|build_took_ns)":-?[0-9]+`)
+
+// rolloutAnswers fetches every answer drawn from one rollout's model.
+func rolloutAnswers(t *testing.T, s *Server, ro RolloutSummary) map[string]string {
+	t.Helper()
+	api := ro.Links.API
+	full, _ := timelineOf(t, s, api+"/timeline?width=1400")
+	base, _ := strconv.ParseInt(full.Base, 10, 64)
+	span := full.Extent.To - full.Extent.From
+	mid := base + full.Extent.From + span/2
+	paths := []string{
+		api + "/timeline?width=1400",
+		fmt.Sprintf("%s/timeline?from=%d&to=%d&width=900", api, mid-span/50, mid+span/50),
+		fmt.Sprintf("%s/timeline?from=%d&to=%d&width=900&failures=all", api, mid-span/2000, mid+span/2000),
+		api + "/timeline?width=1400&failures=all",
+		api + "/timeline?width=1400&failures=inferred&lane_offset=1&lane_limit=3",
+		api,
+		api + "/alignment",
+		api + "/failures",
+		api + "/failures/0",
+	}
+	out := map[string]string{}
+	for _, p := range paths {
+		r := do(t, s, "GET", p)
+		if r.code != 200 {
+			t.Fatalf("GET %s: %d %s", p, r.code, truncate(r.body, 300))
+		}
+		out[p] = builtStats.ReplaceAllString(r.body, `"$1":0`)
+	}
+	if !regexp.MustCompile(`"failure_marks":\[\{`).MatchString(strings.Join(slices.Collect(maps.Values(out)), "")) {
+		t.Fatal("no view shows a failure one by one")
+	}
+	return out
+}
+
+func modelOf(s *Server, id string) *model {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k, c := range s.models {
+		if k.ID() == id {
+			return c.m
+		}
+	}
+	return nil
+}
+
+// TestDigestAnswersLikeReading: a server that finds a rollout's digest in
+// the store answers exactly as the one that read and analysed its events,
+// the timeline from the digest's timeline part alone, everything else from
+// the whole analysis; and a digest is not used once an event has been
+// added to its window.
+func TestDigestAnswersLikeReading(t *testing.T) {
+	start := time.Date(2026, 3, 14, 12, 0, 0, 0, time.UTC)
+	evs := denseRollout(6000, 4, start, 3)
+	st := storeWith(t, evs)
+	now := func(o *Options) { o.Now = func() time.Time { return start.Add(48 * time.Hour) } }
+	first := newTestServer(t, st, now)
+	ro := biggest(t, first)
+	want := rolloutAnswers(t, first, ro)
+	if m := modelOf(first, ro.ID); m == nil || m.fromDigest {
+		t.Fatalf("the first server's model came from a digest: %+v", m)
+	}
+	waitDigest(t, first, ro)
+
+	// The timeline alone: the digest's timeline part.
+	s := newTestServer(t, st, now)
+	tl := do(t, s, "GET", ro.Links.API+"/timeline?width=1400")
+	if m := modelOf(s, ro.ID); m == nil || !m.fromDigest || !m.partial {
+		t.Fatalf("the timeline was not answered from the digest's timeline part: %+v", m)
+	}
+	if got := builtStats.ReplaceAllString(tl.body, `"$1":0`); got != want[ro.Links.API+"/timeline?width=1400"] {
+		t.Errorf("timeline from the digest differs:\n got %s\nwant %s", truncate(got, 600), truncate(want[ro.Links.API+"/timeline?width=1400"], 600))
+	}
+	// Then every answer, the others from the whole analysis.
+	got := rolloutAnswers(t, s, ro)
+	if m := modelOf(s, ro.ID); m == nil || !m.fromDigest || m.partial {
+		t.Fatalf("the other answers were not read from the whole digest: %+v", m)
+	}
+	for p, w := range want {
+		if got[p] != w {
+			t.Errorf("GET %s from the digest differs:\n got %s\nwant %s", p, truncate(got[p], 600), truncate(w, 600))
+		}
+	}
+
+	// A client failure imported later, inside the window, is seen.
+	var late event.Event
+	for _, e := range evs {
+		if e.Kind == event.ClientFailure {
+			late = e.Clone()
+			break
+		}
+	}
+	late.Time += int64(time.Millisecond)
+	late.Reason = event.FailReset
+	late.ID = 0
+	late.Seal()
+	if err := st.Append(context.Background(), []event.Event{late}); err != nil {
+		t.Fatal(err)
+	}
+	again := newTestServer(t, st, now)
+	do(t, again, "GET", ro.Links.API+"/timeline?width=1400")
+	if m := modelOf(again, ro.ID); m == nil || m.fromDigest {
+		t.Fatalf("a digest was used after an event was added to its window")
+	}
+}
+
+// TestDigestPrunedWithItsWindow: pruning into a digest's window deletes the
+// digest, on both stores.
+func TestDigestPrunedWithItsWindow(t *testing.T) {
+	for _, name := range []string{"sqlite", "postgres"} {
+		t.Run(name, func(t *testing.T) {
+			var st store.Store
+			if name == "sqlite" {
+				st = storeWith(t, nil)
+			} else {
+				var err error
+				if st, err = store.Open(context.Background(), pgtest.Schema(t)); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { st.Close() })
+			}
+			ctx := context.Background()
+			d := st.(store.Digests)
+			for i, from := range []int64{1000, 5000} {
+				if err := d.PutDigest(ctx, store.Digest{Key: strconv.Itoa(i), Window: event.Window{From: from, To: from + 100}, Timeline: []byte("t"), Analysis: []byte("a")}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := st.Prune(ctx, 2000); err != nil {
+				t.Fatal(err)
+			}
+			if _, ok, err := d.GetDigest(ctx, "0", false); err != nil || ok {
+				t.Errorf("digest of a pruned window: kept %v, err %v", ok, err)
+			}
+			g, ok, err := d.GetDigest(ctx, "1", true)
+			if err != nil || !ok || string(g.Timeline) != "t" || string(g.Analysis) != "a" {
+				t.Errorf("digest after the cut: %+v %v %v", g, ok, err)
+			}
+		})
+	}
+}
