@@ -429,13 +429,13 @@ func NoReadyEndpoints(f *Facts, dst []Piece) []Piece {
 		if s == nil {
 			return dst
 		}
-		ok, why := s.noReadyAt(f.Start) // when the request was routed
+		ok, why := s.noReadyAt(f.Start, int64(f.opts.Lookahead)) // when the request was routed
 		var first *event.Event
 		if !ok && f.opts.ProxyLag > 0 {
 			// The first ready endpoint came within the proxy lag: the
 			// proxies may not have had it yet, and still rejected.
 			lagged := f.Start - int64(f.opts.ProxyLag)
-			if ok, why = s.noReadyAt(lagged); ok {
+			if ok, why = s.noReadyAt(lagged, 0); ok {
 				if first = s.firstReadyIn(lagged, f.Start); first == nil {
 					ok = false
 				}

@@ -226,7 +226,7 @@ func (s *svcState) trim(before int64) {
 // saw no ready endpoint, and returns the events that emptied each view. A
 // Service the watcher saw created, and never with an endpoint since, had
 // none.
-func (s *svcState) noReadyAt(t int64) (bool, []*event.Event) {
+func (s *svcState) noReadyAt(t, grace int64) (bool, []*event.Event) {
 	var why []*event.Event
 	for _, nc := range s.nodes {
 		// hist is in time order: the count in force at t is the last
@@ -241,8 +241,10 @@ func (s *svcState) noReadyAt(t int64) (bool, []*event.Event) {
 		}
 		why = append(why, &cur.ev)
 	}
-	if len(why) == 0 && s.created != nil && s.created.Time <= t {
-		// No node had a view yet, but the Service was seen created.
+	if len(why) == 0 && s.created != nil && s.created.Time <= t+grace {
+		// No node had a view yet, but the Service was seen created (up to
+		// grace later: the watch stamps a new Service when its event
+		// arrives, after the first requests to it may have).
 		return true, []*event.Event{s.created}
 	}
 	return len(why) > 0, why
@@ -331,13 +333,20 @@ func (a *Aligner) service(e *event.Event) {
 }
 
 // serviceAt is the Service that held ip at t, if the watcher recorded one.
+// A client that reached the address when no Service held it, by the
+// records, reached the Service that claimed it within the lookahead: the
+// watch stamps a Service when its event arrives, which can be after the
+// first requests to a Service just created.
 func (a *Aligner) serviceAt(ip netip.Addr, t int64) string {
 	cs := a.svcAddrs[ip.Unmap()]
 	i := sort.Search(len(cs), func(i int) bool { return cs[i].t > t })
-	if i == 0 {
-		return ""
+	if i > 0 && cs[i-1].key != "" {
+		return cs[i-1].key
 	}
-	return cs[i-1].key
+	if i < len(cs) && cs[i].t-t <= int64(a.opts.Lookahead) {
+		return cs[i].key
+	}
+	return ""
 }
 
 // servicesFor returns the Service keys a failure refers to, at the time its

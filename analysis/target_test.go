@@ -286,3 +286,30 @@ func TestReusedClientPortOtherService(t *testing.T) {
 	}
 	t.Fatal("the failure was not reported")
 }
+
+// TestTargetServiceRecordedLate: the watch stamps a new Service when its
+// event arrives, which may be after the first requests to it were refused
+// for want of an endpoint; they are that Service's, with none ready.
+func TestTargetServiceRecordedLate(t *testing.T) {
+	r := newRec()
+	r.refusedTo(0, client(1), "10.96.0.10:80", netip.AddrPort{})
+	r.svc(40*ms, "default", "web", event.ChangeCreated, "10.96.0.10")
+	p := r.pod("web-1", "10.244.0.11")
+	r.created(p, 100*ms)
+	r.ready(p, 2*s)
+	// Long after the lookahead: an address no Service was recorded
+	// holding stays unresolved.
+	r.refusedTo(10*s, client(2), "10.96.0.99:80", netip.AddrPort{})
+	r.svc(15*s, "default", "api", event.ChangeCreated, "10.96.0.99")
+	res, err := AnalyzeEvents(r.events, store.Query{}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := causesOf(res)
+	if got[client(1).String()] != CauseNoReadyEndpoints {
+		t.Errorf("refusal 40 ms before web was recorded: %s, want %s", got[client(1).String()], CauseNoReadyEndpoints)
+	}
+	if got[client(2).String()] == CauseNoReadyEndpoints {
+		t.Errorf("refusal 5 s before api was recorded: %s; a Service recorded that much later is not the one it reached", got[client(2).String()])
+	}
+}
