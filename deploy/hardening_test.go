@@ -455,3 +455,36 @@ func TestChartServerEvents(t *testing.T) {
 		}
 	}
 }
+
+// TestChartAgentDataplane: agent.dataplane, and only it, runs the agent in
+// the host's network namespace with CAP_NET_ADMIN, which reading
+// kube-proxy's nftables rules needs; without the kernel capture it is off.
+func TestChartAgentDataplane(t *testing.T) {
+	helm := tool(t, "helm")
+	for _, tc := range []struct {
+		set []string
+		on  bool
+	}{
+		{nil, false},
+		{[]string{"agent.dataplane=true"}, true},
+		{[]string{"agent.dataplane=true", "agent.kernel=false"}, false},
+	} {
+		m := parseManifest(t, render(t, helm, variant{set: tc.set}))
+		agent := m.pods["DaemonSet/drainscope-agent"]
+		c := agent.Spec.Containers[0]
+		netAdmin := false
+		if sc := c.SecurityContext; sc != nil && sc.Capabilities != nil {
+			netAdmin = slices.Contains(sc.Capabilities.Add, "NET_ADMIN")
+		}
+		want := "--dataplane=off"
+		if tc.on {
+			want = "--dataplane=nftables"
+		}
+		if agent.Spec.HostNetwork != tc.on || netAdmin != tc.on || !slices.Contains(c.Args, want) {
+			t.Errorf("%v: hostNetwork %v, NET_ADMIN %v, args %v; want the dataplane %v", tc.set, agent.Spec.HostNetwork, netAdmin, c.Args, tc.on)
+		}
+		if tc.on && agent.Spec.DNSPolicy != "ClusterFirstWithHostNet" {
+			t.Errorf("%v: dnsPolicy %q on the host network; the agent would not resolve cluster names", tc.set, agent.Spec.DNSPolicy)
+		}
+	}
+}
