@@ -102,6 +102,22 @@ func TestCauses(t *testing.T) {
 			want: []want{{cause: CauseKeepAliveAtExit, pod: "default/web-1", via: "kernel"}},
 		},
 		{
+			name: "a reset with no pod (the pod's network gone) after the exit's close: the failure is on the pod that closed",
+			build: func(r *rec) {
+				p := r.pod("web-1", "10.244.0.11")
+				q := r.pod("web-2", "10.244.0.12")
+				r.ready(p, -60*s)
+				r.ready(q, -60*s)
+				exit := r.gracefulPreStop(p, 0, []netip.AddrPort{client(1)})
+				e := r.kernel(p, exit+200*ms, event.RSTSent)
+				e.Pod, e.PID, e.Comm = event.PodRef{}, 0, ""
+				e.Local, e.Remote, e.Reason = p.addr(), client(1), "NOT_SPECIFIED"
+				r.add(e)
+				r.failure(exit+300*ms, client(1), event.FailEOF)
+			},
+			want: []want{{cause: CauseKeepAliveAtExit, pod: "default/web-1", via: "kernel"}},
+		},
+		{
 			name: "keep-alive cut at exit noticed 4 s later by an idle client: the kernel close decides",
 			build: func(r *rec) {
 				p := r.pod("web-1", "10.244.0.11")

@@ -129,21 +129,29 @@ func (a *Aligner) decide(pf *pending) {
 		slices.Reverse(kpods)
 		if p == nil && len(ks) > 0 {
 			// The pod is the one of the connection that failed: the
-			// kernel's last record at or before the failure (the pod's
-			// side acts before the client notices). A record after it is
-			// the connection only when there is none before: a client
-			// that reconnects at once after a reset often gets the same
-			// local port, to another pod of the Service.
+			// kernel's last record with a pod at or before the failure
+			// (the pod's side acts before the client notices; a record
+			// with none, such as a reset sent once the pod's network was
+			// gone, names nobody). A record after it is the connection
+			// only when there is none before: a client that reconnects at
+			// once after a reset often gets the same local port, to
+			// another pod of the Service.
 			best := -1
 			for i, k := range ks {
-				if k.Time <= t {
+				if kpods[i] != nil && k.Time <= t {
 					best = i // ks is oldest first
 				}
 			}
-			if best < 0 {
-				best = 0
+			for i := range ks {
+				if best >= 0 {
+					break
+				}
+				if kpods[i] != nil {
+					best = i
+				}
 			}
-			if p = kpods[best]; p != nil {
+			if best >= 0 {
+				p = kpods[best]
 				via = "kernel"
 				out := ks[:0]
 				for i, k := range ks {
