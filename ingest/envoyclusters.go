@@ -22,8 +22,8 @@ import (
 // snapshots are diffed per cluster: a host that appears or turns healthy is
 // a dataplane_endpoint_added at the snapshot's time, one that goes or turns
 // unhealthy a dataplane_endpoint_removed, so the times are as fine as the
-// polling interval. The first snapshot is the baseline (its healthy hosts
-// are emitted as added only with Options.BaselineAdded). A snapshot with no
+// polling interval. The first snapshot's healthy hosts are emitted as
+// added at its time (not with Options.BaselineOnly). A snapshot with no
 // host lines (the poll failed: curl -s prints nothing) is skipped, not read
 // as every host gone; so is a last snapshot the input does not end with a
 // newline after (a file copied while the loop was writing it).
@@ -54,7 +54,7 @@ func ParseEnvoyClusters(r io.Reader, opts Options, emit Emit) error {
 		}
 		if first {
 			first = false
-			if !opts.BaselineAdded {
+			if opts.BaselineOnly {
 				prev = cur
 				return nil
 			}

@@ -65,7 +65,7 @@ func TestEnvoyClustersFixture(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, bad := parseChanges(t, string(data), Options{ProxyName: "ingress-1"})
+	got, bad := parseChanges(t, string(data), Options{ProxyName: "ingress-1", BaselineOnly: true})
 	if len(bad) != 0 {
 		t.Fatalf("rejected: %v", bad)
 	}
@@ -84,8 +84,8 @@ func TestEnvoyClustersFixture(t *testing.T) {
 			t.Errorf("change %d: %+v, want %+v", i, got[i], want[i])
 		}
 	}
-	// The first snapshot's hosts as added, when asked.
-	got, _ = parseChanges(t, string(data), Options{BaselineAdded: true})
+	// By default the first snapshot's hosts are added at its time.
+	got, _ = parseChanges(t, string(data), Options{})
 	if len(got) != 6 || got[0].kind != event.DataplaneEndpointAdded || got[0].line != 78 || got[0].node != "envoy" {
 		t.Errorf("with the baseline: %+v, want 3 added at line 78, which closed the first snapshot (proxy envoy), then the 3 changes", got)
 	}
@@ -107,7 +107,7 @@ func TestEnvoyClustersDiff(t *testing.T) {
 		"a::[fd00::1]:80::health_flags::healthy\n" +
 		"# 1772355603\n" + // cluster a gone as a whole: its hosts leave
 		"b::10.0.0.1:80::health_flags::healthy\n"
-	got, bad := parseChanges(t, in, Options{})
+	got, bad := parseChanges(t, in, Options{BaselineOnly: true})
 	if len(bad) != 0 {
 		t.Fatalf("rejected: %v", bad)
 	}
@@ -123,7 +123,7 @@ func TestEnvoyClustersDiff(t *testing.T) {
 	// An input that stops mid-snapshot (no final newline) keeps what came
 	// before and reads nothing into the cut snapshot.
 	cut := strings.TrimSuffix(in, "\n")
-	if got, _ := parseChanges(t, cut, Options{}); len(got) != 2 {
+	if got, _ := parseChanges(t, cut, Options{BaselineOnly: true}); len(got) != 2 {
 		t.Errorf("cut input: %d changes, want the 2 before the last snapshot", len(got))
 	}
 }
@@ -154,7 +154,7 @@ func TestEnvoyClustersBadLines(t *testing.T) {
 		"::10.0.0.4:80::health_flags::healthy\n" +
 		"# 2026-03-01T09:00:01Z\n" +
 		"a::10.0.0.9:80::health_flags::/failed_active_hc\n"
-	im := &Importer{Store: newMemStore(), Parser: parserFor(t, "envoy-clusters", Options{})}
+	im := &Importer{Store: newMemStore(), Parser: parserFor(t, "envoy-clusters", Options{BaselineOnly: true})}
 	sum, err := im.Import(context.Background(), "clusters.log", strings.NewReader(in))
 	if err != nil {
 		t.Fatal(err)

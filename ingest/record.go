@@ -130,9 +130,13 @@ type Options struct {
 	// ProxyName is the Node of the envoy-clusters format's events (the
 	// envoy instance); empty means "envoy".
 	ProxyName string
-	// BaselineAdded makes envoy-clusters emit the first snapshot's healthy
-	// hosts as added; by default the first snapshot is only the baseline.
-	BaselineAdded bool
+	// BaselineOnly makes envoy-clusters' first snapshot only the baseline
+	// the next are diffed against; by default its healthy hosts are also
+	// emitted as added at its time, as the agent records kube-proxy's rules
+	// when it starts: the analysis reads events in time order, so a proxy's
+	// view of an endpoint begins with its first event, and a removal alone
+	// cannot speak for the time before it.
+	BaselineOnly bool
 }
 
 func (o *Options) failStatus(code int) bool {

@@ -37,7 +37,7 @@ func runImport(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	dsn := fs.String("store", os.Getenv("DRAINSCOPE_STORE"), "store DSN: postgres://… or a SQLite file path (default: "+store.DefaultPath()+"; env DRAINSCOPE_STORE)")
 	dryRun := fs.Bool("dry-run", false, "read and count, store nothing")
 	proxyName := fs.String("proxy-name", "", "envoy-clusters: the envoy instance the snapshots are of, recorded as the node of its endpoint changes (default: the file's base name without extension; envoy for standard input)")
-	baselineAdded := fs.Bool("baseline-added", false, "envoy-clusters: record the first snapshot's healthy hosts as added (default: the first snapshot is only the baseline)")
+	baselineAdded := fs.Bool("baseline-added", true, "envoy-clusters: record the first snapshot's healthy hosts as added at its time, so the proxy's view of them starts there (false: the first snapshot is only the baseline)")
 	window := registerWindow(fs)
 	fs.Usage = func() {
 		w := fs.Output()
@@ -76,7 +76,7 @@ func runImport(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	if err != nil {
 		return fmt.Errorf("%w: --fail-status: %v", errUsage, err)
 	}
-	opts := ingest.Options{LogFormat: *nginxFormat, FailStatus: codes, ProxyName: *proxyName, BaselineAdded: *baselineAdded}
+	opts := ingest.Options{LogFormat: *nginxFormat, FailStatus: codes, ProxyName: *proxyName, BaselineOnly: !*baselineAdded}
 	parse, err := f.Parser(opts)
 	if err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)

@@ -107,7 +107,7 @@ func TestImportEnvoyClusters(t *testing.T) {
 	snaps := "# 2026-03-01T09:00:00Z\nweb::10.244.0.6:8080::health_flags::healthy\n" +
 		"# 2026-03-01T09:00:01Z\nweb::10.244.0.7:8080::health_flags::healthy\n"
 	os.WriteFile(in, []byte(snaps), 0o644)
-	code, stdout, stderr := runCLI(t, "import", "--max-past", "0", "--format", "envoy-clusters", "--store", db, in)
+	code, stdout, stderr := runCLI(t, "import", "--max-past", "0", "--format", "envoy-clusters", "--baseline-added=false", "--store", db, in)
 	if code != 0 || !strings.Contains(stdout, "gw-east.log: 2 proxy endpoint changes (2 stored)") {
 		t.Fatalf("exit %d\nstdout %s\nstderr %s", code, stdout, stderr)
 	}
