@@ -27,6 +27,7 @@ type lagTable struct {
 }
 
 type lagAcc struct {
+	proxy   string // Attrs[proxy] of the node's latest removal
 	samples []lagSample
 	sorted  []int64 // lags, sorted; rebuilt when stale
 	stale   bool
@@ -36,7 +37,7 @@ type lagSample struct {
 	t, lag int64 // removal time, lag
 }
 
-func (l *lagTable) add(node string, t, lag int64) {
+func (l *lagTable) add(node, proxy string, t, lag int64) {
 	if l.nodes == nil {
 		l.nodes = map[string]*lagAcc{}
 	}
@@ -47,6 +48,9 @@ func (l *lagTable) add(node string, t, lag int64) {
 	}
 	if len(a.samples) >= maxLagSamples {
 		a.samples = append(a.samples[:0], a.samples[maxLagSamples/2:]...)
+	}
+	if proxy != "" {
+		a.proxy = proxy
 	}
 	a.samples = append(a.samples, lagSample{t, lag})
 	a.stale = true
@@ -110,7 +114,11 @@ func (l *lagTable) lags(w event.Window) []NodeLag {
 			continue
 		}
 		sort.Slice(v, func(i, j int) bool { return v[i] < v[j] })
-		out = append(out, NodeLag{Node: node, Proxy: event.ProxyNFTables, Samples: len(v),
+		proxy := a.proxy
+		if proxy == "" {
+			proxy = event.ProxyNFTables
+		}
+		out = append(out, NodeLag{Node: node, Proxy: proxy, Samples: len(v),
 			P50: quantileOf(v, 0.5), P99: quantileOf(v, 0.99), Max: v[len(v)-1]})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })
@@ -150,7 +158,7 @@ func (a *Aligner) dataplane(e *event.Event) {
 	}
 	if !ready {
 		if w := p.watchLeave(svc, e.Time); w != nil && e.Time-w.Time < int64(a.opts.Retain) {
-			a.lags.add(e.Node, e.Time, e.Time-w.Time)
+			a.lags.add(e.Node, e.Attrs[event.AttrProxy], e.Time, e.Time-w.Time)
 		}
 	}
 }

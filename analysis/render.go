@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -111,7 +112,18 @@ func LagLine(lags []NodeLag) string {
 	if len(lags) == 0 {
 		return ""
 	}
-	return "endpoint change → proxy rules (measured, kube-proxy nftables): " + lagPhrase(lags)
+	var proxies []string
+	for _, l := range lags {
+		name := l.Proxy
+		if name == event.ProxyNFTables || name == "" {
+			name = "kube-proxy nftables"
+		}
+		if !slices.Contains(proxies, name) {
+			proxies = append(proxies, name)
+		}
+	}
+	sort.Strings(proxies)
+	return "endpoint change → proxy rules (measured, " + strings.Join(proxies, ", ") + "): " + lagPhrase(lags)
 }
 
 func procName(comm string, pid int32) string {

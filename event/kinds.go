@@ -141,10 +141,14 @@ const (
 	AttrServicePort = "service_port" // the Service port's name ("" for an unnamed port)
 	AttrProtocol    = "protocol"     // tcp, udp, sctp
 	AttrChain       = "chain"        // the proxy's chain that held the endpoint
+	AttrCluster     = "cluster"      // envoy: the cluster that held the endpoint
 )
 
 // Proxy kinds (Attrs[proxy] of the dataplane kinds).
-const ProxyNFTables = "nftables"
+const (
+	ProxyNFTables = "nftables"
+	ProxyEnvoy    = "envoy" // imported from snapshots of envoy's admin /clusters
+)
 
 // Common attribute keys.
 const (

@@ -28,6 +28,10 @@
 //	envoy        envoy's default text format, and Istio's text format (the
 //	             default plus response code details and addresses)
 //	envoy-json   envoy json_format lines with Istio's key names
+//	envoy-clusters
+//	             timestamped snapshots of envoy's admin /clusters, diffed into
+//	             dataplane_endpoint_added/removed events of that proxy (not
+//	             failures; see ParseEnvoyClusters)
 //	jsonl        generic JSON lines, keys as the columns below
 //	csv          generic CSV with a header row naming the columns below
 //

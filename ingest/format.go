@@ -19,6 +19,7 @@ var formats = []Format{
 	{"nginx", "nginx access log: combined + $upstream_addr $upstream_status $request_time, or --nginx-format", ParseNginx},
 	{"envoy", "envoy access log, default text format (or Istio's)", ParseEnvoy},
 	{"envoy-json", "envoy access log, json_format with Istio's keys", ParseEnvoyJSON},
+	{"envoy-clusters", "timestamped snapshots of envoy's admin /clusters: endpoint membership changes", ParseEnvoyClusters},
 	{"jsonl", "generic JSON lines: time, target, error, status …", ParseJSONLines},
 	{"csv", "generic CSV with a header: time, target, error, status …", ParseCSV},
 }

@@ -47,6 +47,10 @@ func checkParse(t *testing.T, parse Parser, data []byte) {
 		if !r.Failed {
 			return nil
 		}
+		if r.Kind != "" {
+			checkDataplaneRecord(t, conv, r)
+			return nil
+		}
 		if !validReason(r.Reason) {
 			t.Fatalf("failure with reason %q", r.Reason)
 		}
@@ -71,6 +75,18 @@ func checkParse(t *testing.T, parse Parser, data []byte) {
 	})
 	if err != nil {
 		t.Fatalf("parse returned %v for an in-memory input", err)
+	}
+}
+
+// checkDataplaneRecord checks a proxy endpoint change: a valid event of a
+// dataplane kind, naming an endpoint and its proxy.
+func checkDataplaneRecord(t *testing.T, conv *converter, r *Record) {
+	e, lerr := conv.event(r)
+	if lerr != nil {
+		t.Fatalf("change makes an invalid event: %v", lerr)
+	}
+	if !e.Kind.IsDataplane() || e.Source != event.SourceDataplane || e.Node == "" || !e.Local.IsValid() || e.Service == "" {
+		t.Fatalf("event %+v", e)
 	}
 }
 
@@ -167,6 +183,13 @@ func FuzzEnvoyJSON(f *testing.F) {
 		`{"start_time":"2026-03-01T09:00:01.000Z","method":"GET","path":"/a","response_code":503,"response_flags":"UF,URX","duration":25,"upstream_host":"10.244.0.6:8080","authority":"web","downstream_remote_address":"10.0.0.9:5555"}`+"\n",
 		`{"timestamp":"2026-03-01T09:00:03.000Z","status":"0","flags":"UC","duration":"1.5"}`+"\n",
 		`{"start_time":"2026-03-01T09:00:00Z","response_code":503,"upstream_host":"\u0000","duration":1e300}`+"\n")
+}
+
+func FuzzEnvoyClusters(f *testing.F) {
+	readSample(f, "envoy_clusters.log")
+	fuzzParser(f, "envoy-clusters",
+		"# 2026-03-01T09:00:00Z\na::10.0.0.1:80::health_flags::healthy\n# 1772355601.5\na::[fd00::1]:80::health_flags::/failed_active_hc\n",
+		"# 1772355600\na::[::]:0::health_flags::healthy\n# 9999999999999\n#\n# -1\na::[fd00::1::x\n[::1]:80::health_flags::healthy\n# 1772355601\n")
 }
 
 func FuzzJSONLines(f *testing.F) {

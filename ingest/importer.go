@@ -40,6 +40,9 @@ type Importer struct {
 	Resolver *Resolver
 	// Progress, when set, is updated as inputs are read (for a progress bar).
 	Progress *Progress
+	// ParserFor, when set, gives the parser of the input called name in
+	// place of Parser (envoy-clusters names each file's proxy after it).
+	ParserFor func(name string) Parser
 }
 
 // RejectedError is returned for an input with bad lines in strict mode.
@@ -89,7 +92,11 @@ func (im *Importer) Import(ctx context.Context, name string, r io.Reader) (*Summ
 		batch = batch[:0]
 		return nil
 	}
-	err = im.Parser(in, func(rec *Record) error {
+	parse := im.Parser
+	if im.ParserFor != nil {
+		parse = im.ParserFor(name)
+	}
+	err = parse(in, func(rec *Record) error {
 		sum.Lines++
 		p.lines.Add(1)
 		if rec.Err != nil {
@@ -105,7 +112,7 @@ func (im *Importer) Import(ctx context.Context, name string, r io.Reader) (*Summ
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if conv.res == nil && im.Store != nil {
+		if conv.res == nil && im.Store != nil && rec.Kind == "" {
 			res, err := LoadResolver(ctx, im.Store, event.Window{})
 			if err != nil {
 				return err
@@ -119,7 +126,11 @@ func (im *Importer) Import(ctx context.Context, name string, r io.Reader) (*Summ
 			p.rejected.Add(1)
 			return nil
 		}
-		sum.Failures++
+		if rec.Kind != "" {
+			sum.Changes++
+		} else {
+			sum.Failures++
+		}
 		p.failures.Add(1)
 		if !e.Pod.IsZero() {
 			sum.Resolved++
@@ -167,7 +178,9 @@ func newConverter(res *Resolver) *converter {
 
 func (c *converter) event(rec *Record) (event.Event, *LineError) {
 	e := rec.Event()
-	if c.res != nil {
+	// A proxy's endpoint change names the endpoint only: the analysis finds
+	// the pod that held the address then.
+	if c.res != nil && rec.Kind == "" {
 		ip, ok := backendAddr(rec.Backend)
 		if !ok {
 			ip = rec.Remote.Addr()
@@ -229,6 +242,7 @@ type Summary struct {
 	Stored    int  // failures handed to the store (duplicates of stored ones are kept once)
 	Resolved  int  // failures attributed to a pod
 	Rejected  int  // lines that could not be read
+	Changes   int  // proxy endpoint changes found (envoy-clusters), stored like failures
 	DryRun    bool // no store: failures were counted, not stored
 	ByField   map[string]int
 	Examples  []*LineError // the first MaxExamples rejections
@@ -257,6 +271,7 @@ func (s *Summary) Add(o *Summary) {
 	s.Stored += o.Stored
 	s.Resolved += o.Resolved
 	s.Rejected += o.Rejected
+	s.Changes += o.Changes
 	s.DryRun = s.DryRun || o.DryRun
 	for k, v := range o.ByField {
 		s.ByField[k] += v
@@ -274,6 +289,9 @@ func (s *Summary) Counts() string {
 	stored := fmt.Sprintf("%d stored", s.Stored)
 	if s.DryRun {
 		stored = "dry run: none stored"
+	}
+	if s.Changes > 0 {
+		return fmt.Sprintf("%d proxy endpoint changes (%s), %d rejected", s.Changes, stored, s.Rejected)
 	}
 	return fmt.Sprintf("%d lines read: %d succeeded, %d failed (%s, %d attributed to a pod), %d rejected",
 		s.Lines, s.Successes, s.Failures, stored, s.Resolved, s.Rejected)

@@ -3,6 +3,7 @@ package ingest
 import (
 	"fmt"
 	"io"
+	"maps"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -29,6 +30,14 @@ type Record struct {
 	Backend  string         // upstream address that answered or failed, as logged
 	Service  string
 	Attrs    map[string]string // format-specific extras, only on failures
+
+	// Kind, when set, makes the record a proxy's endpoint change
+	// (event.DataplaneEndpointAdded/Removed) rather than a client failure:
+	// Node is the proxy, Remote the endpoint, Service and Namespace the
+	// Service it serves. Failed is set too, so it is stored like one.
+	Kind      event.Kind
+	Node      string
+	Namespace string
 }
 
 // reset clears r for the next line, keeping its Attrs map for reuse.
@@ -118,6 +127,16 @@ type Options struct {
 	// FailStatus is the set of HTTP statuses counted as failures; the zero
 	// set means 500–599.
 	FailStatus CodeSet
+	// ProxyName is the Node of the envoy-clusters format's events (the
+	// envoy instance); empty means "envoy".
+	ProxyName string
+	// BaselineOnly makes envoy-clusters' first snapshot only the baseline
+	// the next are diffed against; by default its healthy hosts are also
+	// emitted as added at its time, as the agent records kube-proxy's rules
+	// when it starts: the analysis reads events in time order, so a proxy's
+	// view of an endpoint begins with its first event, and a removal alone
+	// cannot speak for the time before it.
+	BaselineOnly bool
 }
 
 func (o *Options) failStatus(code int) bool {
@@ -232,6 +251,10 @@ func validReason(s string) bool {
 // Event turns a failed record into an unsealed client_failure event. Pod
 // resolution and sealing are the caller's.
 func (r *Record) Event() event.Event {
+	if r.Kind != "" {
+		return event.Event{Time: r.Time, Kind: r.Kind, Node: r.Node, Source: event.SourceDataplane,
+			Pod: event.PodRef{Namespace: r.Namespace}, Service: r.Service, Local: r.Remote, Attrs: maps.Clone(r.Attrs)}
+	}
 	e := event.Event{
 		Time:     r.Time,
 		Kind:     event.ClientFailure,

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -35,6 +36,8 @@ func runImport(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	failStatus := fs.String("fail-status", "500-599", "HTTP statuses that count as failures, e.g. 500-599,429")
 	dsn := fs.String("store", os.Getenv("DRAINSCOPE_STORE"), "store DSN: postgres://… or a SQLite file path (default: "+store.DefaultPath()+"; env DRAINSCOPE_STORE)")
 	dryRun := fs.Bool("dry-run", false, "read and count, store nothing")
+	proxyName := fs.String("proxy-name", "", "envoy-clusters: the envoy instance the snapshots are of, recorded as the node of its endpoint changes (default: the file's base name without extension; envoy for standard input)")
+	baselineAdded := fs.Bool("baseline-added", true, "envoy-clusters: record the first snapshot's healthy hosts as added at its time, so the proxy's view of them starts there (false: the first snapshot is only the baseline)")
 	window := registerWindow(fs)
 	fs.Usage = func() {
 		w := fs.Output()
@@ -73,11 +76,23 @@ func runImport(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	if err != nil {
 		return fmt.Errorf("%w: --fail-status: %v", errUsage, err)
 	}
-	parse, err := f.Parser(ingest.Options{LogFormat: *nginxFormat, FailStatus: codes})
+	opts := ingest.Options{LogFormat: *nginxFormat, FailStatus: codes, ProxyName: *proxyName, BaselineOnly: !*baselineAdded}
+	parse, err := f.Parser(opts)
 	if err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
 	parse = ingest.Bounded(parse, window.window())
+	var parserFor func(string) ingest.Parser
+	if f.Name == "envoy-clusters" && *proxyName == "" {
+		parserFor = func(name string) ingest.Parser {
+			o := opts
+			if name != "(stdin)" {
+				o.ProxyName = strings.TrimSuffix(filepath.Base(name), filepath.Ext(name))
+			}
+			p, _ := f.Parser(o) // checked above with the same options but the name
+			return ingest.Bounded(p, window.window())
+		}
+	}
 	stdin := 0
 	for _, name := range files {
 		if name == "-" {
@@ -88,7 +103,7 @@ func runImport(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		return fmt.Errorf("%w: - (standard input) can be named once", errUsage)
 	}
 
-	im := &ingest.Importer{Parser: parse, Strict: *strict, Progress: &ingest.Progress{}}
+	im := &ingest.Importer{Parser: parse, ParserFor: parserFor, Strict: *strict, Progress: &ingest.Progress{}}
 	if !*dryRun {
 		s, err := store.Open(ctx, *dsn)
 		if err != nil {

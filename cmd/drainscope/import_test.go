@@ -97,3 +97,35 @@ func TestImportFromStdin(t *testing.T) {
 		t.Errorf("progress drawn on a non-terminal: %q", errOut.String())
 	}
 }
+
+// envoy-clusters names each file's proxy after the file unless
+// --proxy-name says otherwise.
+func TestImportEnvoyClusters(t *testing.T) {
+	dir := t.TempDir()
+	db := filepath.Join(dir, "events.db")
+	in := filepath.Join(dir, "gw-east.log")
+	snaps := "# 2026-03-01T09:00:00Z\nweb::10.244.0.6:8080::health_flags::healthy\n" +
+		"# 2026-03-01T09:00:01Z\nweb::10.244.0.7:8080::health_flags::healthy\n"
+	os.WriteFile(in, []byte(snaps), 0o644)
+	code, stdout, stderr := runCLI(t, "import", "--max-past", "0", "--format", "envoy-clusters", "--baseline-added=false", "--store", db, in)
+	if code != 0 || !strings.Contains(stdout, "gw-east.log: 2 proxy endpoint changes (2 stored)") {
+		t.Fatalf("exit %d\nstdout %s\nstderr %s", code, stdout, stderr)
+	}
+	code, stdout, stderr = runCLI(t, "import", "--max-past", "0", "--format", "envoy-clusters", "--proxy-name", "node-a", "--store", db, in)
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout %s\nstderr %s", code, stdout, stderr)
+	}
+	s, err := store.Open(context.Background(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs, err := store.Events(context.Background(), s, store.Query{Kinds: []event.Kind{event.DataplaneEndpointRemoved}})
+	s.Close()
+	if err != nil || len(evs) != 2 {
+		t.Fatalf("%d removals in the store (want one per proxy name): %v", len(evs), err)
+	}
+	nodes := evs[0].Node + "," + evs[1].Node
+	if nodes != "gw-east,node-a" && nodes != "node-a,gw-east" {
+		t.Errorf("removals on %s, want gw-east and node-a", nodes)
+	}
+}
