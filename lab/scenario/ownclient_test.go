@@ -238,7 +238,35 @@ func checkOwnClient(ctx context.Context, t *testing.T, st store.Store, oc *ownCl
 		}
 	}
 
+	// The pod-side kernel records of each client address: what the
+	// analysis can tie a failure to a pod by when the client logged none.
+	type podRecord struct {
+		t   int64
+		pod string
+	}
+	records := map[string][]podRecord{} // client address → records, in time order
+	for _, e := range events {
+		switch e.Kind {
+		case event.ConnClosed, event.RSTSent, event.RSTReceived, event.ConnRefused:
+			if e.Remote.IsValid() && e.Pod.Name != "" {
+				records[e.Remote.String()] = append(records[e.Remote.String()], podRecord{e.Time, e.Pod.Name})
+			}
+		}
+	}
+	// hasRecord says whether the kernel recorded pod's side of the
+	// client's connection in the analysis's window around the failure.
+	opts := analysis.DefaultOptions()
+	hasRecord := func(client string, start, end int64, pod string) bool {
+		for _, r := range records[client] {
+			if r.pod == pod && r.t >= start-int64(opts.KernelWindow) && r.t <= end+int64(opts.Lookahead) {
+				return true
+			}
+		}
+		return false
+	}
+
 	var (
+		noRecord                                                                                                             []string
 		total, named, served, attributed, noReady, noReadyOK, atDeletion, atDeletionOK, lag, lagNamed, preView, preViewNamed int
 		byCause                                                                                                              = map[analysis.Cause]int{}
 		unexplained, lagged, early, wrongPod, badNoReady, badDeletion                                                        []string
@@ -295,9 +323,16 @@ func checkOwnClient(ctx context.Context, t *testing.T, st store.Store, oc *ownCl
 		}
 		if l.XPod != "" {
 			served++
-			if af.Pod != nil && af.Pod.Name == l.XPod {
+			switch {
+			case af.Pod != nil && af.Pod.Name == l.XPod:
 				attributed++
-			} else {
+			case af.Pod == nil && !hasRecord(fv.Local, start, fv.Time, l.XPod):
+				// Nothing in the store ties the client's address to
+				// the pod: the kernel's record of that connection is
+				// missing (an address NAT rewrote, or an event lost).
+				// No analysis can attribute it; counted apart, bounded.
+				noRecord = append(noRecord, desc)
+			default:
 				wrongPod = append(wrongPod, desc)
 			}
 		}
@@ -324,10 +359,10 @@ func checkOwnClient(ctx context.Context, t *testing.T, st store.Store, oc *ownCl
 	}
 	pct := func(a, b int) float64 { return 100 * float64(a) / float64(max(b, 1)) }
 	t.Logf("independent client: %d failures; %d with a named cause (%.1f%%); %d on a connection a pod had answered, %d attributed to that pod (%.1f%%); "+
-		"%d refused before the Service had a ready endpoint, %d of them no ready endpoints; %d refused after the first ready endpoint before kube-proxy routed to it, %d of them named; "+
+		"%d with no pod-side record of their connection; %d refused before the Service had a ready endpoint, %d of them no ready endpoints; %d refused after the first ready endpoint before kube-proxy routed to it, %d of them named; "+
 		"%d refused having begun between the Service's creation and its first endpoint event, %d of them named; "+
 		"outside those two, %d of %d named (%.1f%%); %d at a Deployment's deletion, %d in its deleted disruption; by cause %v",
-		total, named, pct(named, total), served, attributed, pct(attributed, served), noReady, noReadyOK, lag, lagNamed,
+		total, named, pct(named, total), served, attributed, pct(attributed, served), len(noRecord), noReady, noReadyOK, lag, lagNamed,
 		preView, preViewNamed, named-lagNamed-preViewNamed, total-lag-preView, pct(named-lagNamed-preViewNamed, total-lag-preView),
 		atDeletion, atDeletionOK, byCause)
 	show := func(what string, ls []string, most int) {
@@ -344,6 +379,7 @@ func checkOwnClient(ctx context.Context, t *testing.T, st store.Store, oc *ownCl
 	show("unexplained, in kube-proxy's lag after the first ready endpoint", lagged, 3)
 	show("unexplained, begun before the Service's first endpoint event", early, 3)
 	show("not on the pod that served it", wrongPod, 40)
+	show("served by a pod the kernel recorded nothing of the connection for", noRecord, 40)
 	show("refused without a ready endpoint, yet", badNoReady, 40)
 	show("at deletion, not in the deleted disruption", badDeletion, 40)
 
@@ -364,8 +400,14 @@ func checkOwnClient(ctx context.Context, t *testing.T, st store.Store, oc *ownCl
 	if 100*named < 95*total {
 		t.Errorf("%d of %d of the client's failures have a named cause (%.1f%%), want at least 95%%", named, total, pct(named, total))
 	}
-	if attributed != served {
-		t.Errorf("%d of %d failures on a connection a pod had answered are attributed to that pod, want all", attributed, served)
+	// Every failure the store holds evidence for goes on the pod that
+	// served it; one whose connection the kernel left no record of at
+	// all may go on none, but such gaps must stay rare.
+	if len(wrongPod) > 0 {
+		t.Errorf("%d of %d failures on a connection a pod had answered are attributed to another pod or to none despite the kernel's record, want none", len(wrongPod), served)
+	}
+	if 50*len(noRecord) > served {
+		t.Errorf("%d of %d failures on a connection a pod had answered have no pod-side kernel record of that connection, want at most 2%%", len(noRecord), served)
 	}
 	if noReadyOK != noReady {
 		t.Errorf("%d of %d refusals before the Service had a ready endpoint are no ready endpoints, want all", noReadyOK, noReady)
