@@ -179,6 +179,13 @@ func Analyze(ctx context.Context, st store.Store, q store.Query) (*Result, error
 	return AnalyzeWith(ctx, st, q, Options{})
 }
 
+// StateReader is a store that answers what every endpoint, pod, container,
+// Service and workload was at an instant, however long before it that
+// state began (the newest state event of each at or before at).
+type StateReader interface {
+	StateAt(ctx context.Context, at int64, namespace string) ([]event.Event, error)
+}
+
 // AnalyzeWith is Analyze with options.
 func AnalyzeWith(ctx context.Context, st store.Store, q store.Query, opts Options) (*Result, error) {
 	o := opts.WithDefaults()
@@ -187,6 +194,21 @@ func AnalyzeWith(ctx context.Context, st store.Store, q store.Query, opts Option
 	scan := store.Query{Window: event.Window{From: q.Window.From - int64(o.Lead)}}
 	if scan.Window.From < 0 {
 		scan.Window.From = 0
+	}
+	// The state at the read's start, however old: a pod ready for a week,
+	// an endpoint, the workload's last change.
+	if sr, ok := st.(StateReader); ok && scan.Window.From > 0 {
+		seed, err := sr.StateAt(ctx, scan.Window.From-1, "")
+		if err != nil {
+			return nil, fmt.Errorf("reading the state at the window's start from %s: %w", st.Describe(), err)
+		}
+		sort.SliceStable(seed, func(i, j int) bool { return seed[i].Time < seed[j].Time })
+		for i := range seed {
+			c.see(&seed[i])
+			if err := al.Add(&seed[i]); err != nil {
+				return nil, err
+			}
+		}
 	}
 	if q.Window.To != 0 {
 		scan.Window.To = q.Window.To + int64(o.Lookahead) + 1
@@ -561,7 +583,9 @@ func (c *collector) rollouts() []Rollout {
 	var terms []event.Termination
 	for _, t := range c.order {
 		if t.Ended() {
-			terms = append(terms, t.Termination())
+			tm := t.Termination()
+			tm.Reason, tm.Created = podReason(t), t.Created
+			terms = append(terms, tm)
 		}
 	}
 	groups := event.GroupRollouts(terms, c.triggers)
@@ -637,6 +661,33 @@ const (
 	TriggerOOM          = "oom"         // a container killed for memory, the pod kept
 	TriggerRestart      = "restart"     // a container ended and restarted, the pod kept: a failed liveness probe, a crash
 )
+
+// podReason is what the pod itself shows ended it (event.Termination's
+// Reason): the API's reason for its deletion, or, with no deletion, its
+// container's end (an OOM kill, a restart); "" for a deletion without a
+// reason, which a workload change may explain.
+func podReason(tl *PodTimeline) string {
+	switch tl.Disruption {
+	case "EvictionByEvictionAPI":
+		return TriggerEviction
+	case "PreemptionByScheduler":
+		return TriggerPreemption
+	case "DeletionByTaintManager":
+		return TriggerTaint
+	case "TerminationByKubelet":
+		return TriggerNodePressure
+	}
+	if tl.Deletion != 0 {
+		return ""
+	}
+	if tl.Terminated != nil && tl.Terminated.Reason == "OOMKilled" {
+		return TriggerOOM
+	}
+	if tl.Terminated != nil || tl.Exit != nil || tl.Kill != nil || tl.Sigterm != nil {
+		return TriggerRestart
+	}
+	return ""
+}
 
 // podTrigger says what ended the pods of g when no workload change did: the
 // API's reason for a disruption, a plain deletion, or a container's end

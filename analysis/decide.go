@@ -115,7 +115,9 @@ func (a *Aligner) decide(pf *pending) {
 		}
 		kpods := a.kpods[:0]
 		a.kernelFor(keyOf(fx.Client), t-kw, t+la, func(k *event.Event, kp *podState) bool {
-			if p == nil && kp != nil && len(target) > 0 && len(kp.services) > 0 && !servesAny(kp.services, target) {
+			// A pod not known to serve the target is not taken on
+			// trust: a false pod is worse than none.
+			if p == nil && kp != nil && len(target) > 0 && !servesAny(kp.services, target) {
 				return true
 			}
 			if p == nil || kp == p {
@@ -181,8 +183,13 @@ func (a *Aligner) decide(pf *pending) {
 		}
 	}
 	a.kscratch = ks
-	fx.Kernel, fx.Via, fx.pod = ks, via, p
+	fx.Kernel, fx.Via = ks, via
 	fx.svcs = a.servicesFor(f, p)
+	if p != nil {
+		// The life of the pod the failure fell in: what ended a
+		// container that since restarted in place does not end this one.
+		fx.pod = p.at(t)
+	}
 	if p == nil {
 		a.stats.Unresolved++
 	}
@@ -218,10 +225,12 @@ func (a *Aligner) decide(pf *pending) {
 	}
 
 	if p != nil {
+		life := fx.pod
 		d.Pod, d.Workload = p.ref, p.wl
-		d.Terminating = p.terminatingAt(t+int64(a.opts.ExitBefore)) != nil
+		d.Terminating = life.terminatingAt(t+int64(a.opts.ExitBefore)) != nil
 		d.Before, d.After = nearest(p.landmarks, t)
-		d.Offsets = p.offsets(t, fx.svcs)
+		d.Offsets = life.offsets(t, fx.svcs)
+		p = life
 		if pf.inferred {
 			if p.inferred == nil {
 				p.inferred = map[Cause]int{}

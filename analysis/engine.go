@@ -39,7 +39,8 @@ type Aligner struct {
 	// svcAddrs holds, per ClusterIP, which Service held it from when, in
 	// time order: what a client that dialled the address reached.
 	svcAddrs map[netip.Addr][]svcClaim
-	svcHeld  map[string][]netip.Addr // Service key → the ClusterIPs it holds now
+	svcHeld  map[string][]netip.Addr       // Service key → the ClusterIPs it holds now
+	svcPods  map[string]map[*podState]bool // Service key → the pods seen as its endpoints
 
 	// Pod-side connection events in time order, each linked to the
 	// previous one on the same client address; kidx holds the latest per
@@ -60,6 +61,10 @@ type Aligner struct {
 	facts    Facts
 
 	lags lagTable // measured watch → dataplane lags per node
+
+	// mainNodes are the nodes whose capture marks containers' main
+	// processes (kernel_capabilities lists FeatureMainProcess).
+	mainNodes map[string]bool
 
 	stats Stats
 }
@@ -164,8 +169,15 @@ func NewAligner(opts Options, onFailure func(*Decision), onPod func(*PodTimeline
 		kidx:         map[addrKey]int64{},
 		inferredSeen: map[connKey]seenInference{},
 		inferredAt:   map[addrKey][]inferMark{},
+		mainNodes:    map[string]bool{},
+		svcPods:      map[string]map[*podState]bool{},
 	}
 }
+
+// FeatureMainProcess is the kernel feature (kernel_capabilities'
+// Attrs[kernel_features]) of a capture that marks each container's main
+// process (event.FlagMain).
+const FeatureMainProcess = "main_process"
 
 // Stats reports the counters so far.
 func (a *Aligner) Stats() Stats { return a.stats }
@@ -199,8 +211,14 @@ func (a *Aligner) Add(e *event.Event) error {
 		a.push(pending{ev: *e, inferred: inferred, proof: ProofStored})
 		return nil
 	}
+	if e.Kind == event.KernelCapabilities && hasFeature(e.Attrs[event.AttrKernelFeatures], FeatureMainProcess) {
+		a.mainNodes[e.Node] = true
+	}
 	p := a.pod(&e.Pod, true)
 	if p != nil {
+		if e.Kind.IsKernel() && a.mainNodes[e.Node] {
+			p.mainKnown = true
+		}
 		if p.ingest(e, &a.opts) {
 			a.global.push(e.Clone())
 		}
@@ -230,6 +248,15 @@ func (a *Aligner) Add(e *event.Event) error {
 		a.infer(e, p)
 	}
 	return nil
+}
+
+func hasFeature(list, f string) bool {
+	for _, x := range strings.Split(list, ",") {
+		if strings.TrimSpace(x) == f {
+			return true
+		}
+	}
+	return false
 }
 
 // DataplaneLags reports the measured watch → dataplane lag per node, of
@@ -349,6 +376,7 @@ func (a *Aligner) learnIPs(p *podState, e *event.Event) {
 
 // podByIP picks the pod that had ip at t: the one whose observed tenure
 // covers t (the latest to arrive if several do), else the nearest tenure.
+// A pod that has not ended holds its address until now.
 func (a *Aligner) podByIP(ip netip.Addr, t int64) *podState {
 	var best *podState
 	var bestFirst, bestDist int64 = 0, -1
@@ -357,9 +385,11 @@ func (a *Aligner) podByIP(ip netip.Addr, t int64) *podState {
 		switch {
 		case t < l.first:
 			d = l.first - t
-		case t > l.last:
+		case t > l.last && l.pod.ended:
 			d = t - l.last
 		}
+		// A live pod holds its address from its first event on, however
+		// quiet it has been since.
 		if d > int64(a.opts.Retain) {
 			continue
 		}
@@ -420,12 +450,12 @@ func (a *Aligner) sweep() {
 	a.lastPods = a.now
 	var gone []*podState
 	for _, p := range a.byUID {
-		if (p.ended && p.last < a.now-retain) || p.last < a.now-6*retain {
+		if p.gone(a.now, retain) {
 			gone = append(gone, p)
 		}
 	}
 	for _, p := range a.byName {
-		if p.ref.UID == "" && ((p.ended && p.last < a.now-retain) || p.last < a.now-6*retain) {
+		if p.ref.UID == "" && p.gone(a.now, retain) {
 			gone = append(gone, p)
 		}
 	}
@@ -442,6 +472,14 @@ func (a *Aligner) forget(p *podState) {
 	}
 	if a.lastPod == p {
 		a.lastPod = nil
+	}
+	for _, k := range p.services {
+		if ps := a.svcPods[k]; ps != nil {
+			delete(ps, p)
+			if len(ps) == 0 {
+				delete(a.svcPods, k)
+			}
+		}
 	}
 	if nn := (nsName{p.ref.Namespace, p.ref.Name}); a.byName[nn] == p {
 		delete(a.byName, nn)
@@ -462,9 +500,28 @@ func (a *Aligner) forget(p *podState) {
 		}
 	}
 	if a.onPod != nil && hasLifecycle(p) {
-		tl := p.timeline(&a.opts)
+		// One timeline per pod: its last life that ended (a restart in
+		// place, when the pod lived on after it), else its current one.
+		life := p
+		for q := p.before; q != nil && !life.lifeEnded() && p.deletion.Time == 0; q = q.before {
+			if q.lifeEnded() {
+				life = q
+			}
+		}
+		tl := life.timeline(&a.opts)
 		a.onPod(&tl)
 	}
+}
+
+// gone reports whether the aligner may forget p: it ended more than
+// retain ago, or was deleted and has been quiet for a long time since (its
+// end was not seen). A live pod is never forgotten for being quiet: a pod
+// ready for a week is as ready as one that became ready a second ago.
+func (p *podState) gone(now, retain int64) bool {
+	if p.ended && p.last < now-retain {
+		return true
+	}
+	return p.deletion.Time != 0 && p.last < now-6*retain
 }
 
 func hasLifecycle(p *podState) bool {

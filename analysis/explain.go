@@ -23,6 +23,10 @@ type ExplainData struct {
 	Terminating              string // what showed the pod terminating, e.g. "its listener closed 0.3 s before"
 	Rotation                 string // e.g. "node-b still routed to it until 0.2 s later"
 	Nearest                  string
+	// Candidates names the pods a likely cause may have reached, e.g.
+	// "default/web-1 and default/web-2"; CandidateCount counts them.
+	Candidates     string
+	CandidateCount int
 }
 
 // SummaryData is what a rule's Summary and Fix templates see about all the
@@ -106,6 +110,10 @@ type AlignedFailure struct {
 	Before      *Neighbor        `json:"before,omitempty"`
 	After       *Neighbor        `json:"after,omitempty"`
 	Offsets     map[string]int64 `json:"offsets_ns,omitempty"`
+	// Likely: the cause is likely, not proven, because no record names
+	// the pod; Candidates are the pods it may have reached.
+	Likely     bool      `json:"likely,omitempty"`
+	Candidates []PodView `json:"candidates,omitempty"`
 }
 
 // EvidenceView is one piece of evidence; Offset is the event's time minus
@@ -160,6 +168,12 @@ func (d *Decision) Aligned() AlignedFailure {
 				out.Offsets = map[string]int64{}
 			}
 			out.Offsets[name] = o.NS
+		}
+	}
+	out.Likely = d.Rule.Likely
+	for _, p := range d.Evidence {
+		if p.Role == candidateRole {
+			out.Candidates = append(out.Candidates, PodView{Namespace: p.Event.Pod.Namespace, Name: p.Event.Pod.Name, UID: p.Event.Pod.UID})
 		}
 	}
 	out.Explanation = render(d.Rule.Explain, d.explainData())
@@ -226,6 +240,14 @@ func (d *Decision) explainData() ExplainData {
 			x.Rotation = fmt.Sprintf("%s had taken it out only %s before (the proxy rules lag the API)", nodeName(r.lastLeave.Node), fmtDur(t-r.lastLeave.Time))
 		}
 	}
+	var cands []string
+	for _, p := range d.Evidence {
+		if p.Role == candidateRole {
+			cands = append(cands, p.Event.Pod.String())
+		}
+	}
+	x.CandidateCount = len(cands)
+	x.Candidates = joinAnd(cands)
 	var near []string
 	if d.Before != nil {
 		near = append(near, Describe(d.Before)+" "+fmtOffset(d.Before.Time-f.Time))
@@ -235,6 +257,17 @@ func (d *Decision) explainData() ExplainData {
 	}
 	x.Nearest = strings.Join(near, "; ")
 	return x
+}
+
+// joinAnd joins words as prose: "a", "a and b", "a, b and c".
+func joinAnd(ws []string) string {
+	switch len(ws) {
+	case 0:
+		return ""
+	case 1:
+		return ws[0]
+	}
+	return strings.Join(ws[:len(ws)-1], ", ") + " and " + ws[len(ws)-1]
 }
 
 func nodeName(n string) string {

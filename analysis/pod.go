@@ -53,6 +53,17 @@ type podState struct {
 
 	refusedOutOfRotation int
 	ended                bool // exit, kill or removal seen: may be evicted once quiet
+
+	// mainKnown: the pod's node marks its containers' main processes
+	// (event.FlagMain), so a process event without the mark is an exec
+	// probe's, kubectl exec's or a worker's, never the app's.
+	mainKnown bool
+	// since is when the pod's current life began: 0 for its start, else
+	// when a container restarted in place (the pod kept). before is the
+	// life that ended then: a SIGTERM or an exit belongs to one container
+	// instance, and a restarted container starts clean.
+	since  int64
+	before *podState
 }
 
 type epKey struct{ svc, node string }
@@ -68,6 +79,9 @@ type epView struct {
 type epTrans struct {
 	ev    event.Event
 	ready bool
+	// observed: the state as a list found it (event.FlagObserved), not a
+	// transition: nothing is known of what came before it.
+	observed bool
 }
 
 type spreadAcc struct {
@@ -147,12 +161,13 @@ const (
 
 const maxLandmarks = 512
 
-func isLandmark(k event.Kind) bool {
-	switch k {
+func isLandmark(e *event.Event) bool {
+	switch e.Kind {
 	case event.ConnClosed, event.RSTSent, event.RSTReceived, event.ConnRefused, event.ClientFailure:
 		return false
 	}
-	return true
+	// A state re-observed every few minutes is no landmark.
+	return !e.Flags.Has(event.FlagObserved)
 }
 
 // routing says whether Service traffic could reach the pod at t: its
@@ -193,6 +208,54 @@ func (p *podState) terminatingAt(t int64) *event.Event {
 	return nil
 }
 
+// at is the pod's life that t falls in: a container restarted in place
+// begins a new one (see since).
+func (p *podState) at(t int64) *podState {
+	q := p
+	for q.before != nil && t < q.since {
+		q = q.before
+	}
+	return q
+}
+
+// maxLives bounds the ended lives a pod keeps (a crash-looping container
+// restarts every few minutes).
+const maxLives = 4
+
+// restart ends the pod's current life at t: a container of the pod began
+// again in place (the pod kept), so what signalled or ended the previous
+// instance no longer describes the pod. The ended life is kept for the
+// failures that came before t and are still to be decided.
+func (p *podState) restart(t int64) {
+	old := *p
+	old.before = nil
+	if p.before != nil {
+		n := 1
+		prev := &old
+		for q := p.before; q != nil && n < maxLives; q = q.before {
+			c := *q
+			c.before = nil
+			prev.before = &c
+			prev = &c
+			n++
+		}
+	}
+	p.before = &old
+	p.since = t
+	p.sigterm, p.kill, p.listener, p.term = event.Event{}, event.Event{}, event.Event{}, event.Event{}
+	p.exits, p.pids, p.termed, p.conns = nil, nil, nil, nil
+	p.notReady = 0
+	p.ended = false
+	p.failures, p.inferred = nil, nil
+}
+
+// lifeEnded reports whether the pod's current life shows its app's end:
+// a main-process exit, a kill or a container termination the kubelet
+// reported.
+func (p *podState) lifeEnded() bool {
+	return p.kill.Time != 0 || p.term.Time != 0 || p.lastMainExit() != nil
+}
+
 // ingest records e in the pod's state and reports whether it became one of
 // the pod's landmarks.
 func (p *podState) ingest(e *event.Event, opts *Options) bool {
@@ -215,7 +278,16 @@ func (p *podState) ingest(e *event.Event, opts *Options) bool {
 	if p.node == "" && e.Node != "" && (e.Kind.IsKernel() || strings.HasPrefix(string(e.Kind), "pod_") || e.Kind == event.ContainerTerminated) {
 		p.node = e.Node
 	}
-	landmark := isLandmark(e.Kind) && !p.repeatedSignal(e, opts)
+	if e.Flags.Has(event.FlagMain) {
+		p.mainKnown = true
+	}
+	// A container that starts again, or a pod ready again, after its app
+	// ended, with no deletion: the container restarted in place.
+	if p.deletion.Time == 0 && !e.Flags.Has(event.FlagObserved) && p.lifeEnded() &&
+		(e.Kind == event.ContainerStarted || e.Kind == event.PodReady) {
+		p.restart(e.Time)
+	}
+	landmark := isLandmark(e) && !p.repeatedSignal(e, opts)
 	if landmark {
 		if p.landmarks == nil {
 			p.landmarks = make([]event.Event, 0, 16) // a replaced pod has 10 to 20
@@ -235,7 +307,7 @@ func (p *podState) ingest(e *event.Event, opts *Options) bool {
 			p.ready = e.Time
 		}
 	case event.PodNotReady:
-		if p.notReady == 0 {
+		if p.notReady == 0 && !e.Flags.Has(event.FlagObserved) {
 			p.notReady = e.Time
 		}
 	case event.PodDeletion:
@@ -245,7 +317,7 @@ func (p *podState) ingest(e *event.Event, opts *Options) bool {
 	case event.ContainerTerminated:
 		p.term = e.Clone()
 	case event.Signal:
-		if p.sandboxEvent(e) {
+		if p.sandboxEvent(e) || !p.isMain(e) {
 			break
 		}
 		switch e.Signal {
@@ -270,6 +342,9 @@ func (p *podState) ingest(e *event.Event, opts *Options) bool {
 		}
 		p.addPID(e.PID)
 	case event.ProcessExit:
+		if !p.isMain(e) {
+			break // an exec probe's, kubectl exec's or a worker's exit
+		}
 		if len(p.exits) < 64 {
 			p.exits = append(p.exits, e.Clone())
 		}
@@ -277,6 +352,9 @@ func (p *podState) ingest(e *event.Event, opts *Options) bool {
 			p.ended = true
 		}
 	case event.ListenerClosed:
+		if !p.isMain(e) {
+			break
+		}
 		if p.listener.Time == 0 {
 			p.listener = e.Clone()
 		}
@@ -327,11 +405,28 @@ func (p *podState) addPID(pid int32) {
 	}
 }
 
-// isMainExit tells the exit of a process that mattered (one that got the
-// signal or owned the listener) from helpers such as a preStop sleep. With
-// no signal or listener seen, an exit after SIGTERM or deletion counts.
+// isMain reports whether a process event may be the app's: any, unless
+// the pod's node marks main processes and e lacks the mark.
+func (p *podState) isMain(e *event.Event) bool {
+	return e.Flags.Has(event.FlagMain) || !p.mainKnown
+}
+
+// isMainExit tells the exit of the app from the exits of other processes
+// in its containers: exec probes, kubectl exec, an app's recycled
+// workers, a preStop sleep. Where the node marks main processes
+// (event.FlagMain) the mark decides. Where it does not, an exit counts
+// when it is a process that got the signal or owned the listener; with
+// none seen, an exit at or after SIGTERM or deletion; with neither, only
+// an exit the kubelet also reported as the container's termination, or a
+// kill: an exit alone on a pod that nothing was ending is not the app's.
 func (p *podState) isMainExit(e *event.Event) bool {
 	if p.sandboxEvent(e) {
+		return false
+	}
+	if e.Flags.Has(event.FlagMain) {
+		return true
+	}
+	if p.mainKnown {
 		return false
 	}
 	if len(p.pids) > 0 && e.PID != 0 {
@@ -346,8 +441,15 @@ func (p *podState) isMainExit(e *event.Event) bool {
 	if ref == 0 {
 		ref = p.deletion.Time
 	}
-	return ref == 0 || e.Time >= ref
+	if ref != 0 {
+		return e.Time >= ref
+	}
+	return e.Signal == sigKILL || (p.term.Time != 0 && abs(p.term.Time-e.Time) <= int64(termReportLag))
 }
+
+// termReportLag bounds how long after a container's main process exited
+// the kubelet's report of the termination may reach the watcher.
+const termReportLag = 30 * time.Second
 
 // signalIgnored is the kernel's result for a signal nothing acted on
 // (ebpf's signal results).
@@ -419,12 +521,15 @@ func (p *podState) endpoint(e *event.Event) {
 			p.services = append(p.services, svc)
 		}
 	}
-	switch e.Kind {
-	case event.EndpointNotReady:
+	observed := e.Flags.Has(event.FlagObserved)
+	switch {
+	case observed:
+		// A state found by a list is no transition of the spreads.
+	case e.Kind == event.EndpointNotReady:
 		p.spreads[spreadNotReady].add(e.Time, e.Node)
-	case event.EndpointTerminating:
+	case e.Kind == event.EndpointTerminating:
 		p.spreads[spreadTerminating].add(e.Time, e.Node)
-	case event.EndpointRemoved:
+	case e.Kind == event.EndpointRemoved:
 		p.spreads[spreadRemoved].add(e.Time, e.Node)
 		p.ended = true
 	}
@@ -447,7 +552,7 @@ func (p *podState) endpoint(e *event.Event) {
 	if len(v.trans) >= 32 {
 		v.trans = append(v.trans[:0], v.trans[16:]...)
 	}
-	v.trans = append(v.trans, epTrans{ev: e.Clone(), ready: ready})
+	v.trans = append(v.trans, epTrans{ev: e.Clone(), ready: ready, observed: observed})
 }
 
 // endpointReady tells whether an endpoint event leaves the endpoint routed
@@ -525,7 +630,7 @@ func (p *podState) rotationAt(t int64, svcs []string) rotation {
 		if i > 0 {
 			readyAtT = s[i-1].ready
 		}
-		if i == 0 && len(s) > 0 && !s[0].ready {
+		if i == 0 && len(s) > 0 && !s[0].ready && !s[0].observed {
 			readyAtT = true // its first move is a leave: it was in rotation at t
 		}
 		if readyAtT {

@@ -10,12 +10,16 @@ import (
 type Cause string
 
 const (
-	CauseSIGKILL          Cause = "sigkill"
-	CauseInFlight         Cause = "inflight_cut"
-	CauseKeepAliveAtExit  Cause = "keepalive_at_exit"
-	CauseEndpointRace     Cause = "endpoint_race"
-	CauseNoReadyEndpoints Cause = "no_ready_endpoints"
-	CauseUnexplained      Cause = "unexplained"
+	CauseSIGKILL         Cause = "sigkill"
+	CauseInFlight        Cause = "inflight_cut"
+	CauseKeepAliveAtExit Cause = "keepalive_at_exit"
+	CauseEndpointRace    Cause = "endpoint_race"
+	// CauseEndpointRaceLikely is the endpoint race where no record names
+	// the pod the connection reached: the Service's pods that had exited
+	// while still in rotation are its candidates.
+	CauseEndpointRaceLikely Cause = "endpoint_race_likely"
+	CauseNoReadyEndpoints   Cause = "no_ready_endpoints"
+	CauseUnexplained        Cause = "unexplained"
 )
 
 // Rule is one row of the cause table: the cause it names, the evidence it
@@ -33,6 +37,9 @@ type Rule struct {
 	Explain  string        `json:"explain"`
 	Summary  string        `json:"summary"`
 	Fix      string        `json:"fix"`
+	// Likely: the rule names a cause no record ties to one pod (its
+	// evidence lists the candidates); the report says "likely".
+	Likely bool `json:"likely,omitempty"`
 }
 
 // Requirement is one piece of evidence a rule needs. Find appends the events
@@ -103,9 +110,22 @@ var Rules = []Rule{
 		Fix:     `make the preStop delay longer than the observed propagation{{if .Propagation}} ({{.Propagation}} from deletion to the last node){{end}}{{if .DataplaneLag}} and than the measured lag from the endpoint change to each node's proxy rules ({{.DataplaneLag}}): the sleep must exceed that p99{{end}}, and keep the listener open until the endpoint is removed everywhere`,
 	},
 	{
+		Cause: CauseEndpointRaceLikely,
+		Title: "endpoint removal race (likely)",
+		Requires: []Requirement{
+			{"a new connection was refused or never answered, and no record names the pod it reached", NotTakenNoPod},
+			{"a pod of the Service had exited while some node's proxy still sent new connections to it", DeadPodInRotation},
+		},
+		Likely:  true,
+		Explain: `{{.Class}} on a new connection to the Service while {{.Candidates}} had exited and {{plural .CandidateCount "its endpoint was" "their endpoints were"}} still in rotation: likely sent to {{plural .CandidateCount "it" "one of them"}} (no record names the pod)`,
+		Summary: `these {{.Count}} {{plural .Count "failure" "failures"}} were new connections the proxies likely still sent to pods that had exited (no record names the pod; the candidates are listed){{if .RotationLag}}, in rotation for up to {{.RotationLag}}{{end}}`,
+		Fix:     `make the preStop delay longer than the observed propagation{{if .Propagation}} ({{.Propagation}} from deletion to the last node){{end}}{{if .DataplaneLag}} and than the measured lag from the endpoint change to each node's proxy rules ({{.DataplaneLag}}){{end}}, so that no proxy sends to a pod after its process exits`,
+	},
+	{
 		Cause: CauseNoReadyEndpoints,
 		Title: "no ready endpoints",
 		Requires: []Requirement{
+			{"no endpoint could take the connection: refused, a timeout, or a proxy's 502/503 with no upstream answering", NotTaken},
 			{"no ready pod served the failed request", NoReadyPodServed},
 			{"the Service had no ready endpoint on any node that watched it", NoReadyEndpoints},
 		},
@@ -400,6 +420,65 @@ func KilledNear(f *Facts, dst []Piece) []Piece {
 	}
 	return out
 }
+
+// NotTaken holds when the failure is one that no endpoint taking the
+// connection explains: refused, a timeout, or a proxy's 502/503 that no
+// pod is known to have answered ("no healthy upstream", "no live
+// upstreams"). An application's answer (500, 404, 429, or a 503 a pod
+// sent) is not: a server took the request.
+func NotTaken(f *Facts, dst []Piece) []Piece {
+	switch {
+	case f.Class == event.FailRefused:
+		return append(dst, piece("connection refused", f.Failure))
+	case f.Class == event.FailTimeout:
+		return append(dst, piece("connection timed out", f.Failure))
+	case f.Class == event.FailStatus && (f.Failure.Code == 502 || f.Failure.Code == 503) && f.pod == nil:
+		return append(dst, piece("a proxy answered with no upstream", f.Failure))
+	}
+	return dst
+}
+
+// NotTakenNoPod is NotTaken for a refusal or timeout that no record (the
+// client's, a proxy's or the pod side's) ties to a pod.
+func NotTakenNoPod(f *Facts, dst []Piece) []Piece {
+	if f.pod != nil || f.Inferred || (f.Class != event.FailRefused && f.Class != event.FailTimeout) {
+		return dst
+	}
+	return NotTaken(f, dst)
+}
+
+// DeadPodInRotation holds when, as the request began, a pod of the
+// failure's Service had exited (its main process, or a kill) while its
+// endpoint was still in rotation on some node, or had left it within that
+// node's lag: a proxy could send the new connection there and nothing
+// answered it. Each such pod is a candidate; with none, or without the
+// Service, it does not hold.
+func DeadPodInRotation(f *Facts, dst []Piece) []Piece {
+	if len(f.svcs) == 0 {
+		return dst
+	}
+	t := f.Start
+	out := dst
+	for _, p := range f.a.servicePods(f.svcs, t) {
+		life := p.at(t)
+		x := life.lastMainExit()
+		if x == nil || x.Time > t {
+			if life.kill.Time == 0 || life.kill.Time > t {
+				continue
+			}
+			x = &life.kill
+		}
+		r := p.rotationAt(t, f.svcs)
+		if !r.seen || !(r.in || (r.lastLeave != nil && t-r.lastLeave.Time <= r.lag)) {
+			continue
+		}
+		out = append(out, piece(candidateRole, x))
+	}
+	return out
+}
+
+// candidateRole marks the evidence of a candidate pod (Rule.Likely).
+const candidateRole = "candidate: exited while still in rotation"
 
 // NoReadyPodServed holds when neither the client nor any pod's kernel tied
 // the failure to a pod (what a proxy rejecting for want of endpoints looks

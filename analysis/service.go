@@ -67,6 +67,14 @@ func (a *Aligner) endpoint(e *event.Event) {
 		}
 		a.svcIdx[name] = append(a.svcIdx[name], key)
 	}
+	if p := a.pod(&e.Pod, false); p != nil {
+		ps := a.svcPods[key]
+		if ps == nil {
+			ps = map[*podState]bool{}
+			a.svcPods[key] = ps
+		}
+		ps[p] = true
+	}
 	id := e.Pod.UID
 	if id == "" {
 		id = e.Pod.Namespace + "/" + e.Pod.Name
@@ -98,7 +106,7 @@ func (a *Aligner) endpoint(e *event.Event) {
 	}
 	if known {
 		was, seen := s.members[m]
-		if !seen && !ready && e.Kind != event.EndpointAdded {
+		if !seen && !ready && e.Kind != event.EndpointAdded && !e.Flags.Has(event.FlagObserved) {
 			// First seen leaving: it was ready before the recorded history
 			// began, so every earlier count of this node was one higher.
 			was = true
@@ -353,6 +361,23 @@ func (a *Aligner) serviceAt(ip netip.Addr, t int64) string {
 // request began: the one the client named (its Service field, else the host
 // of its target: a ClusterIP, or name.ns[.svc[.cluster.local]]), else the
 // Service that held the address it dialled, else the pod's.
+// servicePods are the pods known as endpoints of the Services svcs (at
+// any time), in a stable order.
+func (a *Aligner) servicePods(svcs []string, t int64) []*podState {
+	var out []*podState
+	seen := map[*podState]bool{}
+	for _, k := range svcs {
+		for p := range a.svcPods[k] {
+			if !seen[p] {
+				seen[p] = true
+				out = append(out, p)
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ref.Name < out[j].ref.Name })
+	return out
+}
+
 func (a *Aligner) servicesFor(f *event.Event, p *podState) []string {
 	start := f.Time - max(f.Duration, 0)
 	named := f.Service

@@ -218,7 +218,7 @@ func (p *podState) timeline(opts *Options) PodTimeline {
 			// leaving rotation. Any other not-ready transition is, even
 			// without a ready one recorded before it (the watch may have
 			// started late).
-			if wasReady || tr.ev.Kind != event.EndpointAdded {
+			if wasReady || (tr.ev.Kind != event.EndpointAdded && !tr.observed) {
 				out.add(tr.ev.Time, v.node)
 				break
 			}

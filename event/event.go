@@ -112,6 +112,15 @@ const (
 	FlagInferred
 	// FlagUnreadData marks a reset sent while received data was unread.
 	FlagUnreadData
+	// FlagObserved marks the state as the watcher found it at its initial
+	// list, a relist or a periodic re-observation: the entity was so at
+	// Time (maybe long before), not a transition at Time.
+	FlagObserved
+	// FlagMain marks a process event (signal target, exit, listener owner)
+	// of its container's main process: the one the runtime started as the
+	// container's init, PID 1 of its PID namespace. Exec probes, kubectl
+	// exec and an app's workers never carry it.
+	FlagMain
 )
 
 // Has reports whether all of q are set.

@@ -11,7 +11,9 @@ import "fmt"
 //	pod_deletion           Duration (grace period), Attrs[deletion_timestamp, disruption]
 //	pod_ready              Local (pod IP, port 0)
 //	pod_not_ready          Local
-//	container_terminated   Code (exit code), Signal, Reason (Completed, Error, OOMKilled …)
+//	container_started      Pod.Container, Attrs[container_id, started_at, restart_count]: a container instance
+//	                       began (the kubelet's status shows a new container ID running); Flags(Observed) at a list
+//	container_terminated   Code (exit code), Signal, Reason (Completed, Error, OOMKilled …), Attrs[container_id, restart_count]
 //	endpoint_added         Local (endpoint address), Service, Slice, Attrs[conditions, last_change_trigger_time]
 //	endpoint_ready         as endpoint_added
 //	endpoint_not_ready     as endpoint_added
@@ -46,6 +48,7 @@ const (
 	PodDeletion         Kind = "pod_deletion"
 	PodReady            Kind = "pod_ready"
 	PodNotReady         Kind = "pod_not_ready"
+	ContainerStarted    Kind = "container_started"
 	ContainerTerminated Kind = "container_terminated"
 
 	EndpointAdded       Kind = "endpoint_added"
@@ -77,7 +80,7 @@ const (
 
 // Kinds lists every kind, in the order above.
 var Kinds = []Kind{
-	PodCreated, PodDeletion, PodReady, PodNotReady, ContainerTerminated,
+	PodCreated, PodDeletion, PodReady, PodNotReady, ContainerStarted, ContainerTerminated,
 	EndpointAdded, EndpointReady, EndpointNotReady, EndpointServing, EndpointNotServing,
 	EndpointTerminating, EndpointRemoved,
 	Signal, ProcessExit, ListenerClosed, ConnClosed, RSTSent, RSTReceived, ConnRefused,

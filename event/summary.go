@@ -2,6 +2,7 @@ package event
 
 import (
 	"sort"
+	"strconv"
 	"time"
 )
 
@@ -28,6 +29,14 @@ type Termination struct {
 	Exit     int64 // last process_exit of the pod
 	Removed  int64 // last endpoint_removed of the pod
 	Events   int   // events of the pod in the window
+	// Reason is what the pod itself shows ended it, where it shows: the
+	// API's reason for deleting it (eviction, preemption, taint,
+	// node-pressure) or its container's end with the pod kept (oom,
+	// restart). Such a pod's end is never put on a workload change.
+	Reason string
+	// Created is the pod's creation (0 unknown): a template change ends
+	// only pods created before it.
+	Created int64
 }
 
 // Start is the earliest of the times that mark a pod's termination.
@@ -78,39 +87,48 @@ const TriggerLead = 10 * time.Minute
 
 // GroupRollouts clusters terminations into rollouts per workload. Pods with
 // no known workload form rollouts of their own namespace's unnamed workload.
-// triggers are workload_changed events (others are ignored): a termination
-// belongs to the latest change of its workload at most TriggerLead before
-// it began, and a newer change begins a new rollout, however close in time.
+// A pod's own Reason names its rollout (an eviction, an OOM kill); other
+// pods' ends belong to the latest change of their workload at most
+// TriggerLead before they began that could have ended them (see ends),
+// and a newer change begins a new rollout, however close in time.
+// triggers are workload_changed events (others are ignored).
 func GroupRollouts(ts []Termination, triggers []Event) []Rollout {
 	sorted := append([]Termination(nil), ts...)
 	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].Start() < sorted[j].Start() })
-	type key struct{ ns, kind, name string }
+	type key struct{ ns, kind, name, reason string }
 	changes := map[key][]*Event{}
 	for i := range triggers {
 		e := &triggers[i]
 		if e.Kind != WorkloadChanged || e.Reason == ChangeCreated {
 			continue // a new workload ends no pod
 		}
-		k := key{e.Pod.Namespace, e.Workload.Kind, e.Workload.Name}
+		k := key{e.Pod.Namespace, e.Workload.Kind, e.Workload.Name, ""}
 		changes[k] = append(changes[k], e)
 	}
 	for _, cs := range changes {
 		sort.SliceStable(cs, func(i, j int) bool { return cs[i].Time < cs[j].Time })
 	}
-	// trigger is the latest change of k in [start-TriggerLead, start].
-	trigger := func(k key, start int64) *Event {
+	// trigger is the latest change of k in [start-TriggerLead, start]
+	// that could have ended t.
+	trigger := func(k key, t Termination) *Event {
 		cs := changes[k]
+		start := t.Start()
 		i := sort.Search(len(cs), func(i int) bool { return cs[i].Time > start })
-		if i == 0 || cs[i-1].Time < start-int64(TriggerLead) {
-			return nil
+		for i--; i >= 0 && cs[i].Time >= start-int64(TriggerLead); i-- {
+			if ends(cs[i], t) {
+				return cs[i]
+			}
 		}
-		return cs[i-1]
+		return nil
 	}
 	open := map[key]int{} // index into out of the workload's latest rollout
 	var out []Rollout
 	for _, t := range sorted {
-		k := key{t.Pod.Namespace, t.Workload.Kind, t.Workload.Name}
-		tr := trigger(k, t.Start())
+		k := key{t.Pod.Namespace, t.Workload.Kind, t.Workload.Name, t.Reason}
+		var tr *Event
+		if t.Reason == "" {
+			tr = trigger(k, t)
+		}
 		at := int64(0)
 		if tr != nil {
 			at = tr.Time
@@ -126,10 +144,30 @@ func GroupRollouts(ts []Termination, triggers []Event) []Rollout {
 			Namespace: t.Pod.Namespace, Workload: t.Workload,
 			From: t.Start(), To: t.End(), Terminations: []Termination{t},
 		}
-		if tr != nil {
+		switch {
+		case tr != nil:
 			r.Trigger, r.TriggerAt, r.From = tr.Reason, tr.Time, tr.Time
+		case t.Reason != "":
+			r.Trigger = t.Reason
 		}
 		out = append(out, r)
 	}
 	return out
+}
+
+// ends reports whether workload change c can have ended t's pod: a
+// template change ends the pods created before it; a scale change only
+// when it lowered the replicas (an HPA scaling up ends no pod); a deleted
+// workload all of its pods. A change whose replicas or the pod's creation
+// were not recorded is taken as able to.
+func ends(c *Event, t Termination) bool {
+	switch c.Reason {
+	case ChangeTemplate:
+		return t.Created == 0 || t.Created < c.Time
+	case ChangeScale:
+		from, err1 := strconv.Atoi(c.Attrs[AttrReplicasFrom])
+		to, err2 := strconv.Atoi(c.Attrs[AttrReplicasTo])
+		return err1 != nil || err2 != nil || to < from
+	}
+	return true
 }

@@ -199,12 +199,13 @@ type CauseInfo struct {
 // causeColors are the timeline's and the histograms' colours, chosen to be
 // told apart by colour-blind readers too (Okabe–Ito).
 var causeColors = map[analysis.Cause]string{
-	analysis.CauseEndpointRace:     "#E69F00",
-	analysis.CauseKeepAliveAtExit:  "#D55E00",
-	analysis.CauseInFlight:         "#CC79A7",
-	analysis.CauseSIGKILL:          "#7B1E1E",
-	analysis.CauseNoReadyEndpoints: "#0072B2",
-	analysis.CauseUnexplained:      "#7F7F7F",
+	analysis.CauseEndpointRace:       "#E69F00",
+	analysis.CauseEndpointRaceLikely: "#F0E442",
+	analysis.CauseKeepAliveAtExit:    "#D55E00",
+	analysis.CauseInFlight:           "#CC79A7",
+	analysis.CauseSIGKILL:            "#7B1E1E",
+	analysis.CauseNoReadyEndpoints:   "#0072B2",
+	analysis.CauseUnexplained:        "#7F7F7F",
 }
 
 func causeColor(c analysis.Cause) string {
