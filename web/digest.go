@@ -9,10 +9,13 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
+	"os"
 	"reflect"
 	"runtime/debug"
 	"slices"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/drainscope/drainscope/analysis"
@@ -28,27 +31,36 @@ import (
 // and rules) and the whole analysis, which the other answers need and
 // which is read only for them.
 
-// digestVersion changes whenever what a digest holds, or what the analysis
-// makes of the same events, changes: digests of another version are
-// never read.
-const digestVersion = 2
+// digestVersion changes whenever what a digest holds changes (its
+// layout): digests of another version are never read. What the analysis
+// makes of the same events is covered by the key without anyone
+// remembering to bump it (see digestKey).
+const digestVersion = 3
 
 // digestKey names a rollout's digest for this build and the analysis
 // options in force: another build's analysis may read the same events
-// differently.
+// differently. The key hashes the release and VCS revision, the binary
+// itself (an image built without .git reads "(devel)", and a changed
+// aligner changes the binary), every rule's text (its requirements,
+// templates and fix, which options may replace) and the options.
 func (s *Server) digestKey(key RolloutKey) string {
 	o := s.opts.Analysis.WithDefaults()
 	var rules []string
 	for _, r := range o.Rules {
-		rules = append(rules, string(r.Cause)+":"+r.Title) // not the Finder: a func prints as its address
+		// Not the Finders: a func prints as its address.
+		reqs := make([]string, 0, len(r.Requires))
+		for _, q := range r.Requires {
+			reqs = append(reqs, q.Name)
+		}
+		rules = append(rules, fmt.Sprintf("%s|%s|%q|%s|%s|%s|%v", r.Cause, r.Title, reqs, r.Explain, r.Summary, r.Fix, r.Likely))
 	}
 	o.Rules = nil
-	h := sha256.Sum256(fmt.Appendf(nil, "%d %s %+v %q", digestVersion, buildID, o, rules))
+	h := sha256.Sum256(fmt.Appendf(nil, "%d %s %s %+v %q", digestVersion, buildID, binaryHash(), o, rules))
 	return key.String() + " " + hex.EncodeToString(h[:8])
 }
 
-// buildID names the build: its VCS revision (and whether the tree was
-// modified) when it was built from a repository.
+// buildID names the build: its module version and VCS revision (and
+// whether the tree was modified) when it was built from a repository.
 var buildID = func() string {
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
@@ -62,6 +74,26 @@ var buildID = func() string {
 	}
 	return id
 }()
+
+// binaryHash is the SHA-256 of the running executable, read once: any
+// change to the code that made a digest changes it. "" when the
+// executable cannot be read, and then the build ID and rules still key it.
+var binaryHash = sync.OnceValue(func() string {
+	path, err := os.Executable()
+	if err != nil {
+		return ""
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return ""
+	}
+	return hex.EncodeToString(h.Sum(nil))
+})
 
 // digestWindow is every time whose events can change r's model: the
 // analysis's history before the rollout, and after its end the quiet gap
