@@ -344,3 +344,50 @@ func TestContractPrune(t *testing.T) {
 		}
 	})
 }
+
+// TestContractTerminationsMainProcess: where the capture marks the
+// containers' main processes, a worker's SIGTERM and exec probes' exits
+// end no pod, and a replaced pod's end is its main process's, not the
+// last probe's.
+func TestContractTerminationsMainProcess(t *testing.T) {
+	forEach(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		s, _ := b.open(t)
+		at := func(d time.Duration) int64 { return day0.Add(d).UnixNano() }
+		pod := func(name string) event.PodRef {
+			return event.PodRef{Namespace: "shop", Name: name, UID: "uid-" + name, Container: "app"}
+		}
+		wl := event.Workload{Kind: "Deployment", Name: "checkout"}
+		ev := func(d time.Duration, k event.Kind, p event.PodRef, sig int32, f event.Flags, pid int32) event.Event {
+			e := event.Event{Time: at(d), Kind: k, Node: "n1", Source: event.SourceKernel, Pod: p, Workload: wl, Signal: sig, Flags: f, PID: pid}
+			e.Seal()
+			return e
+		}
+		healthy, replaced := pod("healthy"), pod("replaced")
+		del := event.Event{Time: at(10 * time.Second), Kind: event.PodDeletion, Node: "n1", Source: event.SourceWatcher, Pod: replaced, Workload: wl}
+		del.Seal()
+		batch := []event.Event{
+			ev(time.Second, event.Signal, healthy, 15, 0, 20), // the master recycles a worker
+			ev(time.Second+time.Millisecond, event.ProcessExit, healthy, 0, 0, 20),
+			ev(2*time.Second, event.ProcessExit, healthy, 0, 0, 30), // an exec probe
+			ev(3*time.Second, event.Signal, healthy, 0, event.FlagMain, 1),
+			del,
+			ev(11*time.Second, event.Signal, replaced, 15, event.FlagMain, 1),
+			ev(12*time.Second, event.ProcessExit, replaced, 0, event.FlagMain, 1),
+			ev(13*time.Second, event.ProcessExit, replaced, 0, 0, 31), // a probe still running as it ends
+		}
+		if err := s.Append(ctx, batch); err != nil {
+			t.Fatal(err)
+		}
+		ts, err := s.Terminations(ctx, Query{Window: event.Window{From: at(0), To: at(time.Minute)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ts) != 1 || ts[0].Pod.Name != "replaced" {
+			t.Fatalf("terminations %+v, want only the replaced pod's", ts)
+		}
+		if ts[0].Signal != at(11*time.Second) || ts[0].Exit != at(12*time.Second) {
+			t.Errorf("replaced pod: SIGTERM %d exit %d, want the main process's %d and %d", ts[0].Signal, ts[0].Exit, at(11*time.Second), at(12*time.Second))
+		}
+	})
+}

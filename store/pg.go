@@ -361,7 +361,7 @@ func (s *Postgres) Scan(ctx context.Context, q Query, fn func(*event.Event) erro
 
 // Terminations implements Store.
 func (s *Postgres) Terminations(ctx context.Context, q Query) ([]event.Termination, error) {
-	query, args := selectTerminations(q, pgPlaceholder)
+	query, args := selectTerminations(q, pgPlaceholder, fmt.Sprintf("(flags & %d) <> 0", event.FlagMain))
 	rows, err := s.pool.Query(ctx, query, args...)
 	if err != nil {
 		return nil, fmt.Errorf("store %s: querying terminations: %s", s.name, oneLine(err))

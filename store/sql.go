@@ -84,7 +84,14 @@ func selectEvents(q Query, cols []string, ph placeholder) (string, []any) {
 
 // selectTerminations renders the per-pod termination summary. A pod counts
 // as terminating when it has a deletion or a SIGTERM/SIGKILL in the window.
-func selectTerminations(q Query, ph placeholder) (string, []any) {
+// Beside each signal and exit it reads the same of the containers' main
+// processes (event.FlagMain): where the capture marks them, an exec
+// probe's exit or a worker's SIGTERM ends nothing (collectTerminations
+// chooses).
+// mainFlag is the SQL test of event.FlagMain on a row, where the flags
+// are a column (Postgres); the embedded store keeps them in the packed
+// detail and passes "false" (see SQLite.Terminations).
+func selectTerminations(q Query, ph placeholder, mainFlag string) (string, []any) {
 	q.Kinds = nil // the summary needs every kind of the pods' events
 	w, args := where(q, ph)
 	if w == "" {
@@ -99,12 +106,16 @@ func selectTerminations(q Query, ph placeholder) (string, []any) {
 	coalesce(min(ts) FILTER (WHERE kind = '%[2]s' AND signal = %[4]d), 0),
 	coalesce(max(ts) FILTER (WHERE kind = '%[5]s'), 0),
 	coalesce(max(ts) FILTER (WHERE kind = '%[6]s'), 0),
-	count(*)
+	count(*),
+	count(*) FILTER (WHERE %[8]s),
+	coalesce(min(ts) FILTER (WHERE kind = '%[2]s' AND signal = %[3]d AND %[8]s), 0),
+	coalesce(min(ts) FILTER (WHERE kind = '%[2]s' AND signal = %[4]d AND %[8]s), 0),
+	coalesce(max(ts) FILTER (WHERE kind = '%[5]s' AND %[8]s), 0)
 FROM events%[7]s
 GROUP BY namespace, pod_uid
 HAVING count(*) FILTER (WHERE kind = '%[1]s' OR (kind = '%[2]s' AND signal IN (%[3]d, %[4]d))) > 0
 ORDER BY 6, 7, 3`,
-		event.PodDeletion, event.Signal, sigterm, sigkill, event.ProcessExit, event.EndpointRemoved, w)
+		event.PodDeletion, event.Signal, sigterm, sigkill, event.ProcessExit, event.EndpointRemoved, w, mainFlag)
 	return s, args
 }
 
