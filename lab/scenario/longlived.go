@@ -238,7 +238,7 @@ func (c *Cluster) longLivedDeployment(name string, r Run, p Profile) *appsv1.Dep
 	ctr.ReadinessProbe = &corev1.Probe{
 		ProbeHandler:     corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: check}},
 		PeriodSeconds:    int32(LongLivedProbePeriod / time.Second),
-		TimeoutSeconds:   2, // a Go program's start on a busy machine
+		TimeoutSeconds:   5, // a Go program's start on a machine as busy as a lab's
 		SuccessThreshold: 1,
 		FailureThreshold: 3,
 	}
