@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -15,6 +16,7 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/drainscope/drainscope/analysis"
 	"github.com/drainscope/drainscope/lab/node"
 	"github.com/drainscope/drainscope/lab/sampleapp"
 	"github.com/drainscope/drainscope/lab/scenario"
@@ -24,6 +26,7 @@ import (
 const labUsage = `usage: drainscope lab [--profile short|seed000|ci] [--runs control,exit,graceful,prestop,drain]
                       [--store DSN] [--duration D] [--rollout-at D] [--no-kernel]
                       [--serve ADDR] [--keep] [-v]
+       drainscope lab --profile longlived [--node kubelet] [--settle 20m] [--gap 3m] [--store DSN]
        drainscope lab cleanup
 
 Runs a real single-node Kubernetes on this machine (etcd, kube-apiserver,
@@ -58,6 +61,16 @@ tables, processes, working files in /run/drainscope-lab) is removed on exit,
 on Ctrl-C and by 'drainscope lab cleanup'; only an empty lock file stays. Traffic goes only to loopback, the pod network
 10.244.0.0/24 and the Service network 10.96.0.0/24.
 
+With --profile longlived the lab deploys one Deployment whose pods do what
+pods that have run for days do (an exec readiness probe every 2 s, a worker
+process replaced every 30 s), lets them run under the load for --settle,
+then rolls it out, scales it down by one, evicts a pod through the Eviction
+API and has one app container OOM-killed (--node kubelet: a 128Mi memory
+limit and an allocation past it; the process node sets no limits, so the
+app crashes with exit code 3 instead), --gap apart. It prints each step's
+time and drainscope report over a window that begins after the pods were
+ready, then tears the cluster down. See docs/lab.md.
+
 Flags:
 `
 
@@ -89,6 +102,8 @@ func runLab(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	serve := fs.String("serve", "127.0.0.1:8080", "after the runs, serve the web UI on this address until interrupted (empty: exit)")
 	proxySync := fs.Duration("proxy-min-sync", 0, "kube-proxy's minimum sync period (its --iptables-min-sync-period, which the nftables mode reads; default kube-proxy's 1s): a longer one shows the dataplane lag growing with it")
 	nodeKind := fs.String("node", scenario.NodeProcess, "the lab node: process (each container a process of the lab) or kubelet (a real kubelet with containerd and runc; needs a static binary, CGO_ENABLED=0)")
+	settle := fs.Duration("settle", 0, "longlived profile: how long the pods run under the load before the first disruption (default the profile's 20m)")
+	gap := fs.Duration("gap", 0, "longlived profile: time between one disruption's end and the next's start (default the profile's 3m)")
 	keep := fs.Bool("keep", false, "after the runs, keep the cluster up and recording, with the Deployment sample-own behind a Service, until Ctrl-C (instead of --serve)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), labUsage)
@@ -110,6 +125,15 @@ func runLab(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	}
 	if *rolloutAt > 0 {
 		p.RolloutAt = *rolloutAt
+	}
+	if (*settle != 0 || *gap != 0) && !p.LongLived() {
+		return fmt.Errorf("%w: --settle and --gap are for --profile longlived", errUsage)
+	}
+	if *settle != 0 {
+		p.Settle = *settle
+	}
+	if *gap != 0 {
+		p.Gap = *gap
 	}
 	if err := p.Validate(); err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
@@ -181,6 +205,15 @@ func runLab(ctx context.Context, fs *flag.FlagSet, args []string) error {
 			down()
 		}
 	}()
+	if p.LongLived() {
+		err := labLongLived(ctx, c, p, st, *dsn, progress)
+		fmt.Printf("node: %s\n", c.NodeDescription())
+		fmt.Printf("lab time: %s\n", time.Since(started).Round(time.Second))
+		if errors.Is(err, context.Canceled) || ctx.Err() != nil {
+			return errors.New("interrupted; cleaned up")
+		}
+		return err
+	}
 	results, err := scenario.Execute(ctx, c, scenario.Config{Profile: p, Runs: selected, Progress: progress, Log: log})
 	if len(results) > 0 {
 		fmt.Println()
@@ -216,6 +249,35 @@ func runLab(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		sargs = append(sargs, "--store", *dsn)
 	}
 	return runServe(ctx, flag.NewFlagSet("drainscope serve", flag.ContinueOnError), sargs)
+}
+
+// labLongLived runs the long-lived sequence, prints its steps' times and
+// drainscope report over a window that begins after the pods were ready.
+func labLongLived(ctx context.Context, c *scenario.Cluster, p scenario.Profile, st store.Store, dsn string, progress io.Writer) error {
+	fmt.Fprintf(progress, "run: %s (%s); settle %v, %v between disruptions\n", scenario.LongLivedRun.Name, scenario.LongLivedRun.What, p.Settle, p.Gap)
+	res, err := scenario.RunLongLived(ctx, c, scenario.Config{Profile: p, Progress: progress})
+	if res.End.IsZero() {
+		return err
+	}
+	fmt.Println()
+	scenario.WriteSteps(os.Stdout, res)
+	c.Sync()
+	w := res.ReportWindow(scenario.ReportLead(p.Settle))
+	from, to := time.Unix(0, w.From).UTC(), time.Unix(0, w.To).UTC()
+	cmd := "drainscope report --since " + from.Format(time.RFC3339Nano) + " --until " + to.Format(time.RFC3339Nano)
+	if dsn != "" {
+		cmd += " --store '" + dsn + "'"
+	}
+	fmt.Printf("\n$ %s\n", cmd)
+	r, aerr := analysis.Analyze(context.WithoutCancel(ctx), st, store.Query{Window: w})
+	if aerr != nil {
+		return errors.Join(err, aerr)
+	}
+	write, _ := reportWriter("text")
+	if werr := write(os.Stdout, r); werr != nil {
+		return errors.Join(err, werr)
+	}
+	return err
 }
 
 // labKeep leaves the cluster up, recording, with a Deployment of the

@@ -306,8 +306,19 @@ func Main(args []string, stderr io.Writer) int {
 	fs.DurationVar(&cfg.DrainIdle, "drain-idle", Defaults.DrainIdle, "drain: exit once no connection was open this long")
 	fs.DurationVar(&cfg.DrainMax, "drain-max", Defaults.DrainMax, "drain: exit after this long whatever is still open")
 	fs.DurationVar(&cfg.Work, "work", 0, "time each request takes")
+	checkURL := fs.String("check", "", "ask this URL once and exit 0 if it answers 2xx, 1 otherwise (an exec readiness probe)")
+	isWorker := fs.Bool("worker", false, "run as the recycled worker process: serve nothing, exit at SIGTERM or when the parent is gone")
+	workerEvery := fs.Duration("worker-every", 0, "keep a worker process (this program with --worker) and replace it this often (0: none)")
+	admin := fs.String("admin-listen", "", "serve "+PathOOM+" and "+PathCrash+" (POST) on this address (empty: none)")
+	oomMax := fs.Int64("oom-max", 1<<30, "bytes "+PathOOM+" allocates at most before it exits instead of being killed")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	switch {
+	case *checkURL != "":
+		return check(*checkURL, time.Second, stderr)
+	case *isWorker:
+		return worker(stderr)
 	}
 	b, err := ParseBehaviour(*behaviour)
 	if err != nil {
@@ -339,6 +350,26 @@ func Main(args []string, stderr io.Writer) int {
 		return 1
 	}
 	cfg.Log.Info("listening", "addr", ln.Addr().String())
+	if *admin != "" {
+		aln, err := net.Listen("tcp", *admin)
+		if err != nil {
+			fmt.Fprintln(stderr, "sampleapp:", err)
+			return 1
+		}
+		cfg.Log.Info("admin listening", "addr", aln.Addr().String())
+		go serveAdmin(aln, *oomMax, cfg.Log)
+	}
+	if *workerEvery > 0 {
+		exe, err := os.Executable()
+		if err != nil {
+			fmt.Fprintln(stderr, "sampleapp:", err)
+			return 1
+		}
+		// This program as it was started, up to the arguments Main got
+		// (drainscope's "lab sampleapp", or nothing for a test binary).
+		argv := append([]string{exe}, os.Args[1:len(os.Args)-len(args)]...)
+		go recycleWorkers(context.Background(), append(argv, "--worker"), *workerEvery, stderr, cfg.Log)
+	}
 	served := make(chan error, 1)
 	go func() { served <- s.Serve(ln) }()
 	if term == nil {

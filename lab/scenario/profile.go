@@ -30,7 +30,16 @@ type Profile struct {
 	PreStop     time.Duration // the preStop sleep of the graceful+preStop run
 	Grace       time.Duration // terminationGracePeriodSeconds
 	ProbePeriod time.Duration // readiness probe period
+	// Settle, when set, makes the profile a long-lived one (RunLongLived):
+	// the pods run this long under the load before the first disruption,
+	// and Gap separates the disruptions that follow. Duration, Control and
+	// RolloutAt are then unused.
+	Settle time.Duration
+	Gap    time.Duration
 }
+
+// LongLived tells whether the profile runs the long-lived sequence.
+func (p Profile) LongLived() bool { return p.Settle > 0 }
 
 // Profiles are the built-in experiment shapes.
 var Profiles = map[string]Profile{
@@ -47,6 +56,15 @@ var Profiles = map[string]Profile{
 		Name: "seed000", Duration: 110 * time.Second, RolloutAt: 25 * time.Second,
 		Replicas: 4, Clients: 20, Interval: 110 * time.Millisecond, Timeout: 5 * time.Second,
 		ExitDelay: 3 * time.Second, PreStop: 5 * time.Second, Grace: 30 * time.Second, ProbePeriod: time.Second,
+	},
+	// longlived lets the pods run 20 minutes under the load, as on a
+	// cluster that has run for days (exec probes, a recycled worker),
+	// then rolls the Deployment out and, 3 minutes apart, scales it down,
+	// evicts a pod and gets a container OOM-killed (RunLongLived).
+	"longlived": {
+		Name: "longlived", Duration: 20 * time.Minute, Settle: 20 * time.Minute, Gap: 3 * time.Minute,
+		Replicas: 4, Clients: 20, Interval: 110 * time.Millisecond, Timeout: 5 * time.Second,
+		ExitDelay: 3 * time.Second, PreStop: 5 * time.Second, Grace: 30 * time.Second, ProbePeriod: 2 * time.Second,
 	},
 	// ci is the end-to-end test's: short runs that still cover a whole
 	// rollout and the last pod's exit.
@@ -78,6 +96,8 @@ func (p Profile) Validate() error {
 		return fmt.Errorf("profile %s: grace period %v is under a second", p.Name, p.Grace)
 	case p.Interval < time.Millisecond:
 		return fmt.Errorf("profile %s: client interval %v is too short for a lab", p.Name, p.Interval)
+	case p.Settle < 0 || p.Gap < 0 || (p.Settle > 0 && p.Gap == 0):
+		return fmt.Errorf("profile %s: settle %v and gap %v: want both positive, or neither", p.Name, p.Settle, p.Gap)
 	}
 	return nil
 }

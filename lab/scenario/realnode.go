@@ -49,6 +49,9 @@ func PreflightKubelet(binDir, binary string) error {
 	return kubelet.CheckStatic(binary)
 }
 
+// appEntrypoint runs the sample service in its image.
+var appEntrypoint = []string{"/drainscope", "lab", "sampleapp"}
+
 // Images are the real node's images: the sandbox, the sample service and
 // drainscope's own, each the one static binary on an empty base (as
 // deploy/Dockerfile builds drainscope's), with the CA bundle when the host
@@ -60,7 +63,7 @@ func Images(binary string) []kubelet.Image {
 	}
 	return []kubelet.Image{
 		{Ref: SandboxImage, Files: files, Entrypoint: []string{"/drainscope", "lab", "pause"}, User: "65535:65535"},
-		{Ref: AppImage, Files: files, Entrypoint: []string{"/drainscope", "lab", "sampleapp"}, User: "65532:65532"},
+		{Ref: AppImage, Files: files, Entrypoint: appEntrypoint, User: "65532:65532"},
 		{Ref: AgentImage, Files: files, Entrypoint: []string{"/drainscope"}, Cmd: []string{"serve", "--listen=0.0.0.0:8080"}, User: "65532:65532"},
 	}
 }

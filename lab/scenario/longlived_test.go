@@ -1,0 +1,262 @@
+package scenario_test
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/drainscope/drainscope/analysis"
+	"github.com/drainscope/drainscope/controlplane"
+	"github.com/drainscope/drainscope/event"
+	"github.com/drainscope/drainscope/internal/testenv"
+	"github.com/drainscope/drainscope/lab/kubelet"
+	"github.com/drainscope/drainscope/lab/scenario"
+	"github.com/drainscope/drainscope/store"
+)
+
+var (
+	longSettle = flag.Duration("longlived-settle", 30*time.Second, "TestLabLongLived: the pods' settle time under the load before the rollout")
+	longGap    = flag.Duration("longlived-gap", 30*time.Second, "TestLabLongLived: the time between one disruption's end and the next's start")
+)
+
+// TestLabLongLived runs the long-lived sequence, shortened, on the real
+// kubelet: pods with an exec readiness probe every 2 s and a worker
+// replaced every 30 s settle under the load, then a rollout, a scale-down,
+// an eviction through the Eviction API and a container OOM kill follow.
+// Over a window that begins after the pods were ready, the analysis must
+// name the rollout's failures as it does the short profile's exit run,
+// name each later disruption by what it was, and name no cause for a
+// failure on a pod that was not terminating.
+func TestLabLongLived(t *testing.T) {
+	testenv.RequireRoot(t)
+	if _, err := controlplane.CheckBinaries("", "kubelet"); err != nil {
+		testenv.Unavailable(t, err.Error())
+	}
+	if err := scenario.Preflight(""); err != nil {
+		testenv.Unavailable(t, err.Error())
+	}
+	if err := kubelet.Available(filepath.Join(controlplane.BinDir(), "kubelet")); err != nil {
+		testenv.Unavailable(t, err.Error())
+	}
+	if testing.Short() {
+		t.Skip("the long-lived sequence takes about five minutes")
+	}
+	bin := buildStatic(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute) // the lab lock may be held for a while
+	defer cancel()
+	st, err := store.Open(ctx, filepath.Join(t.TempDir(), "events.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	c, err := scenario.Up(ctx, scenario.Options{
+		Node:        scenario.NodeKubelet,
+		Binary:      bin,
+		Store:       st,
+		WaitForLock: true,
+		Log:         log,
+		Progress:    testWriter{t},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Down()
+	if !c.Kernel() {
+		t.Fatalf("the kernel capture must run on the real node: %v", c.KernelErr)
+	}
+	p := scenario.Profiles["longlived"]
+	p.Settle, p.Gap = *longSettle, *longGap
+	start := time.Now()
+	res, err := scenario.RunLongLived(ctx, c, scenario.Config{Profile: p, Progress: testWriter{t}, Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Sync()
+	var steps strings.Builder
+	scenario.WriteSteps(&steps, res)
+	t.Logf("long-lived sequence (%v):\n%s", time.Since(start).Round(time.Second), steps.String())
+
+	w := res.ReportWindow(scenario.ReportLead(p.Settle))
+	if w.From <= res.Ready.UnixNano() {
+		t.Fatalf("the report's window begins at %d, not after the pods were ready at %d", w.From, res.Ready.UnixNano())
+	}
+	r, err := analysis.AnalyzeWith(ctx, st, store.Query{Window: w}, analysis.Options{MaxFailures: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var report strings.Builder
+	_ = analysis.WriteText(&report, r)
+	t.Logf("drainscope report --since %s --until %s:\n%s", time.Unix(0, w.From).UTC().Format(time.RFC3339Nano),
+		time.Unix(0, w.To).UTC().Format(time.RFC3339Nano), report.String())
+
+	byName := map[string]scenario.Step{}
+	for _, s := range res.Steps {
+		byName[s.Name] = s
+	}
+	for _, n := range []string{scenario.StepRollout, scenario.StepScaleDown, scenario.StepEviction, scenario.StepOOM} {
+		if s, ok := byName[n]; !ok || len(s.Pods) == 0 {
+			t.Fatalf("step %s missing or without pods: %+v", n, res.Steps)
+		}
+	}
+	// A real OOM kill by the kernel's memory cgroup, as the kubelet
+	// reports it, not the app's own exit (sampleapp.ExitNoOOM).
+	if oom := byName[scenario.StepOOM]; !strings.Contains(oom.Note, "OOMKilled") {
+		t.Errorf("oom step: %q, want the container OOMKilled", oom.Note)
+	}
+	checkLongLivedExtras(ctx, t, st, res)
+	checkLongLivedDisruptions(t, r, byName)
+	checkLongLivedRollout(t, r, byName[scenario.StepRollout])
+	checkNoCauseOffTermination(t, r, res.Steps)
+}
+
+// checkLongLivedExtras checks that what the test is about happened: exec
+// probes and worker recycling ran processes in the app containers that
+// exited while no pod was terminating.
+func checkLongLivedExtras(ctx context.Context, t *testing.T, st store.Store, res scenario.LongLivedResult) {
+	t.Helper()
+	events, err := store.Events(ctx, st, store.Query{Window: event.Window{From: res.Ready.UnixNano(), To: res.SettleEnd.UnixNano()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	exits := map[string]int{}
+	for _, e := range events {
+		if e.Kind == event.ProcessExit && e.Source == event.SourceKernel && e.Pod.Name != "" {
+			exits[e.Pod.Name+" "+e.Comm]++
+		}
+	}
+	t.Logf("process exits in the pods while they settled (pod comm: count): %v", exits)
+	if len(exits) == 0 {
+		t.Errorf("no process exited in any pod while they settled: the exec probes and the worker did not run, or the kernel did not see them")
+	}
+}
+
+// stepOf names the step whose pods include uid.
+func stepOf(uid string, steps map[string]scenario.Step) string {
+	for name, s := range steps {
+		if slices.ContainsFunc(s.Pods, func(p scenario.PodRecord) bool { return p.UID == uid }) {
+			return name
+		}
+	}
+	return ""
+}
+
+// checkLongLivedDisruptions checks that each disruption the analysis found
+// is one of the steps, named by what it was, and that each step is one.
+func checkLongLivedDisruptions(t *testing.T, r *analysis.Result, steps map[string]scenario.Step) {
+	t.Helper()
+	want := map[string][]string{
+		scenario.StepRollout:   {event.ChangeTemplate},
+		scenario.StepScaleDown: {event.ChangeScale},
+		scenario.StepEviction:  {analysis.TriggerEviction},
+		// A container restart, the pod kept: by the kubelet's reason
+		// (OOMKilled) or as a restart.
+		scenario.StepOOM: {analysis.TriggerOOM, analysis.TriggerRestart},
+	}
+	found := map[string]int{}
+	for _, ro := range r.Rollouts {
+		var pods, of []string
+		for _, p := range ro.Replaced {
+			pods = append(pods, p.Name)
+			if s := stepOf(p.UID, steps); s != "" && !slices.Contains(of, s) {
+				of = append(of, s)
+			}
+		}
+		desc := fmt.Sprintf("disruption %q of %s at %s, %d pods (%s)", ro.Trigger, ro.Workload,
+			time.Unix(0, ro.From).UTC().Format("15:04:05.000"), len(ro.Replaced), strings.Join(pods, ", "))
+		t.Logf("%s: steps %v, %d failures %v", desc, of, ro.Failures, ro.ByCause)
+		switch len(of) {
+		case 0:
+			t.Errorf("%s: no step ended these pods: a disruption that never happened", desc)
+		case 1:
+			found[of[0]]++
+			if !slices.Contains(want[of[0]], ro.Trigger) {
+				t.Errorf("%s: the %s step's pods, want it named %v", desc, of[0], want[of[0]])
+			}
+		default:
+			t.Errorf("%s: joins the pods of the steps %v, want one disruption each", desc, of)
+		}
+	}
+	for name := range want {
+		if found[name] != 1 {
+			t.Errorf("the %s step is in %d disruptions, want 1", name, found[name])
+		}
+	}
+}
+
+// checkLongLivedRollout asks of the rollout what TestLabRealNode asks of
+// the short profile's exit run on the same node: failures, every one of
+// them during the rollout on a pod it replaced and with a cause, and no
+// SIGKILL.
+func checkLongLivedRollout(t *testing.T, r *analysis.Result, s scenario.Step) {
+	t.Helper()
+	from, to := s.Start.UnixNano(), s.End.Add(5*time.Second).UnixNano()
+	n := 0
+	causes := map[analysis.Cause]int{}
+	for _, f := range r.Failures {
+		if f.Inferred || f.Failure.Time < from || f.Failure.Time > to {
+			continue
+		}
+		n++
+		causes[f.Cause]++
+		onReplaced := f.Pod != nil && slices.ContainsFunc(s.Pods, func(p scenario.PodRecord) bool { return p.UID == f.Pod.UID })
+		if !onReplaced || f.Cause == analysis.CauseUnexplained {
+			t.Errorf("rollout failure %s: on pod %s (replaced: %v), cause %s: want a replaced pod and a cause; %s",
+				describeFailure(f), podName(f.Pod), onReplaced, f.Cause, f.Explanation)
+		}
+	}
+	t.Logf("rollout: %d client failures, by cause %v", n, causes)
+	if n == 0 {
+		t.Errorf("rollout: no client failure; the app exits at SIGTERM under keep-alive load, want some")
+	}
+	if causes[analysis.CauseSIGKILL] > 0 || causes[analysis.CauseNoReadyEndpoints] > 0 {
+		t.Errorf("rollout: causes %v; the app exits at SIGTERM long before its grace period, with three or four endpoints ready", causes)
+	}
+}
+
+// checkNoCauseOffTermination checks that a failure outside every step's
+// time on its pod (the step's request to its end, plus 5 s) has no cause:
+// a worker's recycling or an exec probe ends no pod.
+func checkNoCauseOffTermination(t *testing.T, r *analysis.Result, steps []scenario.Step) {
+	t.Helper()
+	const slack = 5 * time.Second
+	during := func(f analysis.AlignedFailure, s scenario.Step) bool {
+		start := f.Failure.Time - f.Failure.Duration // a timeout is logged at its end
+		return f.Failure.Time >= s.Start.Add(-time.Second).UnixNano() && start <= s.End.Add(slack).UnixNano()
+	}
+	off := 0
+	for _, f := range r.Failures {
+		if f.Inferred {
+			continue
+		}
+		terminating := false
+		for _, s := range steps {
+			if !during(f, s) {
+				continue
+			}
+			// A failure no pod was found for is judged by time alone.
+			if f.Pod == nil || slices.ContainsFunc(s.Pods, func(p scenario.PodRecord) bool { return p.UID == f.Pod.UID }) {
+				terminating = true
+			}
+		}
+		if terminating {
+			continue
+		}
+		off++
+		if f.Cause != analysis.CauseUnexplained {
+			t.Errorf("failure %s on pod %s, which was not terminating, named %s: %s", describeFailure(f), podName(f.Pod), f.Cause, f.Explanation)
+		}
+	}
+	t.Logf("%d client failures on pods that were not terminating", off)
+}
+
+func describeFailure(f analysis.AlignedFailure) string {
+	return fmt.Sprintf("%s at %s (%s, took %v)", f.Failure.Reason, time.Unix(0, f.Failure.Time).UTC().Format("15:04:05.000"),
+		f.Failure.Local, time.Duration(f.Failure.Duration).Round(time.Millisecond))
+}
