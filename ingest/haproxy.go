@@ -116,6 +116,7 @@ func ParseHAProxy(r io.Reader, opts Options, emit Emit) error {
 		if c := haproxyClass(tsc); c != "" {
 			rec.Reason = c
 		}
+		rec.attr(event.AttrVia, event.ProxyHAProxy)
 		rec.attr(AttrTermination, tsc)
 		if a, ok := parseAddr(toks[at-1]); ok {
 			rec.Client = a

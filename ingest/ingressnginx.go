@@ -5,6 +5,8 @@ import (
 	"net/netip"
 	"strings"
 	"time"
+
+	"github.com/drainscope/drainscope/event"
 )
 
 // IngressNginxFormat is ingress-nginx's default log format, upstreaminfo,
@@ -47,6 +49,7 @@ func ingressNginxFailure(f *NginxFormat, l *nginxLine, rec *Record) {
 	if v, ok := l.get(f, "proxy_upstream_name"); ok && v != "" && v != "-" {
 		rec.attr(AttrUpstreamName, v)
 	}
+	rec.attr(event.AttrVia, event.ProxyNginx)
 	if f.timeVar == "time_local" {
 		rec.attr(AttrTimeResolution, "1s")
 	}

@@ -91,6 +91,7 @@ func ParseTraefik(r io.Reader, opts Options, emit Emit) error {
 		if code == 0 {
 			rec.Reason = event.FailOther
 		}
+		rec.attr(event.AttrVia, event.ProxyTraefik)
 		if v.OriginStatus != nil {
 			rec.attr(AttrOriginStatus, strconv.Itoa(*v.OriginStatus))
 		}
@@ -178,6 +179,7 @@ func ParseALB(r io.Reader, opts Options, emit Emit) error {
 		if code == 504 && ts == "-" {
 			rec.Reason = event.FailTimeout
 		}
+		rec.attr(event.AttrVia, event.ProxyALB)
 		rec.attr(AttrTargetStatus, ts)
 		if a, ok := parseAddr(at(3)); ok {
 			rec.Client = a
@@ -297,6 +299,7 @@ func ParseGCPLB(r io.Reader, opts Options, emit Emit) error {
 		} else if code == 0 {
 			rec.Reason = event.FailOther
 		}
+		rec.attr(event.AttrVia, event.ProxyGCPLB)
 		rec.attr(AttrStatusDetails, sd)
 		rec.attr(AttrUpstreamClstr, v.Resource.Labels.BackendServiceName)
 		if a, ok := parseAddr(h.ServerIP); ok && a.Addr().IsValid() {

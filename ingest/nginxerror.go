@@ -176,6 +176,7 @@ func ParseNginxError(r io.Reader, opts Options, emit Emit) error {
 		}
 		rec.Error = e.text
 		rec.attr(AttrMechanism, e.mech)
+		rec.attr(event.AttrVia, event.ProxyNginx)
 		rec.attr(AttrLogSource, "error_log")
 		rec.attr(AttrMethod, strings.SplitN(e.request, " ", 2)[0])
 		if ap, ok := parseAddr(e.upstream); ok && ap.Addr().IsValid() {

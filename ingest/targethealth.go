@@ -14,8 +14,8 @@ import (
 
 // Proxy kinds of the load balancers' target health (Attrs[proxy]).
 const (
-	ProxyALB   = "alb"    // AWS elbv2 target group health
-	ProxyGCPLB = "gcp-lb" // Google Cloud backend service health
+	ProxyALB   = event.ProxyALB   // AWS elbv2 target group health
+	ProxyGCPLB = event.ProxyGCPLB // Google Cloud backend service health
 )
 
 // AttrTargetState is a target's state as the load balancer reported it
