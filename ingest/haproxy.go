@@ -61,6 +61,9 @@ func ParseHAProxy(r io.Reader, opts Options, emit Emit) error {
 				break
 			}
 		}
+		if at < 1 && haproxyStatusLine(line) {
+			return skipLine
+		}
 		if at < 1 {
 			return lineErr(0, "accept_date", "no [%%tr] date (like [06/Feb/2009:12:14:14.655]) after a client address: not an HAProxy HTTP log line")
 		}
@@ -230,4 +233,24 @@ func haproxyTokens(line []byte, toks []string) ([]string, *LineError) {
 		}
 	}
 	return toks, nil
+}
+
+// haproxyStatusMessages begin the messages HAProxy writes to the same log
+// as its requests (servers going up or down, proxies starting or stopping):
+// they are no request, and no error of the log.
+var haproxyStatusMessages = []string{"Server ", "Proxy ", "backend ", "Health check for ", "Stopping ", "Pausing ", "Resuming ", "Loading success", "[NOTICE]", "[WARNING]", "[ALERT]"}
+
+// haproxyStatusLine reports whether line is one of HAProxy's own messages,
+// with or without a syslog prefix (…haproxy[PID]: ).
+func haproxyStatusLine(line []byte) bool {
+	s := string(line)
+	if i := strings.Index(s, "]: "); i >= 0 && i < 80 {
+		s = s[i+3:]
+	}
+	for _, p := range haproxyStatusMessages {
+		if strings.HasPrefix(s, p) {
+			return true
+		}
+	}
+	return false
 }

@@ -68,6 +68,7 @@ func ParseTargetHealth(r io.Reader, opts Options, emit Emit) error {
 		bufLine   int // the line the snapshot's JSON starts on
 		proxy     string
 		tooBig    bool
+		dropping  bool // after a timestamp line: its snapshot's lines are no stray JSON
 	)
 	bad := func(line int, field, format string, args ...any) error {
 		rec.reset(line)
@@ -203,6 +204,12 @@ func ParseTargetHealth(r io.Reader, opts Options, emit Emit) error {
 			}
 			continue
 		case len(line) > 0 && line[0] == '#':
+			// A timestamp line ends the snapshot before it, good or bad;
+			// after a bad one its JSON is dropped with it.
+			if err := finish(lr.n); err != nil {
+				return err
+			}
+			have, buf, dropping = false, buf[:0], true
 			fields := strings.Fields(string(line[1:]))
 			if len(fields) == 0 || len(fields) > 2 {
 				if err := bad(lr.n, "time", "want '# TIME [namespace/service]'"); err != nil {
@@ -217,9 +224,6 @@ func ParseTargetHealth(r io.Reader, opts Options, emit Emit) error {
 				}
 				continue
 			}
-			if err := finish(lr.n); err != nil {
-				return err
-			}
 			have, at, buf, bufLine, tooBig, svc = true, t, buf[:0], lr.n+1, false, ""
 			if len(fields) == 2 {
 				if err := checkJSONString(fields[1]); err != nil || strings.Count(fields[1], "/") != 1 {
@@ -232,7 +236,7 @@ func ParseTargetHealth(r io.Reader, opts Options, emit Emit) error {
 			}
 		default:
 			if !have {
-				if len(bytes.TrimSpace(line)) == 0 {
+				if len(bytes.TrimSpace(line)) == 0 || dropping {
 					continue
 				}
 				if err := bad(lr.n, FieldLine, "JSON before the first timestamp line (# 2026-03-01T09:00:00.123Z): each snapshot must begin with one"); err != nil {
