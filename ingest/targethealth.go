@@ -192,6 +192,12 @@ func ParseTargetHealth(r io.Reader, opts Options, emit Emit) error {
 		if err != nil {
 			return err
 		}
+		if tooLong || bytes.IndexByte(line, 0) >= 0 {
+			// A damaged line spoils its snapshot, which is skipped like a
+			// failed poll (and its JSON's own error, which would come after
+			// this line's, is never read).
+			have, buf, dropping = false, buf[:0], true
+		}
 		switch {
 		case tooLong:
 			if err := bad(lr.n, FieldLine, "longer than %d bytes", MaxLineBytes); err != nil {
