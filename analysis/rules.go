@@ -97,6 +97,7 @@ var Rules = []Rule{
 		Summary: `these {{.Count}} {{plural .Count "failure" "failures"}} happened because the process exited{{if .ExitAfterSigterm}} {{.ExitAfterSigterm}} after SIGTERM{{end}}{{if .ConnsAtExit}} with {{.ConnsAtExit}} keep-alive {{plural .ConnsAtExit "connection" "connections"}} still open{{end}} ({{.PodsPhrase}}){{if .OffsetFromExit}}; the failures came {{.OffsetFromExit}} the exit (median){{end}}`,
 		Fix:     "while draining, answer with `Connection: close` (HTTP/1.1) or send GOAWAY (HTTP/2), and exit only after the connection pool has drained; closing the listener and preStop do nothing for established connections",
 	},
+	proxyLagRule, // ingress.go
 	{
 		Cause: CauseEndpointRace,
 		Title: "endpoint removal race",

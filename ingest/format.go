@@ -17,6 +17,13 @@ var formats = []Format{
 	{"vegeta-json", "vegeta encode --to json output", ParseVegetaJSON},
 	{"vegeta-csv", "vegeta encode --to csv output", ParseVegetaCSV},
 	{"nginx", "nginx access log: combined + $upstream_addr $upstream_status $request_time, or --nginx-format", ParseNginx},
+	{"ingress-nginx", "ingress-nginx access log, upstreaminfo format ([$proxy_upstream_name] gives the Service), or --nginx-format", ParseIngressNginx},
+	{"nginx-error", "nginx error log alone: each upstream attempt that failed (refused, timed out, reset, closed, no live upstreams)", ParseNginxError},
+	{"haproxy", "HAProxy HTTP log (option httplog), with %si:%sp after the request for the pod", ParseHAProxy},
+	{"traefik", "Traefik JSON access log (StartUTC, Duration, ServiceAddr, ServiceName)", ParseTraefik},
+	{"alb", "AWS Application Load Balancer access log", ParseALB},
+	{"gcp-lb", "Google Cloud HTTP(S) load balancer request log, one LogEntry JSON per line", ParseGCPLB},
+	{"target-health", "timestamped aws elbv2 describe-target-health or gcloud get-health JSON: the load balancer's endpoint changes", ParseTargetHealth},
 	{"envoy", "envoy access log, default text format (or Istio's)", ParseEnvoy},
 	{"envoy-json", "envoy access log, json_format with Istio's keys", ParseEnvoyJSON},
 	{"envoy-clusters", "timestamped snapshots of envoy's admin /clusters: endpoint membership changes", ParseEnvoyClusters},
@@ -50,14 +57,23 @@ func LookupFormat(name string) (Format, error) {
 // does not compile, a log_format given to a format that has none).
 func (f Format) Parser(opts Options) (Parser, error) {
 	if opts.LogFormat != "" {
+		if f.Name == "ingress-nginx" {
+			if _, err := CompileNginx(opts.LogFormat); err != nil {
+				return nil, err
+			}
+			return func(r io.Reader, emit Emit) error { return f.parse(r, opts, emit) }, nil
+		}
 		if f.Name != "nginx" {
-			return nil, fmt.Errorf("a log format applies to the nginx format only, not %s", f.Name)
+			return nil, fmt.Errorf("a log format applies to the nginx format only (and ingress-nginx), not %s", f.Name)
 		}
 		nf, err := CompileNginx(opts.LogFormat)
 		if err != nil {
 			return nil, err
 		}
 		return func(r io.Reader, emit Emit) error { return nf.Parse(r, opts, emit) }, nil
+	}
+	if opts.ErrorLog != nil && f.Name != "nginx" && f.Name != "ingress-nginx" {
+		return nil, fmt.Errorf("an error log joins the nginx and ingress-nginx formats only, not %s", f.Name)
 	}
 	return func(r io.Reader, emit Emit) error { return f.parse(r, opts, emit) }, nil
 }

@@ -178,6 +178,17 @@ func newConverter(res *Resolver) *converter {
 
 func (c *converter) event(rec *Record) (event.Event, *LineError) {
 	e := rec.Event()
+	// A proxy's name for its upstream (namespace-service-port) says the
+	// Service, where it can be split one way only or one split is known.
+	if e.Kind == event.ClientFailure && e.Service == "" {
+		if name := rec.Attrs[AttrUpstreamName]; name != "" {
+			var known func(string) bool
+			if c.res != nil {
+				known = c.res.KnownService
+			}
+			e.Service = UpstreamService(name, known)
+		}
+	}
 	// A proxy's endpoint change names the endpoint only: the analysis finds
 	// the pod that held the address then.
 	if c.res != nil && rec.Kind == "" {

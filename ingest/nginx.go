@@ -44,6 +44,10 @@ type NginxFormat struct {
 	timeIdx  int          // items index of timeVar
 	status   int          // items index of $status
 	fallback *NginxFormat // tried when a line does not match this one
+	// ingress marks ingress-nginx's formats: the upstream's name is kept
+	// (for its Service), its placeholder upstream is no pod, and whole
+	// seconds are marked coarse.
+	ingress bool
 }
 
 // listVars are the variables nginx logs as lists, one entry per upstream
@@ -352,6 +356,7 @@ type nginxParser struct {
 	l       nginxLine
 	lastRaw []byte
 	lastNS  int64
+	lastOff int64 // the zone offset of lastRaw, in seconds
 }
 
 // Parse reads an access log written in this format.
@@ -417,6 +422,7 @@ func (p *nginxParser) parseSplit(line []byte, rec *Record) *LineError {
 		}
 		p.lastRaw = append(p.lastRaw[:0], raw...)
 		p.lastNS = ns
+		p.lastOff = rawZoneOffset(f.timeVar, raw, ns, p.opts)
 	}
 	rec.Time = p.lastNS
 	sp = p.l.spans[f.status]
@@ -502,6 +508,22 @@ func (p *nginxParser) failure(rec *Record) *LineError {
 	}
 	if v, ok := l.get(f, "upstream_status"); ok && v != "-" {
 		rec.attr(AttrUpstreamStatus, v)
+	}
+	if f.ingress {
+		ingressNginxFailure(f, l, rec)
+	}
+	if p.opts.ErrorLog != nil {
+		up := rec.Backend
+		if up == "" {
+			if v, ok := l.get(f, "upstream_addr"); ok && v != "-" {
+				up = lastListEntry(v)
+			}
+		}
+		client := ""
+		if rec.Client.Addr().IsValid() {
+			client = rec.Client.Addr().String()
+		}
+		p.opts.ErrorLog.explain(rec, up, client, rec.Time+p.lastOff*int64(time.Second))
 	}
 	return nil
 }

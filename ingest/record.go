@@ -137,6 +137,17 @@ type Options struct {
 	// view of an endpoint begins with its first event, and a removal alone
 	// cannot speak for the time before it.
 	BaselineOnly bool
+	// TimeZone is the zone of times a log writes without one (nginx's
+	// error log, HAProxy's %tr); nil means UTC.
+	TimeZone *time.Location
+	// ErrorLog, for the nginx and ingress-nginx formats, is the proxy's
+	// error log: each failed line that an entry of it explains takes that
+	// entry's mechanism (refused, timeout, reset, eof).
+	ErrorLog *NginxErrorLog
+	// Service is the Kubernetes Service (namespace/name) that the
+	// target-health formats' target group or backend service serves; empty
+	// means the one the snapshot's timestamp line names, else ProxyName.
+	Service string
 }
 
 func (o *Options) failStatus(code int) bool {

@@ -34,6 +34,9 @@ type ipClaim struct {
 type Resolver struct {
 	claims map[netip.Addr][]ipClaim
 	sorted bool
+	// services are the Services (namespace/name) the events named, to
+	// resolve a proxy's upstream names (UpstreamService).
+	services map[string]bool
 	// Lookahead bounds how far after the asked time the first claim of an
 	// address may be and still answer for it.
 	Lookahead time.Duration
@@ -47,12 +50,13 @@ var ResolverKinds = []event.Kind{
 	event.PodReady, event.PodNotReady,
 	event.EndpointAdded, event.EndpointReady, event.EndpointNotReady, event.EndpointServing,
 	event.EndpointNotServing, event.EndpointTerminating, event.EndpointRemoved,
+	event.ServiceChanged,
 }
 
 // NewResolver returns an empty resolver: every lookup misses until events
 // are added.
 func NewResolver() *Resolver {
-	return &Resolver{claims: map[netip.Addr][]ipClaim{}, Lookahead: DefaultLookahead}
+	return &Resolver{claims: map[netip.Addr][]ipClaim{}, services: map[string]bool{}, Lookahead: DefaultLookahead}
 }
 
 // LoadResolver builds a resolver from the store's pod and endpoint events
@@ -72,6 +76,9 @@ func LoadResolver(ctx context.Context, s store.Store, w event.Window) (*Resolver
 
 // Add learns from e if it ties a pod to an address; other events are ignored.
 func (r *Resolver) Add(e *event.Event) {
+	if (e.Kind == event.ServiceChanged || e.Kind.IsEndpoint()) && e.Service != "" && e.Pod.Namespace != "" {
+		r.services[e.Pod.Namespace+"/"+e.Service] = true
+	}
 	if e.Pod.IsZero() || !e.Local.Addr().IsValid() {
 		return
 	}
@@ -123,4 +130,10 @@ func (r *Resolver) Lookup(ip netip.Addr, t int64) (Owner, bool) {
 		return cs[0].owner, true
 	}
 	return Owner{}, false
+}
+
+// KnownService reports whether an event named the Service key
+// (namespace/name).
+func (r *Resolver) KnownService(key string) bool {
+	return r != nil && r.services[key]
 }

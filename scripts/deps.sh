@@ -11,6 +11,7 @@ packages=(
 	libbpf-dev bpftool
 	iproute2 nftables # the lab's network namespaces and kube-proxy's rules
 	nginx             # real nginx access logs for the importer's tests
+	haproxy           # the ingress proxy driven through its runtime API (lab/ingress)
 	chromium          # the web UI's browser test
 	python3           # the lab's end-to-end test loads it with an independent client (http.client)
 	containerd runc containernetworking-plugins # the lab's real node (drainscope lab --node kubelet)

@@ -36,14 +36,17 @@ func runImport(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	failStatus := fs.String("fail-status", "500-599", "HTTP statuses that count as failures, e.g. 500-599,429")
 	dsn := fs.String("store", os.Getenv("DRAINSCOPE_STORE"), "store DSN: postgres://… or a SQLite file path (default: "+store.DefaultPath()+"; env DRAINSCOPE_STORE)")
 	dryRun := fs.Bool("dry-run", false, "read and count, store nothing")
-	proxyName := fs.String("proxy-name", "", "envoy-clusters: the envoy instance the snapshots are of, recorded as the node of its endpoint changes (default: the file's base name without extension; envoy for standard input)")
+	proxyName := fs.String("proxy-name", "", "envoy-clusters, target-health: the envoy instance or load balancer the snapshots are of, recorded as the node of its endpoint changes (default: the file's base name without extension; envoy, alb or gcp-lb for standard input)")
 	baselineAdded := fs.Bool("baseline-added", true, "envoy-clusters: record the first snapshot's healthy hosts as added at its time, so the proxy's view of them starts there (false: the first snapshot is only the baseline)")
+	errorLog := fs.String("error-log", "", "nginx, ingress-nginx: the proxy's error log (gzip or plain), read first: each failed access log line an entry of it explains takes its mechanism (connect refused, timed out, reset, prematurely closed)")
+	timeZone := fs.String("time-zone", "", "nginx-error, haproxy: the zone of times the log writes without one (IANA name such as Europe/Paris, or UTC; default UTC)")
+	service := fs.String("service", "", "target-health: the Kubernetes Service (namespace/name) the target group or backend service serves (default: the one each snapshot's # line names)")
 	window := registerWindow(fs)
 	fs.Usage = func() {
 		w := fs.Output()
 		fmt.Fprint(w, importUsage)
 		for _, f := range ingest.Formats() {
-			fmt.Fprintf(w, "  %-11s %s\n", f.Name, f.Summary)
+			fmt.Fprintf(w, "  %-14s %s\n", f.Name, f.Summary)
 		}
 		fmt.Fprintln(w, "\nExit status: 0 when every file was read (rejected lines are listed in the summary),\n1 when a file could not be read, had no readable line, or (--strict) had a bad line.\n\nFlags:")
 		fs.PrintDefaults()
@@ -76,14 +79,50 @@ func runImport(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	if err != nil {
 		return fmt.Errorf("%w: --fail-status: %v", errUsage, err)
 	}
-	opts := ingest.Options{LogFormat: *nginxFormat, FailStatus: codes, ProxyName: *proxyName, BaselineOnly: !*baselineAdded}
+	opts := ingest.Options{LogFormat: *nginxFormat, FailStatus: codes, ProxyName: *proxyName, BaselineOnly: !*baselineAdded, Service: *service}
+	if *timeZone != "" {
+		loc, err := time.LoadLocation(*timeZone)
+		if err != nil {
+			return fmt.Errorf("%w: --time-zone: %v", errUsage, err)
+		}
+		opts.TimeZone = loc
+	}
+	if *service != "" && strings.Count(*service, "/") != 1 {
+		return fmt.Errorf("%w: --service %q: want namespace/name", errUsage, *service)
+	}
+	if *errorLog != "" {
+		if f.Name != "nginx" && f.Name != "ingress-nginx" {
+			return fmt.Errorf("%w: --error-log joins the nginx and ingress-nginx formats only, not %s", errUsage, f.Name)
+		}
+		fh, err := os.Open(*errorLog)
+		if err != nil {
+			return err
+		}
+		el, err := ingest.LoadNginxErrorLog(*errorLog, fh)
+		fh.Close()
+		if err != nil {
+			return fmt.Errorf("reading %s: %w", *errorLog, err)
+		}
+		for i, e := range el.Rejected {
+			if i == 5 {
+				fmt.Fprintf(os.Stderr, "  … and %d more\n", len(el.Rejected)-5)
+				break
+			}
+			fmt.Fprintf(os.Stderr, "%v\n", e)
+		}
+		fmt.Fprintf(os.Stdout, "%s: %d upstream failures, %d lines rejected\n", *errorLog, el.Entries, len(el.Rejected))
+		opts.ErrorLog = el
+		defer func() {
+			fmt.Fprintf(os.Stdout, "%s: %d of %d upstream failures explain a failed access log line\n", *errorLog, el.Matched, el.Entries)
+		}()
+	}
 	parse, err := f.Parser(opts)
 	if err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
 	parse = ingest.Bounded(parse, window.window())
 	var parserFor func(string) ingest.Parser
-	if f.Name == "envoy-clusters" && *proxyName == "" {
+	if (f.Name == "envoy-clusters" || f.Name == "target-health") && *proxyName == "" {
 		parserFor = func(name string) ingest.Parser {
 			o := opts
 			if name != "(stdin)" {
