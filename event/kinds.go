@@ -137,7 +137,7 @@ func (k Kind) IsDataplane() bool {
 
 // Attributes of the dataplane kinds.
 const (
-	AttrProxy       = "proxy"        // the proxy whose rules changed: nftables (kube-proxy's nftables mode)
+	AttrProxy       = "proxy"        // the proxy whose rules changed: nftables, iptables, iptables-legacy (kube-proxy's modes), envoy
 	AttrServicePort = "service_port" // the Service port's name ("" for an unnamed port)
 	AttrProtocol    = "protocol"     // tcp, udp, sctp
 	AttrChain       = "chain"        // the proxy's chain that held the endpoint
@@ -147,6 +147,12 @@ const (
 // Proxy kinds (Attrs[proxy] of the dataplane kinds).
 const (
 	ProxyNFTables = "nftables"
+	// ProxyIPTables is kube-proxy's iptables mode on the nf_tables backend
+	// (iptables-nft), read from the same netlink notifications.
+	ProxyIPTables = "iptables"
+	// ProxyIPTablesLegacy is kube-proxy's iptables mode on the legacy
+	// xtables backend, read by polling after each of its syncs.
+	ProxyIPTablesLegacy = "iptables-legacy"
 	ProxyEnvoy    = "envoy" // imported from snapshots of envoy's admin /clusters
 )
 
