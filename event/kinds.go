@@ -153,7 +153,7 @@ const (
 	// ProxyIPTablesLegacy is kube-proxy's iptables mode on the legacy
 	// xtables backend, read by polling after each of its syncs.
 	ProxyIPTablesLegacy = "iptables-legacy"
-	ProxyEnvoy    = "envoy" // imported from snapshots of envoy's admin /clusters
+	ProxyEnvoy          = "envoy" // imported from snapshots of envoy's admin /clusters
 )
 
 // Common attribute keys.
