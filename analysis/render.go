@@ -115,8 +115,13 @@ func LagLine(lags []NodeLag) string {
 	var proxies []string
 	for _, l := range lags {
 		name := l.Proxy
-		if name == event.ProxyNFTables || name == "" {
+		switch name {
+		case event.ProxyNFTables, "":
 			name = "kube-proxy nftables"
+		case event.ProxyIPTables:
+			name = "kube-proxy iptables (nf_tables backend)"
+		case event.ProxyIPTablesLegacy:
+			name = "kube-proxy iptables (legacy backend)"
 		}
 		if !slices.Contains(proxies, name) {
 			proxies = append(proxies, name)

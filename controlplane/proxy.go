@@ -185,3 +185,23 @@ func iptablesBackendDir(dir, backend string) (string, error) {
 	}
 	return dir, nil
 }
+
+// CleanupKubeProxy removes the rules a kube-proxy left in mode (kube-proxy
+// --cleanup), with the iptables backend given ("nft", "legacy" or "" for
+// the PATH's), the kube-proxy binary found in binDir as CheckBinaries does.
+func CleanupKubeProxy(binDir, mode, backend string) error {
+	bins, err := CheckBinaries(binDir, "kube-proxy")
+	if err != nil {
+		return err
+	}
+	p := &proxyProc{process: &process{name: "kube-proxy", path: bins["kube-proxy"]}, mode: mode}
+	if backend != "" {
+		dir, err := iptablesBackendDir(filepath.Join(os.TempDir(), "drainscope-iptables-"+backend), backend)
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		p.env = []string{"PATH=" + dir + ":" + os.Getenv("PATH")}
+	}
+	return p.cleanup()
+}

@@ -10,6 +10,7 @@ packages=(
 	clang llvm        # compiling the eBPF programs (go generate ./ebpf)
 	libbpf-dev bpftool
 	iproute2 nftables # the lab's network namespaces and kube-proxy's rules
+	iptables          # kube-proxy's iptables mode: iptables-nft and iptables-legacy
 	nginx             # real nginx access logs for the importer's tests
 	chromium          # the web UI's browser test
 	python3           # the lab's end-to-end test loads it with an independent client (http.client)
