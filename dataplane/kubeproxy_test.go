@@ -617,7 +617,20 @@ func (r *recorder) save(path, listPath string, listing []byte) error {
 // without the watcher, the difference, and kube-proxy's own CPU in the
 // same rounds, as medians with p25–p75 (go test ./dataplane -run '^$'
 // -bench WatcherCPU -benchtime 1x, as root with the Kubernetes binaries).
-func BenchmarkWatcherCPU(b *testing.B) {
+func BenchmarkWatcherCPU(b *testing.B) { benchWatcherCPU(b, caseNFTables) }
+
+// BenchmarkWatcherCPUIPTables is BenchmarkWatcherCPU with kube-proxy in
+// iptables mode on iptables-nft: the same watcher, reading the xtables
+// compat expressions of the nat table's notifications.
+func BenchmarkWatcherCPUIPTables(b *testing.B) { benchWatcherCPU(b, caseIPTables) }
+
+// BenchmarkWatcherCPUIPTablesLegacy is BenchmarkWatcherCPU with kube-proxy
+// in iptables mode on the legacy backend: the LegacyPoller reading
+// kube-proxy's metric every 100 ms and iptables-legacy-save after each
+// sync (its children's CPU counted: they are the reader's cost).
+func BenchmarkWatcherCPUIPTablesLegacy(b *testing.B) { benchWatcherCPU(b, caseLegacy) }
+
+func benchWatcherCPU(b *testing.B, pc proxyCase) {
 	testenv.RequireRoot(b)
 	if _, err := controlplane.CheckBinaries("", "etcd", "kube-apiserver", "kube-proxy"); err != nil {
 		testenv.Unavailable(b, err.Error())
@@ -638,7 +651,8 @@ func BenchmarkWatcherCPU(b *testing.B) {
 	if _, err := cp.RegisterNode(ctx, controlplane.NodeOptions{Name: "node-a", InternalIP: "10.244.0.1", PodCIDR: "10.244.0.0/24"}); err != nil {
 		b.Fatal(err)
 	}
-	if err := cp.StartKubeProxy(ctx, controlplane.ProxyOptions{NodeName: "node-a", ExtraArgs: []string{"--iptables-min-sync-period=100ms"}}); err != nil {
+	if err := cp.StartKubeProxy(ctx, controlplane.ProxyOptions{NodeName: "node-a", Mode: pc.mode, IPTablesBackend: pc.backend,
+		ExtraArgs: []string{"--iptables-min-sync-period=100ms", "--iptables-localhost-nodeports=false"}}); err != nil {
 		b.Fatal(err)
 	}
 	cs := cp.Client()
@@ -663,11 +677,17 @@ func BenchmarkWatcherCPU(b *testing.B) {
 	b.ResetTimer()
 	for r := range rounds {
 		watching := r%2 == 1
-		var w *Watcher
+		var w ruleReader
 		wctx, wcancel := context.WithCancel(ctx)
 		wdone := make(chan error, 1)
 		if watching {
-			w, _ = New(Options{Node: "node-a", Emit: func(event.Event) {}, Logger: quietLog})
+			if pc.backend == "legacy" {
+				lp, _ := NewLegacy(LegacyOptions{Node: "node-a", Emit: func(event.Event) {}, Logger: quietLog, Metrics: cp.ProxyMetrics("node-a")})
+				w = legacyReader{lp}
+			} else {
+				nw, _ := New(Options{Node: "node-a", Emit: func(event.Event) {}, Logger: quietLog})
+				w = nftReader{nw}
+			}
 			go func() { wdone <- w.Run(wctx) }()
 			time.Sleep(300 * time.Millisecond) // its snapshot, outside the measure
 		}
@@ -686,7 +706,7 @@ func BenchmarkWatcherCPU(b *testing.B) {
 		if watching {
 			wcancel()
 			<-wdone
-			commits += w.Stats().Commits
+			commits += w.commits()
 			on, proxyOn = append(on, (c1-c0).Seconds()), append(proxyOn, (p1-p0).Seconds())
 		} else {
 			wcancel()
@@ -703,7 +723,8 @@ func BenchmarkWatcherCPU(b *testing.B) {
 	mOn, lOn, hOn := q(on)
 	mOff, lOff, hOff := q(off)
 	mp, lp, hp := q(append(slices.Clone(proxyOn), proxyOff...))
-	b.Logf("per round (%d Services × %d endpoints, 100 EndpointSlice writes, %d commits read in %d watched rounds):", services, perService, commits, len(on))
+	b.Logf("kube-proxy %s%s, per round (%d Services × %d endpoints, 100 EndpointSlice writes, %d commits (legacy: table reads) in %d watched rounds):",
+		pc.mode, map[string]string{"": "", "nft": " (iptables-nft)", "legacy": " (iptables-legacy)"}[pc.backend], services, perService, commits, len(on))
 	b.Logf("  this process with the watcher %.3f s CPU (p25–p75 %.3f–%.3f), without %.3f s (%.3f–%.3f): the watcher's %.1f ms",
 		mOn, lOn, hOn, mOff, lOff, hOff, (mOn-mOff)*1000)
 	b.Logf("  kube-proxy %.3f s CPU (p25–p75 %.3f–%.3f): the watcher costs %.1f %% of kube-proxy's CPU", mp, lp, hp, 100*(mOn-mOff)/mp)
@@ -711,13 +732,17 @@ func BenchmarkWatcherCPU(b *testing.B) {
 	b.ReportMetric(100*(mOn-mOff)/mp, "%-of-kube-proxy")
 }
 
+// selfCPU is this process's CPU and its waited-for children's (the
+// legacy reader's iptables-legacy-save runs).
 func selfCPU() time.Duration {
-	var ru unix.Rusage
+	var ru, ch unix.Rusage
 	_ = unix.Getrusage(unix.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	_ = unix.Getrusage(unix.RUSAGE_CHILDREN, &ch)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano() + ch.Utime.Nano() + ch.Stime.Nano())
 }
 
-// procCPU reads a process's user+system time from /proc/PID/stat.
+// procCPU reads a process's user+system time from /proc/PID/stat, its
+// waited-for children's included (kube-proxy's iptables-restore runs).
 func procCPU(pid int) time.Duration {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
@@ -725,10 +750,12 @@ func procCPU(pid int) time.Duration {
 	}
 	s := string(b)
 	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-	var ut, st int64
+	var ut, st, cut, cst int64
 	fmt.Sscan(f[11], &ut)
 	fmt.Sscan(f[12], &st)
-	return time.Duration(ut+st) * time.Second / 100 // USER_HZ
+	fmt.Sscan(f[13], &cut)
+	fmt.Sscan(f[14], &cst)
+	return time.Duration(ut+st+cut+cst) * time.Second / 100 // USER_HZ
 }
 
 func kubeProxyPID(b *testing.B) int {
