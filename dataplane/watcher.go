@@ -126,7 +126,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 	case len(md.xt.chains) > 0:
 		w.log.Info("following kube-proxy's iptables rules (nf_tables backend)", "table", xtTable, "endpoints", len(md.xt.current), "generation", gen)
 	default:
-		w.log.Info("neither kube-proxy's nftables table nor its iptables-nft chains found (yet); following the notifications for them", "table", Table)
+		w.log.Info("kube-proxy's nftables table not found (yet), nor its iptables-nft chains; following the notifications for them", "table", Table)
 	}
 
 	f := &follower{md: md, gen: gen}
