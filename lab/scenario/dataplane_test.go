@@ -13,6 +13,7 @@ import (
 
 	"github.com/drainscope/drainscope/analysis"
 	"github.com/drainscope/drainscope/controlplane"
+	"github.com/drainscope/drainscope/dataplane"
 	"github.com/drainscope/drainscope/event"
 	"github.com/drainscope/drainscope/internal/testenv"
 	"github.com/drainscope/drainscope/lab/scenario"
@@ -69,8 +70,14 @@ func TestLabDataplane(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			t.Logf("proxy: %s", c.ProxyDescription(ctx))
 			labDataplaneRun(ctx, t, c, st, log, mode)
+			// The node's own detection, as the agent reports it in
+			// kernel_capabilities, names the mode.
+			m := dataplane.DetectMode(ctx, dataplane.ModeOptions{Metrics: c.CP.ProxyMetrics(scenario.NodeName)})
+			t.Logf("proxy: %s", c.ProxyDescription(ctx))
+			if m.Proxy != mode || !m.Recorded {
+				t.Errorf("detected proxy mode %q (recorded %v), want %q: %s", m.Proxy, m.Recorded, mode, m.Evidence)
+			}
 		})
 		if !ok {
 			break
