@@ -113,10 +113,13 @@ type legacyReader struct{ *LegacyPoller }
 
 func (r legacyReader) commits() uint64 { return r.Stats().Saves }
 func (r legacyReader) endpoints() ([]string, error) {
-	if err := r.read(context.Background()); err != nil {
+	chains, err := r.save(context.Background())
+	if err != nil {
 		return nil, err
 	}
-	return keys(r.md.endpoints()), nil
+	x := newXTModel("")
+	x.chains = chains
+	return keys(x.endpoints()), nil
 }
 
 func testKubeProxyRules(t *testing.T, pc proxyCase) {

@@ -154,6 +154,17 @@ func (p *LegacyPoller) Run(ctx context.Context) error {
 // read runs the save commands and replaces the model's rules.
 func (p *LegacyPoller) read(ctx context.Context) error {
 	p.stats.saves.Add(1)
+	fresh, err := p.save(ctx)
+	if err != nil {
+		return err
+	}
+	p.md.chains = fresh
+	p.md.dirty = true
+	return nil
+}
+
+// save runs the save commands and parses their nat tables, by IP family.
+func (p *LegacyPoller) save(ctx context.Context) (map[byte]map[string]map[uint64]*xtRule, error) {
 	fresh := map[byte]map[string]map[uint64]*xtRule{}
 	for i, argv := range p.o.Save {
 		var stdout, stderr bytes.Buffer
@@ -163,17 +174,15 @@ func (p *LegacyPoller) read(ctx context.Context) error {
 			if i > 0 {
 				continue // no IPv6 tables: IPv4 only
 			}
-			return fmt.Errorf("%s: %w: %s", strings.Join(argv, " "), err, strings.TrimSpace(stderr.String()))
+			return nil, fmt.Errorf("%s: %w: %s", strings.Join(argv, " "), err, strings.TrimSpace(stderr.String()))
 		}
 		chains, err := parseSave(&stdout, argv[0])
 		if err != nil {
-			return err
+			return nil, err
 		}
 		fresh[byte(i)] = chains
 	}
-	p.md.chains = fresh
-	p.md.dirty = true
-	return nil
+	return fresh, nil
 }
 
 // syncTime reads kube-proxy's last sync time: the latest over its IP
