@@ -2,6 +2,7 @@ package dataplane
 
 import (
 	"encoding/binary"
+	"maps"
 	"net/netip"
 	"strings"
 
@@ -43,10 +44,30 @@ type xtModel struct {
 	chains  map[byte]map[string]map[uint64]*xtRule
 	current map[Endpoint]string
 	dirty   bool
+	// What the open transaction touched (all: everything is read again):
+	// kube-proxy's partial syncs rewrite only the changed Service chains
+	// (and KUBE-SERVICES), so a commit reads only the chains it changed.
+	touched map[xtChain]bool
+	all     bool
+	// held is, per Service chain, the endpoints it sent to at the last
+	// commit; named the Service port KUBE-SERVICES gave each chain.
+	held  map[xtChain]map[Endpoint]bool
+	named map[xtChain]ServicePort
+}
+
+type xtChain struct {
+	family byte
+	name   string
 }
 
 func newXTModel(proxy string) *xtModel {
-	return &xtModel{proxy: proxy, chains: map[byte]map[string]map[uint64]*xtRule{}, current: map[Endpoint]string{}}
+	return &xtModel{proxy: proxy, chains: map[byte]map[string]map[uint64]*xtRule{}, current: map[Endpoint]string{},
+		touched: map[xtChain]bool{}, held: map[xtChain]map[Endpoint]bool{}, named: map[xtChain]ServicePort{}}
+}
+
+func (x *xtModel) touch(family byte, chain string) {
+	x.dirty = true
+	x.touched[xtChain{family, chain}] = true
 }
 
 // xtRelevant reports whether a nat chain's rules can name an endpoint or
@@ -73,13 +94,13 @@ func (x *xtModel) apply(m *msg) {
 	switch m.op {
 	case unix.NFT_MSG_DELTABLE:
 		if len(x.chains[m.family]) > 0 {
-			x.dirty = true
+			x.dirty, x.all = true, true
 		}
 		delete(x.chains, m.family)
 	case unix.NFT_MSG_DELCHAIN:
 		if cs := x.chains[m.family]; cs != nil && cs[m.chain] != nil {
 			delete(cs, m.chain)
-			x.dirty = true
+			x.touch(m.family, m.chain)
 		}
 	case unix.NFT_MSG_NEWRULE:
 		if !xtRelevant(m.chain) {
@@ -93,7 +114,7 @@ func (x *xtModel) apply(m *msg) {
 			if len(cs[m.chain]) == 0 {
 				delete(cs, m.chain)
 			}
-			x.dirty = true
+			x.touch(m.family, m.chain)
 		}
 	}
 }
@@ -110,7 +131,7 @@ func (x *xtModel) put(family byte, chain string, handle uint64, r *xtRule) {
 		cs[chain] = hs
 	}
 	hs[handle] = r
-	x.dirty = true
+	x.touch(family, chain)
 }
 
 // readXTRule reads an iptables-nft rule: compat matches (comment, tcp,
@@ -220,73 +241,199 @@ func parseServicePortName(s string) (ns, name, port string, ok bool) {
 	return ns, name, port, name != ""
 }
 
-// endpoints lists what every Service port chain sends to now.
-func (x *xtModel) endpoints() map[Endpoint]string {
-	out := map[Endpoint]string{}
-	for _, cs := range x.chains {
-		// The Service port each Service chain is for, from KUBE-SERVICES'
-		// jumps to it ("ns/svc:port cluster IP"), and their protocol.
-		named := map[string]ServicePort{}
-		for _, r := range cs[xtServicesChain] {
-			if !xtServiceChain(r.jump) {
-				continue
-			}
-			if ns, name, port, ok := parseServicePortName(strings.TrimSuffix(r.comment, " cluster IP")); ok {
-				named[r.jump] = ServicePort{Namespace: ns, Name: name, Protocol: r.proto, Port: port}
+// names reads the Service port of each Service chain from KUBE-SERVICES'
+// jumps to it ("ns/svc:port cluster IP"), and their protocol.
+func names(family byte, cs map[string]map[uint64]*xtRule) map[xtChain]ServicePort {
+	named := map[xtChain]ServicePort{}
+	for _, r := range cs[xtServicesChain] {
+		if !xtServiceChain(r.jump) {
+			continue
+		}
+		if ns, name, port, ok := parseServicePortName(strings.TrimSuffix(r.comment, " cluster IP")); ok {
+			named[xtChain{family, r.jump}] = ServicePort{Namespace: ns, Name: name, Protocol: r.proto, Port: port}
+		}
+	}
+	return named
+}
+
+// chainEndpoints lists what one Service chain sends to now.
+func (x *xtModel) chainEndpoints(k xtChain) map[Endpoint]bool {
+	cs := x.chains[k.family]
+	out := map[Endpoint]bool{}
+	sp, known := x.named[k]
+	for _, r := range cs[k.name] {
+		if !strings.HasPrefix(r.jump, xtPrefixSEP) {
+			continue
+		}
+		// The Service chain's own comment, "ns/svc:port -> ip:port".
+		head, tail, _ := strings.Cut(r.comment, " -> ")
+		if ns, name, port, ok := parseServicePortName(head); ok {
+			sp.Namespace, sp.Name, sp.Port, known = ns, name, port, true
+		}
+		addr, proto := netip.AddrPort{}, ""
+		for _, er := range cs[r.jump] {
+			if er.dnat.IsValid() {
+				addr, proto = er.dnat, er.proto
+				break
 			}
 		}
-		for chain, rules := range cs {
-			if !xtServiceChain(chain) {
-				continue
-			}
-			sp, known := named[chain]
-			for _, r := range rules {
-				if !strings.HasPrefix(r.jump, xtPrefixSEP) {
-					continue
-				}
-				// The Service chain's own comment, "ns/svc:port -> ip:port".
-				head, tail, _ := strings.Cut(r.comment, " -> ")
-				if ns, name, port, ok := parseServicePortName(head); ok {
-					sp.Namespace, sp.Name, sp.Port, known = ns, name, port, true
-				}
-				addr, proto := netip.AddrPort{}, ""
-				for _, er := range cs[r.jump] {
-					if er.dnat.IsValid() {
-						addr, proto = er.dnat, er.proto
-						break
-					}
-				}
-				if !addr.IsValid() {
-					addr, _ = netip.ParseAddrPort(tail) // the endpoint chain is not (yet) read
-				}
-				if !known || !addr.IsValid() {
-					continue
-				}
-				ep := Endpoint{ServicePort: sp, Addr: addr}
-				if ep.Protocol == "" {
-					ep.Protocol = proto
-				}
-				if prev, ok := out[ep]; !ok || chain < prev {
-					out[ep] = chain
-				}
-			}
+		if !addr.IsValid() {
+			addr, _ = netip.ParseAddrPort(tail) // the endpoint chain is not (yet) read
 		}
+		if !known || !addr.IsValid() {
+			continue
+		}
+		ep := Endpoint{ServicePort: sp, Addr: addr}
+		if ep.Protocol == "" {
+			ep.Protocol = proto
+		}
+		out[ep] = true
 	}
 	return out
 }
 
+// endpoints lists what every Service port chain sends to now, read
+// afresh (the listing tests compare it with the model's commits).
+func (x *xtModel) endpoints() map[Endpoint]string {
+	y := newXTModel(x.proxy)
+	y.chains, y.dirty, y.all = x.chains, true, true
+	y.commit()
+	return y.current
+}
+
 // commit returns the endpoints that appeared and went since the last
-// commit, if a rule of the chains that matter changed.
+// commit, reading again the Service chains the transaction touched, those
+// that jump to an endpoint chain it touched, and those KUBE-SERVICES now
+// names otherwise.
 func (x *xtModel) commit() []Change {
 	if !x.dirty {
 		return nil
 	}
-	x.dirty = false
-	now := x.endpoints()
-	out := diff(x.current, now)
-	x.current = now
-	for i := range out {
-		out[i].Proxy = x.proxy
+	redo := map[xtChain]bool{}
+	named := x.named
+	if x.all {
+		named = map[xtChain]ServicePort{}
+		for fam, cs := range x.chains {
+			maps.Copy(named, names(fam, cs))
+		}
+		for k := range x.held {
+			redo[k] = true
+		}
+		for fam, cs := range x.chains {
+			for c := range cs {
+				if xtServiceChain(c) {
+					redo[xtChain{fam, c}] = true
+				}
+			}
+		}
+	} else {
+		seps := map[xtChain]bool{}
+		for k := range x.touched {
+			switch {
+			case k.name == xtServicesChain:
+				fresh := names(k.family, x.chains[k.family])
+				for c, sp := range fresh {
+					if named[c] != sp {
+						redo[c] = true
+					}
+				}
+				for c := range named {
+					if _, ok := fresh[c]; !ok && c.family == k.family {
+						redo[c] = true
+					}
+				}
+				if !maps.Equal(fresh, filterFamily(named, k.family)) {
+					named = maps.Clone(named)
+					maps.DeleteFunc(named, func(c xtChain, _ ServicePort) bool { return c.family == k.family })
+					maps.Copy(named, fresh)
+				}
+			case xtServiceChain(k.name):
+				redo[k] = true
+			case strings.HasPrefix(k.name, xtPrefixSEP):
+				seps[k] = true
+			}
+		}
+		if len(seps) > 0 {
+			for fam, cs := range x.chains {
+				for c, rules := range cs {
+					if !xtServiceChain(c) || redo[xtChain{fam, c}] {
+						continue
+					}
+					for _, r := range rules {
+						if seps[xtChain{fam, r.jump}] {
+							redo[xtChain{fam, c}] = true
+							break
+						}
+					}
+				}
+			}
+		}
+	}
+	x.named = named
+	// Endpoints held by the chains read again, before and after.
+	var out []Change
+	before := map[Endpoint]bool{}
+	for k := range redo {
+		for ep := range x.held[k] {
+			before[ep] = true
+		}
+	}
+	for k := range redo {
+		eps := x.chainEndpoints(k)
+		if len(eps) == 0 {
+			delete(x.held, k)
+		} else {
+			x.held[k] = eps
+		}
+	}
+	candidates := maps.Clone(before)
+	for k := range redo {
+		for ep := range x.held[k] {
+			candidates[ep] = true
+		}
+	}
+	// The chain that holds each candidate now, the first by name.
+	holders := map[Endpoint]string{}
+	for k, eps := range x.held {
+		for ep := range eps {
+			if candidates[ep] {
+				if best, ok := holders[ep]; !ok || k.name < best {
+					holders[ep] = k.name
+				}
+			}
+		}
+	}
+	for ep := range candidates {
+		chain, now := holders[ep]
+		prev, was := x.current[ep]
+		switch {
+		case now && !was:
+			x.current[ep] = chain
+			out = append(out, Change{Endpoint: ep, Added: true, Chain: chain, Proxy: x.proxy})
+		case !now && was:
+			delete(x.current, ep)
+			out = append(out, Change{Endpoint: ep, Chain: prev, Proxy: x.proxy})
+		case now:
+			x.current[ep] = chain
+		}
+	}
+	sortChanges(out)
+	clear(x.touched)
+	x.dirty, x.all = false, false
+	return out
+}
+
+// replace puts whole tables in place of the model's (a legacy read).
+func (x *xtModel) replace(chains map[byte]map[string]map[uint64]*xtRule) {
+	x.chains, x.dirty, x.all = chains, true, true
+}
+
+func filterFamily(m map[xtChain]ServicePort, family byte) map[xtChain]ServicePort {
+	out := map[xtChain]ServicePort{}
+	for k, v := range m {
+		if k.family == family {
+			out[k] = v
+		}
 	}
 	return out
 }

@@ -91,8 +91,7 @@ func TestParseSave(t *testing.T) {
 		t.Fatal(err)
 	}
 	x := newXTModel("iptables-legacy")
-	x.chains[unix.NFPROTO_IPV4] = chains
-	x.dirty = true
+	x.replace(map[byte]map[string]map[uint64]*xtRule{unix.NFPROTO_IPV4: chains})
 	got := keys(x.endpoints())
 	want := []string{"big/dns/udp/ 10.244.0.20:5353", "dp/web/tcp/http 10.244.0.11:8080", "dp/web/tcp/http 10.244.0.12:8080"}
 	if strings.Join(got, ",") != strings.Join(want, ",") {
@@ -109,7 +108,7 @@ func TestParseSave(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	x.chains[unix.NFPROTO_IPV4], x.dirty = chains, true
+	x.replace(map[byte]map[string]map[uint64]*xtRule{unix.NFPROTO_IPV4: chains})
 	cs = x.commit()
 	if len(cs) != 1 || cs[0].Added || cs[0].Addr.String() != "10.244.0.11:8080" || cs[0].Chain != "KUBE-SVC-AAAA" {
 		t.Errorf("after .11 left: %+v", cs)
@@ -182,5 +181,50 @@ func TestUdataComment(t *testing.T) {
 	}
 	if got := udataComment([]byte{0, 40, 'a'}); got != "" {
 		t.Errorf("a TLV longer than the data: %q", got)
+	}
+}
+
+// A commit reads again only what the transaction touched: a Service
+// chain, the Service chains jumping to a touched endpoint chain, and the
+// chains KUBE-SERVICES names anew; an endpoint held by two chains (the
+// cluster and local policy chains of one Service port) leaves when the
+// last one drops it.
+func TestXTModelIncremental(t *testing.T) {
+	const fam = unix.NFPROTO_IPV4
+	x := newXTModel("iptables")
+	sep := func(name, addr string) {
+		x.put(fam, name, 1, &xtRule{proto: "tcp", dnat: netip.MustParseAddrPort(addr)})
+	}
+	jump := func(chain string, h uint64, sep string) {
+		x.put(fam, chain, h, &xtRule{comment: "dp/web:http -> x", jump: sep})
+	}
+	sep("KUBE-SEP-1", "10.244.0.11:8080")
+	sep("KUBE-SEP-2", "10.244.0.12:8080")
+	jump("KUBE-SVC-A", 1, "KUBE-SEP-1")
+	jump("KUBE-SVC-A", 2, "KUBE-SEP-2")
+	jump("KUBE-SVL-A", 1, "KUBE-SEP-1")
+	if cs := x.commit(); len(cs) != 2 || !cs[0].Added || !cs[1].Added {
+		t.Fatalf("first commit: %+v", cs)
+	}
+	// .11 leaves the cluster chain, stays in the local one.
+	delete(x.chains[fam]["KUBE-SVC-A"], 1)
+	x.touch(fam, "KUBE-SVC-A")
+	if cs := x.commit(); len(cs) != 0 {
+		t.Errorf("an endpoint still in KUBE-SVL-A reported: %+v", cs)
+	}
+	delete(x.chains[fam], "KUBE-SVL-A")
+	x.touch(fam, "KUBE-SVL-A")
+	if cs := x.commit(); len(cs) != 1 || cs[0].Added || cs[0].Addr.String() != "10.244.0.11:8080" || cs[0].Chain != "KUBE-SVL-A" {
+		t.Errorf("after the local chain went: %+v", cs)
+	}
+	// An endpoint chain rewritten to another address: the Service chain
+	// jumping to it is read again.
+	sep("KUBE-SEP-2", "10.244.0.22:8080")
+	cs := x.commit()
+	if len(cs) != 2 || cs[0].Addr.String() != "10.244.0.12:8080" || cs[0].Added || cs[1].Addr.String() != "10.244.0.22:8080" || !cs[1].Added {
+		t.Errorf("after KUBE-SEP-2 changed: %+v", cs)
+	}
+	if got, want := keys(x.current), keys(x.endpoints()); strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Errorf("incremental %v, afresh %v", got, want)
 	}
 }

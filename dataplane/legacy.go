@@ -158,8 +158,7 @@ func (p *LegacyPoller) read(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	p.md.chains = fresh
-	p.md.dirty = true
+	p.md.replace(fresh)
 	return nil
 }
 
