@@ -96,6 +96,9 @@ type KernelConfig struct {
 // agent records the rest.
 type DataplaneConfig struct {
 	Disabled bool
+	// KubeProxyMetrics is kube-proxy's metrics address on this node
+	// (dataplane.DefaultKubeProxyMetrics when empty).
+	KubeProxyMetrics string
 }
 
 // Agent is one node's recorder. Create it with New, start it with Run.
@@ -107,6 +110,8 @@ type Agent struct {
 	writer *store.Writer
 	dp     *dataplane.Watcher
 	lag    *dataplane.LagMeter
+	// proxyMode is the node's proxy mode as last detected.
+	proxyMode atomic.Pointer[dataplane.Mode]
 
 	kernelMu sync.Mutex
 	kernel   *ebpf.Collector
@@ -253,6 +258,11 @@ func (a *Agent) Run(ctx context.Context) error {
 		go func() {
 			defer wg.Done()
 			_ = a.dp.Run(runCtx) // fails soft: logs why and returns
+		}()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a.followProxyMode(runCtx, &wg)
 		}()
 	}
 

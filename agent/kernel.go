@@ -301,6 +301,7 @@ func (a *Agent) recordCapabilities(k *ebpf.Collector) {
 			event.AttrKernelFeatures: strings.Join(feats, ","),
 		},
 	}
+	a.proxyAttrs(e.Attrs)
 	e.Seal()
 	a.record(e)
 }

@@ -51,6 +51,20 @@ type Result struct {
 	// after the watch saw an endpoint leave rotation that node's proxy
 	// stopped sending to it: the time a preStop sleep must exceed.
 	DataplaneLag []NodeLag `json:"dataplane_lag,omitempty"`
+
+	// Proxies lists each node's proxy mode as its agent detected it (its
+	// latest kernel_capabilities event), so that a node without dataplane
+	// events says why.
+	Proxies []NodeProxy `json:"proxies,omitempty"`
+}
+
+// NodeProxy is how one node's Services are proxied and whether
+// drainscope records its rule changes.
+type NodeProxy struct {
+	Node     string `json:"node"`
+	Mode     string `json:"mode"` // nftables, iptables, iptables-legacy, ipvs, off, "" (none found)
+	Recorded bool   `json:"recorded"`
+	Evidence string `json:"evidence,omitempty"`
 }
 
 // NodeKernel is what one node's kernel cannot show.
@@ -273,6 +287,7 @@ type collector struct {
 	// triggers are the workload changes in scope, for the rollouts
 	triggers                    []event.Event
 	kernels                     map[string]NodeKernel // by node: the latest kernel_capabilities
+	proxies                     map[string]NodeProxy  // by node: the proxy mode of the latest kernel_capabilities
 	fromSigterm, fromExit       hist
 	infFromSigterm, infFromExit hist
 	lags                        []NodeLag
@@ -331,6 +346,13 @@ func (c *collector) see(e *event.Event) {
 			nk.Missing = strings.Split(e.Reason, ",")
 		}
 		c.kernels[e.Node] = nk
+		if mode, ok := e.Attrs[event.AttrProxyMode]; ok {
+			if c.proxies == nil {
+				c.proxies = map[string]NodeProxy{}
+			}
+			c.proxies[e.Node] = NodeProxy{Node: e.Node, Mode: mode, Recorded: e.Attrs[event.AttrProxyRecorded] == "true",
+				Evidence: e.Attrs[event.AttrProxyEvidence]}
+		}
 	}
 	if e.Kind == event.WorkloadChanged && c.inScope(e.Pod.Namespace, e.Workload) {
 		c.triggers = append(c.triggers, e.Clone())
@@ -480,6 +502,10 @@ func (c *collector) result(st Stats) *Result {
 		}
 	}
 	sort.Slice(r.Kernels, func(i, j int) bool { return r.Kernels[i].Node < r.Kernels[j].Node })
+	for _, np := range c.proxies {
+		r.Proxies = append(r.Proxies, np)
+	}
+	sort.Slice(r.Proxies, func(i, j int) bool { return r.Proxies[i].Node < r.Proxies[j].Node })
 	if c.q.Namespace != "" || !c.q.Workload.IsZero() {
 		r.Scope = c.q.Namespace
 		if w := c.q.Workload; !w.IsZero() {

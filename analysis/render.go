@@ -115,8 +115,13 @@ func LagLine(lags []NodeLag) string {
 	var proxies []string
 	for _, l := range lags {
 		name := l.Proxy
-		if name == event.ProxyNFTables || name == "" {
+		switch name {
+		case event.ProxyNFTables, "":
 			name = "kube-proxy nftables"
+		case event.ProxyIPTables:
+			name = "kube-proxy iptables (nf_tables backend)"
+		case event.ProxyIPTablesLegacy:
+			name = "kube-proxy iptables (legacy backend)"
 		}
 		if !slices.Contains(proxies, name) {
 			proxies = append(proxies, name)
@@ -290,6 +295,45 @@ func KernelLines(ks []NodeKernel) []string {
 	return out
 }
 
+// proxyNames are the report's names of the proxy modes.
+var proxyNames = map[string]string{
+	event.ProxyNFTables:       "kube-proxy nftables",
+	event.ProxyIPTables:       "kube-proxy iptables (nf_tables backend)",
+	event.ProxyIPTablesLegacy: "kube-proxy iptables (legacy backend)",
+	"ipvs":                    "kube-proxy IPVS",
+	"off":                     "not read (dataplane recording off)",
+	"":                        "no kube-proxy rules found",
+}
+
+// ProxyLines are the report header's lines on the nodes' proxies: the
+// recorded modes with their node counts on one line, then each node whose
+// rule changes are not recorded with why, so that a node with no dataplane
+// events says why: "proxy of node-b: kube-proxy IPVS, not recorded: …".
+func ProxyLines(ps []NodeProxy) []string {
+	counts := map[string]int{}
+	var out []string
+	for _, p := range ps {
+		name, ok := proxyNames[p.Mode]
+		if !ok {
+			name = p.Mode
+		}
+		if p.Recorded {
+			counts[name]++
+			continue
+		}
+		out = append(out, "proxy of "+p.Node+": "+name+", not recorded: "+p.Evidence)
+	}
+	if len(counts) == 0 {
+		return out
+	}
+	var rec []string
+	for name, n := range counts {
+		rec = append(rec, fmt.Sprintf("%s on %s", name, count(n, "node")))
+	}
+	sort.Strings(rec)
+	return append([]string{"proxy rules recorded: " + strings.Join(rec, ", ")}, out...)
+}
+
 // WriteText writes the report for a terminal.
 func WriteText(w io.Writer, r *Result) error {
 	b := &strings.Builder{}
@@ -300,6 +344,9 @@ func WriteText(w io.Writer, r *Result) error {
 	}
 	p("%s", head)
 	for _, l := range KernelLines(r.Kernels) {
+		p("%s", l)
+	}
+	for _, l := range ProxyLines(r.Proxies) {
 		p("%s", l)
 	}
 	if l := LagLine(r.DataplaneLag); l != "" {
@@ -506,7 +553,7 @@ func WriteMarkdown(w io.Writer, r *Result) error {
 	p("")
 	p("%s → %s", stamp(r.From), stamp(r.To))
 	p("")
-	if ks := KernelLines(r.Kernels); len(ks) > 0 {
+	if ks := append(KernelLines(r.Kernels), ProxyLines(r.Proxies)...); len(ks) > 0 {
 		for _, l := range ks {
 			p("- %s", mdEscape(l))
 		}

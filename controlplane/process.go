@@ -19,6 +19,7 @@ type process struct {
 	name string
 	path string
 	args []string
+	env  []string // added to this process's environment
 	log  string
 
 	mu   sync.Mutex
@@ -39,6 +40,9 @@ func (p *process) start() error {
 	}
 	fmt.Fprintf(out, "==== %s starting at %s: %s %q\n", p.name, time.Now().UTC().Format(time.RFC3339Nano), p.path, p.args)
 	cmd := exec.Command(p.path, p.args...)
+	if len(p.env) > 0 {
+		cmd.Env = append(os.Environ(), p.env...)
+	}
 	cmd.Stdout = out
 	cmd.Stderr = out
 	cmd.SysProcAttr = &syscall.SysProcAttr{

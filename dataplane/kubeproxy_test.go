@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"bytes"
 	"context"
 	"encoding/hex"
 	"encoding/json"
@@ -41,6 +42,25 @@ const captureFile = "kube-proxy-v1.37.2.nlmon.jsonl"
 // the nftables mode uses too): long enough that a change right after another one waits for it.
 const minSync = 3 * time.Second
 
+// proxyCase is one of kube-proxy's modes as TestKubeProxyRules runs it.
+type proxyCase struct {
+	mode, backend string // --proxy-mode, controlplane.ProxyOptions.IPTablesBackend
+	proxy         string // Attrs[proxy] of its events
+	capture       string // testdata files written with -capture: notifications …
+	listing       string // … and the listing of the rules at the end
+	svcPrefix     string // the chains an endpoint's event names
+}
+
+var (
+	caseNFTables = proxyCase{mode: "nftables", proxy: event.ProxyNFTables, capture: captureFile,
+		listing: "kube-proxy-v1.37.2.nft.json", svcPrefix: "service-"}
+	caseIPTables = proxyCase{mode: "iptables", backend: "nft", proxy: event.ProxyIPTables, capture: captureFileIPT,
+		listing: "kube-proxy-v1.37.2-iptables.save", svcPrefix: "KUBE-SVC-"}
+	caseLegacy = proxyCase{mode: "iptables", backend: "legacy", proxy: event.ProxyIPTablesLegacy, svcPrefix: "KUBE-SVC-"}
+)
+
+const captureFileIPT = "kube-proxy-v1.37.2-iptables.nlmon.jsonl"
+
 // TestKubeProxyRules runs a real kube-proxy (nftables mode) against a real
 // API server, with Services and EndpointSlices written directly (no pods
 // are needed for kube-proxy to program them), and checks that the watcher
@@ -52,9 +72,61 @@ const minSync = 3 * time.Second
 // allowed sync, and the measured lag follows. It needs root, nft and the
 // Kubernetes binaries, and holds the lab lock (kube-proxy's tables are the
 // lab's too).
-func TestKubeProxyRules(t *testing.T) {
+func TestKubeProxyRules(t *testing.T) { testKubeProxyRules(t, caseNFTables) }
+
+// TestKubeProxyIPTablesRules is TestKubeProxyRules with kube-proxy in
+// iptables mode on the nf_tables backend (iptables-nft): its KUBE-SVC-/
+// KUBE-SEP- chains come through the same notifications, and at the end
+// what the watcher holds must be what iptables-nft-save lists.
+func TestKubeProxyIPTablesRules(t *testing.T) {
+	testenv.RequireBinary(t, "iptables-nft")
+	testKubeProxyRules(t, caseIPTables)
+}
+
+// TestKubeProxyIPTablesLegacyRules is TestKubeProxyRules with kube-proxy
+// in iptables mode on the legacy backend, which announces nothing: the
+// LegacyPoller reads kube-proxy's sync metric and iptables-legacy-save.
+func TestKubeProxyIPTablesLegacyRules(t *testing.T) {
+	testenv.RequireBinary(t, "iptables-legacy")
+	testKubeProxyRules(t, caseLegacy)
+}
+
+// follower is what TestKubeProxyRules reads the rules with.
+type ruleReader interface {
+	Run(context.Context) error
+	commits() uint64
+	endpoints() ([]string, error)
+}
+
+type nftReader struct{ *Watcher }
+
+func (r nftReader) commits() uint64 { return r.Stats().Commits }
+func (r nftReader) endpoints() ([]string, error) {
+	md, _, err := r.snapshot()
+	if err != nil {
+		return nil, err
+	}
+	return append(keys(md.flat()), keys(md.xt.current)...), nil
+}
+
+type legacyReader struct{ *LegacyPoller }
+
+func (r legacyReader) commits() uint64 { return r.Stats().Saves }
+func (r legacyReader) endpoints() ([]string, error) {
+	chains, err := r.save(context.Background())
+	if err != nil {
+		return nil, err
+	}
+	x := newXTModel("")
+	x.chains = chains
+	return keys(x.endpoints()), nil
+}
+
+func testKubeProxyRules(t *testing.T, pc proxyCase) {
 	testenv.RequireRoot(t)
-	testenv.RequireBinary(t, "nft")
+	if pc.mode == "nftables" {
+		testenv.RequireBinary(t, "nft")
+	}
 	if _, err := controlplane.CheckBinaries("", "etcd", "kube-apiserver", "kube-controller-manager", "kube-proxy"); err != nil {
 		testenv.Unavailable(t, err.Error())
 	}
@@ -76,26 +148,46 @@ func TestKubeProxyRules(t *testing.T) {
 	}
 
 	var rec *recorder
-	if *capture {
+	if *capture && pc.capture != "" {
 		rec, err = startRecorder()
 		if err != nil {
 			t.Fatal(err)
 		}
 	}
 	evs := newSink()
-	w, err := New(Options{Node: "node-a", Emit: evs.add, Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
+	var w ruleReader
 	wctx, wcancel := context.WithCancel(ctx)
 	wdone := make(chan error, 1)
-	go func() { wdone <- w.Run(wctx) }()
-	defer func() { wcancel(); <-wdone }()
-	time.Sleep(200 * time.Millisecond) // the watcher's snapshot, before kube-proxy's table exists
+	defer func() {
+		wcancel()
+		if w != nil {
+			<-wdone
+		}
+	}()
+	startReader := func() {
+		go func() { wdone <- w.Run(wctx) }()
+		time.Sleep(200 * time.Millisecond) // its first read
+	}
+	if pc.backend != "legacy" {
+		nw, err := New(Options{Node: "node-a", Emit: evs.add, Logger: log})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w = nftReader{nw}
+		startReader() // before kube-proxy's table exists
+	}
 
-	if err := cp.StartKubeProxy(ctx, controlplane.ProxyOptions{NodeName: "node-a",
-		ExtraArgs: []string{"--iptables-min-sync-period=" + minSync.String()}}); err != nil {
+	if err := cp.StartKubeProxy(ctx, controlplane.ProxyOptions{NodeName: "node-a", Mode: pc.mode, IPTablesBackend: pc.backend,
+		ExtraArgs: []string{"--iptables-min-sync-period=" + minSync.String(), "--iptables-localhost-nodeports=false"}}); err != nil {
 		t.Fatal(err)
+	}
+	if pc.backend == "legacy" {
+		lp, err := NewLegacy(LegacyOptions{Node: "node-a", Emit: evs.add, Logger: log, Metrics: cp.ProxyMetrics("node-a")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w = legacyReader{lp}
+		startReader()
 	}
 	cs := cp.Client()
 	if err := cp.EnsureNamespace(ctx, "dp"); err != nil {
@@ -130,18 +222,18 @@ func TestKubeProxyRules(t *testing.T) {
 		return true
 	}, cp)
 	for _, e := range evs.all() {
-		if e.Attrs[event.AttrServicePort] != "http" || e.Attrs[event.AttrProtocol] != "tcp" || e.Pod.Namespace != "dp" || e.Node != "node-a" || e.Attrs[event.AttrProxy] != event.ProxyNFTables {
+		if e.Attrs[event.AttrServicePort] != "http" || e.Attrs[event.AttrProtocol] != "tcp" || e.Pod.Namespace != "dp" || e.Node != "node-a" || e.Attrs[event.AttrProxy] != pc.proxy {
 			t.Errorf("event %s %s: attrs %v, namespace %q, node %q", e.Kind, e.Local, e.Attrs, e.Pod.Namespace, e.Node)
 		}
-		if e.Service == "sticky" && !strings.HasPrefix(e.Attrs[event.AttrChain], "service-") {
+		if e.Service == "sticky" && !strings.HasPrefix(e.Attrs[event.AttrChain], pc.svcPrefix) {
 			t.Errorf("sticky endpoint %s held by chain %q", e.Local, e.Attrs[event.AttrChain])
 		}
 	}
 
 	// Quiet for longer than the sync period, so that the next change syncs
 	// at once, then a second change right after it, which has to wait.
-	for last, since := w.Stats().Commits, time.Now(); time.Since(since) < minSync+500*time.Millisecond; time.Sleep(50 * time.Millisecond) {
-		if c := w.Stats().Commits; c != last {
+	for last, since := w.commits(), time.Now(); time.Since(since) < minSync+500*time.Millisecond; time.Sleep(50 * time.Millisecond) {
+		if c := w.commits(); c != last {
 			last, since = c, time.Now()
 		}
 	}
@@ -217,24 +309,50 @@ func TestKubeProxyRules(t *testing.T) {
 		t.Errorf("the endpoint left ready was reported removed")
 	}
 
-	// Listing the table must agree with what the notifications built.
-	out, err := exec.Command("nft", "-j", "list", "table", "ip", Table).Output()
+	// Listing the rules must agree with what the notifications built.
+	out, listed := listRules(t, pc)
+	got, err := w.endpoints()
 	if err != nil {
 		t.Fatal(err)
 	}
-	listed := endpointsFromJSON(t, out)
-	md, _, err := w.snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := keys(md.flat()); !slices.Equal(got, listed) {
-		t.Errorf("a fresh read of the table says %v, nft -j list says %v", got, listed)
+	if !slices.Equal(got, listed) {
+		t.Errorf("a fresh read of the rules says %v, their listing says %v", got, listed)
 	}
 	if rec != nil {
-		if err := rec.save("testdata/"+captureFile, "testdata/kube-proxy-v1.37.2.nft.json", out); err != nil {
+		if err := rec.save("testdata/"+pc.capture, "testdata/"+pc.listing, out); err != nil {
 			t.Fatal(err)
 		}
 	}
+}
+
+// listRules lists the rules with the tool of the mode (nft -j, or the
+// backend's iptables-save) and the endpoints the listing names, read
+// independently of the netlink decoding.
+func listRules(t *testing.T, pc proxyCase) ([]byte, []string) {
+	t.Helper()
+	if pc.mode == "nftables" {
+		out, err := exec.Command("nft", "-j", "list", "table", "ip", Table).Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out, endpointsFromJSON(t, out)
+	}
+	out, err := exec.Command("iptables-"+pc.backend+"-save", "-t", "nat").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out, endpointsFromSave(t, out, "iptables-"+pc.backend+"-save")
+}
+
+func endpointsFromSave(t *testing.T, b []byte, name string) []string {
+	t.Helper()
+	chains, err := parseSave(bytes.NewReader(b), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := newXTModel("")
+	x.chains[unix.NFPROTO_IPV4] = chains
+	return keys(x.endpoints())
 }
 
 func createService(ctx context.Context, t testing.TB, cs kubernetes.Interface, name string, aff corev1.ServiceAffinity) {
@@ -502,7 +620,20 @@ func (r *recorder) save(path, listPath string, listing []byte) error {
 // without the watcher, the difference, and kube-proxy's own CPU in the
 // same rounds, as medians with p25–p75 (go test ./dataplane -run '^$'
 // -bench WatcherCPU -benchtime 1x, as root with the Kubernetes binaries).
-func BenchmarkWatcherCPU(b *testing.B) {
+func BenchmarkWatcherCPU(b *testing.B) { benchWatcherCPU(b, caseNFTables) }
+
+// BenchmarkWatcherCPUIPTables is BenchmarkWatcherCPU with kube-proxy in
+// iptables mode on iptables-nft: the same watcher, reading the xtables
+// compat expressions of the nat table's notifications.
+func BenchmarkWatcherCPUIPTables(b *testing.B) { benchWatcherCPU(b, caseIPTables) }
+
+// BenchmarkWatcherCPUIPTablesLegacy is BenchmarkWatcherCPU with kube-proxy
+// in iptables mode on the legacy backend: the LegacyPoller reading
+// kube-proxy's metric every 100 ms and iptables-legacy-save after each
+// sync (its children's CPU counted: they are the reader's cost).
+func BenchmarkWatcherCPUIPTablesLegacy(b *testing.B) { benchWatcherCPU(b, caseLegacy) }
+
+func benchWatcherCPU(b *testing.B, pc proxyCase) {
 	testenv.RequireRoot(b)
 	if _, err := controlplane.CheckBinaries("", "etcd", "kube-apiserver", "kube-proxy"); err != nil {
 		testenv.Unavailable(b, err.Error())
@@ -523,7 +654,8 @@ func BenchmarkWatcherCPU(b *testing.B) {
 	if _, err := cp.RegisterNode(ctx, controlplane.NodeOptions{Name: "node-a", InternalIP: "10.244.0.1", PodCIDR: "10.244.0.0/24"}); err != nil {
 		b.Fatal(err)
 	}
-	if err := cp.StartKubeProxy(ctx, controlplane.ProxyOptions{NodeName: "node-a", ExtraArgs: []string{"--iptables-min-sync-period=100ms"}}); err != nil {
+	if err := cp.StartKubeProxy(ctx, controlplane.ProxyOptions{NodeName: "node-a", Mode: pc.mode, IPTablesBackend: pc.backend,
+		ExtraArgs: []string{"--iptables-min-sync-period=100ms", "--iptables-localhost-nodeports=false"}}); err != nil {
 		b.Fatal(err)
 	}
 	cs := cp.Client()
@@ -548,11 +680,17 @@ func BenchmarkWatcherCPU(b *testing.B) {
 	b.ResetTimer()
 	for r := range rounds {
 		watching := r%2 == 1
-		var w *Watcher
+		var w ruleReader
 		wctx, wcancel := context.WithCancel(ctx)
 		wdone := make(chan error, 1)
 		if watching {
-			w, _ = New(Options{Node: "node-a", Emit: func(event.Event) {}, Logger: quietLog})
+			if pc.backend == "legacy" {
+				lp, _ := NewLegacy(LegacyOptions{Node: "node-a", Emit: func(event.Event) {}, Logger: quietLog, Metrics: cp.ProxyMetrics("node-a")})
+				w = legacyReader{lp}
+			} else {
+				nw, _ := New(Options{Node: "node-a", Emit: func(event.Event) {}, Logger: quietLog})
+				w = nftReader{nw}
+			}
 			go func() { wdone <- w.Run(wctx) }()
 			time.Sleep(300 * time.Millisecond) // its snapshot, outside the measure
 		}
@@ -571,7 +709,7 @@ func BenchmarkWatcherCPU(b *testing.B) {
 		if watching {
 			wcancel()
 			<-wdone
-			commits += w.Stats().Commits
+			commits += w.commits()
 			on, proxyOn = append(on, (c1-c0).Seconds()), append(proxyOn, (p1-p0).Seconds())
 		} else {
 			wcancel()
@@ -588,7 +726,8 @@ func BenchmarkWatcherCPU(b *testing.B) {
 	mOn, lOn, hOn := q(on)
 	mOff, lOff, hOff := q(off)
 	mp, lp, hp := q(append(slices.Clone(proxyOn), proxyOff...))
-	b.Logf("per round (%d Services × %d endpoints, 100 EndpointSlice writes, %d commits read in %d watched rounds):", services, perService, commits, len(on))
+	b.Logf("kube-proxy %s%s, per round (%d Services × %d endpoints, 100 EndpointSlice writes, %d commits (legacy: table reads) in %d watched rounds):",
+		pc.mode, map[string]string{"": "", "nft": " (iptables-nft)", "legacy": " (iptables-legacy)"}[pc.backend], services, perService, commits, len(on))
 	b.Logf("  this process with the watcher %.3f s CPU (p25–p75 %.3f–%.3f), without %.3f s (%.3f–%.3f): the watcher's %.1f ms",
 		mOn, lOn, hOn, mOff, lOff, hOff, (mOn-mOff)*1000)
 	b.Logf("  kube-proxy %.3f s CPU (p25–p75 %.3f–%.3f): the watcher costs %.1f %% of kube-proxy's CPU", mp, lp, hp, 100*(mOn-mOff)/mp)
@@ -596,13 +735,17 @@ func BenchmarkWatcherCPU(b *testing.B) {
 	b.ReportMetric(100*(mOn-mOff)/mp, "%-of-kube-proxy")
 }
 
+// selfCPU is this process's CPU and its waited-for children's (the
+// legacy reader's iptables-legacy-save runs).
 func selfCPU() time.Duration {
-	var ru unix.Rusage
+	var ru, ch unix.Rusage
 	_ = unix.Getrusage(unix.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	_ = unix.Getrusage(unix.RUSAGE_CHILDREN, &ch)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano() + ch.Utime.Nano() + ch.Stime.Nano())
 }
 
-// procCPU reads a process's user+system time from /proc/PID/stat.
+// procCPU reads a process's user+system time from /proc/PID/stat, its
+// waited-for children's included (kube-proxy's iptables-restore runs).
 func procCPU(pid int) time.Duration {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
@@ -610,10 +753,12 @@ func procCPU(pid int) time.Duration {
 	}
 	s := string(b)
 	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-	var ut, st int64
+	var ut, st, cut, cst int64
 	fmt.Sscan(f[11], &ut)
 	fmt.Sscan(f[12], &st)
-	return time.Duration(ut+st) * time.Second / 100 // USER_HZ
+	fmt.Sscan(f[13], &cut)
+	fmt.Sscan(f[14], &cst)
+	return time.Duration(ut+st+cut+cst) * time.Second / 100 // USER_HZ
 }
 
 func kubeProxyPID(b *testing.B) int {

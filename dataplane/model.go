@@ -9,6 +9,8 @@ import (
 
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
+
+	"github.com/drainscope/drainscope/event"
 )
 
 // Table is the name of kube-proxy's nftables tables (families ip and ip6).
@@ -19,6 +21,7 @@ type Change struct {
 	Endpoint
 	Added bool
 	Chain string // a chain that holds (held) the endpoint
+	Proxy string // event.ProxyIPTables…; "" for kube-proxy's nftables mode
 }
 
 // rule is what one rule of a Service port chain sends to.
@@ -66,13 +69,17 @@ type model struct {
 	// changed; all says a table went, and everything is read again.
 	touched map[ServicePort]bool
 	all     bool
+	// xt is kube-proxy's iptables mode on the nf_tables backend: its nat
+	// tables' notifications arrive on the same group.
+	xt *xtModel
 }
 
 func newModel() *model {
-	return &model{tables: map[tableKey]*table{}, current: map[ServicePort]map[netip.AddrPort]string{}, touched: map[ServicePort]bool{}}
+	return &model{tables: map[tableKey]*table{}, current: map[ServicePort]map[netip.AddrPort]string{}, touched: map[ServicePort]bool{},
+		xt: newXTModel(event.ProxyIPTables)}
 }
 
-// flat lists the current endpoints.
+// flat lists the current endpoints of the nftables mode's tables.
 func (md *model) flat() map[Endpoint]string { return flatten(md.current) }
 
 // touch marks the Service port a chain belongs to as changed.
@@ -94,6 +101,7 @@ func ours(m *msg) bool {
 // apply folds one message into the model. Adds and deletes are idempotent,
 // so a dump and notifications of the same commit may overlap.
 func (md *model) apply(m *msg) {
+	md.xt.apply(m)
 	if !ours(m) {
 		return
 	}
@@ -383,7 +391,7 @@ func (md *model) commit() []Change {
 	clear(md.touched)
 	md.all = false
 	md.gc()
-	return out
+	return append(out, md.xt.commit()...)
 }
 
 func flatten(m map[ServicePort]map[netip.AddrPort]string) map[Endpoint]string {

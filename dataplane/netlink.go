@@ -3,8 +3,10 @@ package dataplane
 import (
 	"encoding/binary"
 	"fmt"
+	"strings"
 
 	"github.com/google/nftables/expr"
+	"github.com/google/nftables/xt"
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 )
@@ -19,7 +21,8 @@ type msg struct {
 	chain  string // rules, chains
 	handle uint64 // rules
 
-	exprs []expr.Any // rules: the expressions this package reads, in order
+	exprs   []expr.Any // rules: the expressions this package reads, in order
+	comment string     // rules: the comment in the rule's user data (iptables-nft ≥ 1.8.10 keeps it there)
 
 	set      string // sets, elements
 	setFlags uint32 // sets
@@ -98,6 +101,8 @@ func decode(m netlink.Message) (msg, error) {
 					out.exprs, err = decodeExprs(out.family, nad)
 					return err
 				})
+			case unix.NFTA_RULE_USERDATA:
+				out.comment = udataComment(ad.Bytes())
 			}
 		}
 	case unix.NFT_MSG_NEWSET, unix.NFT_MSG_DELSET:
@@ -190,10 +195,78 @@ func decodeExprs(family byte, ad *netlink.AttributeDecoder) ([]expr.Any, error) 
 				return nil, fmt.Errorf("expression nat: %w", err)
 			}
 			e = n
+		case "match", "target":
+			// iptables-nft's xtables extensions: kept raw, read by
+			// readXTRule (package xt's decoders fail on some payloads).
+			x, err := decodeCompat(data)
+			if err != nil {
+				return nil, fmt.Errorf("expression %s: %w", name, err)
+			}
+			if name == "match" {
+				e = &expr.Match{Name: x.name, Rev: x.rev, Info: &x.info}
+			} else {
+				e = &expr.Target{Name: x.name, Rev: x.rev, Info: &x.info}
+			}
+		case "meta":
+			m := &expr.Meta{}
+			if err := expr.Unmarshal(family, data, m); err != nil {
+				return nil, fmt.Errorf("expression meta: %w", err)
+			}
+			e = m
+		case "cmp":
+			c := &expr.Cmp{}
+			if err := expr.Unmarshal(family, data, c); err != nil {
+				return nil, fmt.Errorf("expression cmp: %w", err)
+			}
+			e = c
 		}
 		out = append(out, e)
 	}
 	return out, ad.Err()
+}
+
+type compat struct {
+	name string
+	rev  uint32
+	info xt.Unknown
+}
+
+// decodeCompat reads a match or target expression's name, revision and
+// payload (NFTA_MATCH_* and NFTA_TARGET_* share their numbers).
+func decodeCompat(data []byte) (compat, error) {
+	var x compat
+	ad, err := netlink.NewAttributeDecoder(data)
+	if err != nil {
+		return x, err
+	}
+	ad.ByteOrder = binary.BigEndian
+	for ad.Next() {
+		switch ad.Type() {
+		case unix.NFTA_MATCH_NAME:
+			x.name = strings.TrimRight(string(ad.Bytes()), "\x00")
+		case unix.NFTA_MATCH_REV:
+			x.rev = ad.Uint32()
+		case unix.NFTA_MATCH_INFO:
+			x.info = xt.Unknown(ad.Bytes())
+		}
+	}
+	return x, ad.Err()
+}
+
+// udataComment reads the comment from a rule's user data, the TLVs of
+// libnftnl (NFTNL_UDATA_RULE_COMMENT, type 0, a NUL-terminated string).
+func udataComment(b []byte) string {
+	for len(b) >= 2 {
+		typ, n := b[0], int(b[1])
+		if 2+n > len(b) {
+			return ""
+		}
+		if typ == 0 {
+			return strings.TrimRight(string(b[2:2+n]), "\x00")
+		}
+		b = b[2+n:]
+	}
+	return ""
 }
 
 // decodeElem reads one NFTA_LIST_ELEM of a set element list.

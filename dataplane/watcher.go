@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -119,10 +120,13 @@ func (w *Watcher) Run(ctx context.Context) error {
 		w.log.Warn("dataplane not recorded: cannot read kube-proxy's nftables table", "err", err)
 		return nil
 	}
-	if len(md.tables) == 0 {
-		w.log.Info("kube-proxy's nftables table not found (yet); following the notifications for it", "table", Table)
-	} else {
+	switch {
+	case len(md.tables) > 0:
 		w.log.Info("following kube-proxy's nftables rules", "table", Table, "endpoints", len(md.flat()), "generation", gen)
+	case len(md.xt.chains) > 0:
+		w.log.Info("following kube-proxy's iptables rules (nf_tables backend)", "table", xtTable, "endpoints", len(md.xt.current), "generation", gen)
+	default:
+		w.log.Info("kube-proxy's nftables table not found (yet), nor its iptables-nft chains; following the notifications for them", "table", Table)
 	}
 
 	f := &follower{md: md, gen: gen}
@@ -141,7 +145,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 				w.log.Warn("dataplane: reading kube-proxy's table again failed; no longer recorded", "err", err)
 				return nil
 			}
-			w.emit(b.at, diff(f.md.flat(), fresh.flat()), event.FlagRelist)
+			w.emit(b.at, relist(f.md, fresh), event.FlagRelist)
 			f = &follower{md: fresh, gen: g}
 			continue
 		}
@@ -176,7 +180,7 @@ func (f *follower) feed(msgs []netlink.Message, log *slog.Logger) [][]Change {
 			continue
 		}
 		if op != unix.NFT_MSG_NEWGEN {
-			if ours(&m) {
+			if ours(&m) || oursXT(&m) {
 				f.pending = append(f.pending, m)
 			}
 			continue
@@ -192,6 +196,16 @@ func (f *follower) feed(msgs []netlink.Message, log *slog.Logger) [][]Change {
 		}
 		f.pending = f.pending[:0]
 		out = append(out, f.md.commit())
+	}
+	return out
+}
+
+// relist lists what changed between a model and a fresh read of the rules.
+func relist(old, fresh *model) []Change {
+	out := diff(old.flat(), fresh.flat())
+	for _, c := range diff(old.xt.current, fresh.xt.current) {
+		c.Proxy = fresh.xt.proxy
+		out = append(out, c)
 	}
 	return out
 }
@@ -223,7 +237,7 @@ func Event(at time.Time, node string, k event.Kind, c Change, flags event.Flags)
 		Local:   c.Addr,
 		Flags:   flags,
 		Attrs: map[string]string{
-			event.AttrProxy:       event.ProxyNFTables,
+			event.AttrProxy:       cmp.Or(c.Proxy, event.ProxyNFTables),
 			event.AttrServicePort: c.Port,
 			event.AttrProtocol:    c.Protocol,
 			event.AttrChain:       c.Chain,
@@ -362,19 +376,34 @@ func dump(c *netlink.Conn) (*model, error) {
 				md.apply(&m)
 			}
 		}
-		req, _ = request(unix.NFT_MSG_GETRULE, fam, netlink.Dump|netlink.Acknowledge,
-			[]netlink.Attribute{{Type: unix.NFTA_RULE_TABLE, Data: []byte(Table + "\x00")}})
-		msgs, err = c.Execute(req)
-		if err != nil && !errors.Is(err, unix.ENOENT) {
-			return nil, fmt.Errorf("listing the rules of table %s: %w", Table, err)
+		if err := dumpRules(c, md, fam, Table); err != nil {
+			return nil, err
 		}
-		for _, nm := range msgs {
-			m, err := decode(nm)
-			if err != nil {
-				return nil, err
-			}
-			md.apply(&m)
+	}
+	// iptables-nft's nat tables, where kube-proxy's iptables mode writes.
+	for _, fam := range []byte{unix.NFPROTO_IPV4, unix.NFPROTO_IPV6} {
+		if err := dumpRules(c, md, fam, xtTable); err != nil {
+			return nil, err
 		}
 	}
 	return md, nil
+}
+
+// dumpRules reads the rules of one table into md; a table that does not
+// exist is no error.
+func dumpRules(c *netlink.Conn, md *model, fam byte, tbl string) error {
+	req, _ := request(unix.NFT_MSG_GETRULE, fam, netlink.Dump|netlink.Acknowledge,
+		[]netlink.Attribute{{Type: unix.NFTA_RULE_TABLE, Data: []byte(tbl + "\x00")}})
+	msgs, err := c.Execute(req)
+	if err != nil && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("listing the rules of table %s (family %d): %w", tbl, fam, err)
+	}
+	for _, nm := range msgs {
+		m, err := decode(nm)
+		if err != nil {
+			return err
+		}
+		md.apply(&m)
+	}
+	return nil
 }

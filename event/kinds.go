@@ -32,7 +32,8 @@ import "fmt"
 //	client_failure         Local (client), Remote (target dialled), Service, Code (HTTP status),
 //	                       Duration, Reason (error class), Attrs[backend], Flags(Inferred)
 //	kernel_capabilities    Node; Reason (the kernel evidence the node cannot see, comma-separated, "" for none),
-//	                       Attrs[kernel_release, kernel_features]: recorded by an agent when its capture starts, and every 10 minutes
+//	                       Attrs[kernel_release, kernel_features, proxy_mode, proxy_recorded, proxy_evidence]: recorded by an
+//	                       agent when its capture starts, every 10 minutes and when the node's proxy mode changes
 //	service_changed        Service, Pod.Namespace only; Reason (created, updated, deleted, observed),
 //	                       Attrs[cluster_ips, service_ports, service_type]: what a client dialling the Service reached
 //	workload_changed       Workload, Pod.Namespace only; Reason (template, scale, created, deleted),
@@ -92,6 +93,12 @@ var Kinds = []Kind{
 const (
 	AttrKernelRelease  = "kernel_release"  // uname -r of the node
 	AttrKernelFeatures = "kernel_features" // the probed features the programs use, comma-separated
+	// The node's proxy mode (dataplane.DetectMode): nftables, iptables,
+	// iptables-legacy, ipvs, off, or "" when no kube-proxy rules were found;
+	// whether its rule changes are recorded, and how it was told.
+	AttrProxyMode     = "proxy_mode"
+	AttrProxyRecorded = "proxy_recorded"
+	AttrProxyEvidence = "proxy_evidence"
 )
 
 // Valid reports whether k is a known kind.
@@ -140,7 +147,7 @@ func (k Kind) IsDataplane() bool {
 
 // Attributes of the dataplane kinds.
 const (
-	AttrProxy       = "proxy"        // the proxy whose rules changed: nftables (kube-proxy's nftables mode)
+	AttrProxy       = "proxy"        // the proxy whose rules changed: nftables, iptables, iptables-legacy (kube-proxy's modes), envoy
 	AttrServicePort = "service_port" // the Service port's name ("" for an unnamed port)
 	AttrProtocol    = "protocol"     // tcp, udp, sctp
 	AttrChain       = "chain"        // the proxy's chain that held the endpoint
@@ -150,7 +157,13 @@ const (
 // Proxy kinds (Attrs[proxy] of the dataplane kinds).
 const (
 	ProxyNFTables = "nftables"
-	ProxyEnvoy    = "envoy" // imported from snapshots of envoy's admin /clusters
+	// ProxyIPTables is kube-proxy's iptables mode on the nf_tables backend
+	// (iptables-nft), read from the same netlink notifications.
+	ProxyIPTables = "iptables"
+	// ProxyIPTablesLegacy is kube-proxy's iptables mode on the legacy
+	// xtables backend, read by polling after each of its syncs.
+	ProxyIPTablesLegacy = "iptables-legacy"
+	ProxyEnvoy          = "envoy" // imported from snapshots of envoy's admin /clusters
 )
 
 // Common attribute keys.

@@ -10,6 +10,7 @@ packages=(
 	clang llvm        # compiling the eBPF programs (go generate ./ebpf)
 	libbpf-dev bpftool
 	iproute2 nftables # the lab's network namespaces and kube-proxy's rules
+	iptables          # kube-proxy's iptables mode: iptables-nft and iptables-legacy
 	nginx             # real nginx access logs for the importer's tests
 	haproxy           # the ingress proxy driven through its runtime API (lab/ingress)
 	chromium          # the web UI's browser test

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/drainscope/drainscope/agent"
+	"github.com/drainscope/drainscope/dataplane"
 	"github.com/drainscope/drainscope/store"
 	"github.com/drainscope/drainscope/watcher"
 )
@@ -53,7 +54,8 @@ func runAgent(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	flushEvery := fs.Duration("flush-interval", 200*time.Millisecond, "longest an event waits before it is written")
 	shutdown := fs.Duration("shutdown-timeout", 20*time.Second, "time allowed to flush the buffer at shutdown (keep it below the pod's terminationGracePeriodSeconds)")
 	noKernel := fs.Bool("no-kernel", false, "do not load the eBPF programs; record only pod and endpoint transitions")
-	dp := fs.String("dataplane", "nftables", `record when this node's proxy rules stop sending to each endpoint: "nftables" (kube-proxy's nftables mode; needs the host network namespace and CAP_NET_ADMIN, else logs why once) or "off"`)
+	dp := fs.String("dataplane", "auto", `record when this node's proxy rules stop sending to each endpoint: "auto" (kube-proxy's nftables mode and iptables mode on either backend, whichever the node runs; needs the host network namespace and CAP_NET_ADMIN, and for the legacy backend iptables-legacy-save, else logs why once; "nftables" is a synonym) or "off"`)
+	kpMetrics := fs.String("kube-proxy-metrics", dataplane.DefaultKubeProxyMetrics, "kube-proxy's metrics address on this node: its /proxyMode tells the proxy mode, its sync metric paces the legacy iptables backend's reads")
 	cgroupRoots := fs.String("cgroup-root", "", "comma-separated cgroup directories holding the pods (default: kubepods.slice or kubepods under the cgroup mount, found at start)")
 	cgroups := fs.String("cgroups", "", `cgroup hierarchy identifying tasks: "" (v2 when mounted, else v1 pids), "v2", or "v1:<controller>"`)
 	netnsDir := fs.String("netns-dir", "/run/netns", `directory of the pods' network namespaces (the runtime's /run/netns); "-" turns tracking them off`)
@@ -71,8 +73,8 @@ func runAgent(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	if err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
-	if *dp != "nftables" && *dp != "off" {
-		return fmt.Errorf("%w: --dataplane %q: want nftables or off (iptables and IPVS modes are not recorded)", errUsage, *dp)
+	if *dp != "auto" && *dp != "nftables" && *dp != "off" {
+		return fmt.Errorf("%w: --dataplane %q: want auto or off (IPVS mode is not recorded)", errUsage, *dp)
 	}
 	if *bufferEvents < 1 || *batch < 1 {
 		return fmt.Errorf("%w: --buffer-events and --batch-size must be positive", errUsage)
@@ -107,7 +109,7 @@ func runAgent(ctx context.Context, fs *flag.FlagSet, args []string) error {
 			NetNSDir:  *netnsDir,
 			NetNSGlob: *netnsGlob,
 		},
-		Dataplane:       agent.DataplaneConfig{Disabled: *dp == "off"},
+		Dataplane:       agent.DataplaneConfig{Disabled: *dp == "off", KubeProxyMetrics: *kpMetrics},
 		ShutdownTimeout: *shutdown,
 		Logger:          slog.Default(),
 		Version:         version,

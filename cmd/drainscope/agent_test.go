@@ -15,7 +15,7 @@ func TestAgentRefusesBadFlags(t *testing.T) {
 		{[]string{"--metrics-listen=9090"}, "want host:port"},
 		{[]string{"--node="}, "--node is empty"},
 		{[]string{"stray"}, "unexpected argument"},
-		{[]string{"--dataplane=iptables"}, "want nftables or off"},
+		{[]string{"--dataplane=ipvs"}, "want auto or off"},
 	} {
 		code, _, stderr := runCLI(t, append([]string{"agent"}, tc.args...)...)
 		if code != 2 || !strings.Contains(stderr, tc.want) {

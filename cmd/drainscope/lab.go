@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -24,13 +25,15 @@ import (
 )
 
 const labUsage = `usage: drainscope lab [--profile short|seed000|ci] [--runs control,exit,graceful,prestop,drain]
+                      [--proxy-mode nftables|iptables|iptables-legacy]
                       [--store DSN] [--duration D] [--rollout-at D] [--no-kernel]
                       [--serve ADDR] [--keep] [-v]
        drainscope lab --profile longlived [--node kubelet] [--settle 20m] [--gap 3m] [--store DSN]
        drainscope lab cleanup
 
 Runs a real single-node Kubernetes on this machine (etcd, kube-apiserver,
-kube-controller-manager and kube-proxy in nftables mode, from the binaries
+kube-controller-manager and kube-proxy in nftables mode (--proxy-mode iptables:
+iptables mode with iptables-nft; iptables-legacy: with the legacy backend), from the binaries
 scripts/k8s-binaries.sh builds; a lab node in the kubelet's role running each
 pod as a process in its own network namespace and cgroup; with --node kubelet,
 a real kubelet with containerd and runc instead), deploys a sample
@@ -101,6 +104,7 @@ func runLab(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	verbose := fs.Bool("v", false, "log what the lab node and the control plane do")
 	serve := fs.String("serve", "127.0.0.1:8080", "after the runs, serve the web UI on this address until interrupted (empty: exit)")
 	proxySync := fs.Duration("proxy-min-sync", 0, "kube-proxy's minimum sync period (its --iptables-min-sync-period, which the nftables mode reads; default kube-proxy's 1s): a longer one shows the dataplane lag growing with it")
+	proxyMode := fs.String("proxy-mode", scenario.ProxyNFTables, "kube-proxy's mode: "+strings.Join(scenario.ProxyModes, ", ")+" (iptables: the nf_tables backend, iptables-nft)")
 	nodeKind := fs.String("node", scenario.NodeProcess, "the lab node: process (each container a process of the lab) or kubelet (a real kubelet with containerd and runc; needs a static binary, CGO_ENABLED=0)")
 	settle := fs.Duration("settle", 0, "longlived profile: how long the pods run under the load before the first disruption (default the profile's 20m)")
 	gap := fs.Duration("gap", 0, "longlived profile: time between one disruption's end and the next's start (default the profile's 3m)")
@@ -141,6 +145,9 @@ func runLab(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	selected, err := scenario.SelectRuns(*runs)
 	if err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if !slices.Contains(scenario.ProxyModes, *proxyMode) {
+		return fmt.Errorf("%w: --proxy-mode %q: want one of %s", errUsage, *proxyMode, strings.Join(scenario.ProxyModes, ", "))
 	}
 	if *nodeKind != scenario.NodeProcess && *nodeKind != scenario.NodeKubelet {
 		return fmt.Errorf("%w: --node %q: want %s or %s", errUsage, *nodeKind, scenario.NodeProcess, scenario.NodeKubelet)
@@ -191,6 +198,7 @@ func runLab(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		Log:         log,
 		Progress:    progress,
 		ProxyArgs:   proxyArgs(*proxySync),
+		ProxyMode:   *proxyMode,
 	})
 	if err != nil {
 		return err
@@ -229,6 +237,7 @@ func runLab(ctx context.Context, fs *flag.FlagSet, args []string) error {
 			fmt.Printf("(kernel capture was off: %v)\n", c.KernelErr)
 		}
 		fmt.Printf("node: %s\n", c.NodeDescription())
+		fmt.Printf("proxy: %s\n", c.ProxyDescription(ctx))
 		fmt.Printf("lab time: %s\n", time.Since(started).Round(time.Second))
 	}
 	if errors.Is(err, context.Canceled) || ctx.Err() != nil {

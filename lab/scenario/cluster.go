@@ -1,13 +1,16 @@
 package scenario
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"os/exec"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -57,6 +60,9 @@ type Options struct {
 	// ProxyArgs are appended to kube-proxy's flags, e.g.
 	// --iptables-min-sync-period=3s (the nftables mode reads it too).
 	ProxyArgs []string
+	// ProxyMode is kube-proxy's mode: ProxyNFTables (the default),
+	// ProxyIPTables (iptables-nft) or ProxyIPTablesLegacy.
+	ProxyMode string
 	Log       *slog.Logger
 	Progress  io.Writer // one line per step; nil for none
 	// Node is the kind of node: NodeProcess (the default) or NodeKubelet.
@@ -94,6 +100,8 @@ type Cluster struct {
 	watcher  *watcher.Watcher
 	stops    []func() // relays to stop at Down
 
+	proxyMode  string
+	stopLegacy func()      // the legacy backend's poller, when it runs
 	quiet      atomic.Bool // tearing down: record nothing more
 	nodeCancel context.CancelFunc
 	nodeDone   chan error
@@ -137,7 +145,14 @@ func Up(ctx context.Context, o Options) (c *Cluster, err error) {
 			return nil, err
 		}
 	}
-	c = &Cluster{opts: o, log: o.Log, net: netns.Default}
+	c = &Cluster{opts: o, log: o.Log, net: netns.Default, proxyMode: cmp.Or(o.ProxyMode, ProxyNFTables)}
+	if _, backend, err := proxyFlags(c.proxyMode); err != nil {
+		return nil, err
+	} else if backend != "" {
+		if _, err := exec.LookPath("iptables-" + backend + "-restore"); err != nil {
+			return nil, fmt.Errorf("kube-proxy's %s mode needs iptables-%s (Debian package iptables): %w", c.proxyMode, backend, err)
+		}
+	}
 	if o.WaitForLock {
 		c.lock, err = lock.Acquire(ctx)
 	} else {
@@ -284,24 +299,79 @@ func Up(ctx context.Context, o Options) (c *Cluster, err error) {
 	if err := c.startKubeProxy(ctx); err != nil {
 		return c, err
 	}
-	o.progress("lab node %s and kube-proxy (nftables) running, %.1fs after start", NodeName, time.Since(start).Seconds())
+	o.progress("lab node %s and kube-proxy (%s) running, %.1fs after start", NodeName, c.proxyMode, time.Since(start).Seconds())
 	return c, nil
 }
 
 func (c *Cluster) startKubeProxy(ctx context.Context) error {
-	if err := claimTables(); err != nil {
+	mode, backend, err := proxyFlags(c.proxyMode)
+	if err != nil {
+		return err
+	}
+	if err := claimTables(c.proxyMode); err != nil {
 		return fmt.Errorf("recording the nftables tables: %w", err)
 	}
 	if err := c.CP.StartKubeProxy(ctx, controlplane.ProxyOptions{
-		NodeName:    NodeName,
-		Mode:        "nftables",
-		ClusterCIDR: c.net.PodCIDR().String(),
-		// Leave the host's conntrack timeouts alone too.
-		ExtraArgs: append([]string{"--conntrack-tcp-timeout-established=0", "--conntrack-tcp-timeout-close-wait=0"}, c.opts.ProxyArgs...),
+		NodeName:        NodeName,
+		Mode:            mode,
+		IPTablesBackend: backend,
+		ClusterCIDR:     c.net.PodCIDR().String(),
+		// Leave the host's conntrack timeouts alone too, and in iptables
+		// mode its route_localnet sysctl (localhost NodePorts).
+		ExtraArgs: append([]string{"--conntrack-tcp-timeout-established=0", "--conntrack-tcp-timeout-close-wait=0",
+			"--iptables-localhost-nodeports=false"}, c.opts.ProxyArgs...),
 	}); err != nil {
 		return fmt.Errorf("starting kube-proxy: %w\n%s", err, c.CP.Logs("kube-proxy-"+NodeName, 20))
 	}
+	if c.proxyMode == ProxyIPTablesLegacy {
+		return c.startLegacy(ctx)
+	}
 	return nil
+}
+
+// Proxy modes of the lab's kube-proxy (Options.ProxyMode).
+const (
+	ProxyNFTables       = "nftables"
+	ProxyIPTables       = "iptables" // the nf_tables backend, iptables-nft
+	ProxyIPTablesLegacy = "iptables-legacy"
+)
+
+// ProxyModes lists the modes the lab runs kube-proxy in.
+var ProxyModes = []string{ProxyNFTables, ProxyIPTables, ProxyIPTablesLegacy}
+
+// proxyFlags are kube-proxy's --proxy-mode and the iptables backend of a
+// lab proxy mode.
+func proxyFlags(mode string) (string, string, error) {
+	switch mode {
+	case ProxyNFTables:
+		return "nftables", "", nil
+	case ProxyIPTables:
+		return "iptables", "nft", nil
+	case ProxyIPTablesLegacy:
+		return "iptables", "legacy", nil
+	}
+	return "", "", fmt.Errorf("proxy mode %q: want one of %s", mode, strings.Join(ProxyModes, ", "))
+}
+
+// ProxyMode is the mode the lab's kube-proxy runs in.
+func (c *Cluster) ProxyMode() string { return c.proxyMode }
+
+// SwitchProxy stops kube-proxy, removes its rules and starts it again in
+// another mode, on the same cluster: what a node whose kube-proxy is
+// reconfigured goes through.
+func (c *Cluster) SwitchProxy(ctx context.Context, mode string) error {
+	if _, _, err := proxyFlags(mode); err != nil {
+		return err
+	}
+	if c.stopLegacy != nil {
+		c.stopLegacy()
+		c.stopLegacy = nil
+	}
+	if err := c.CP.StopKubeProxy(NodeName); err != nil {
+		return fmt.Errorf("stopping kube-proxy: %w", err)
+	}
+	c.proxyMode = mode
+	return c.startKubeProxy(ctx)
 }
 
 func loaded(ps []ebpf.Program) int {

@@ -13,17 +13,23 @@ import (
 
 	"github.com/drainscope/drainscope/analysis"
 	"github.com/drainscope/drainscope/controlplane"
+	"github.com/drainscope/drainscope/dataplane"
 	"github.com/drainscope/drainscope/event"
 	"github.com/drainscope/drainscope/internal/testenv"
 	"github.com/drainscope/drainscope/lab/scenario"
 	"github.com/drainscope/drainscope/store"
 )
 
-var proxyMinSync = flag.Duration("proxy-min-sync", 3*time.Second, "TestLabDataplane: kube-proxy's minimum sync period")
+var (
+	proxyMinSync = flag.Duration("proxy-min-sync", 3*time.Second, "TestLabDataplane: kube-proxy's minimum sync period")
+	proxyModes   = flag.String("proxy-modes", strings.Join(scenario.ProxyModes, ","), "TestLabDataplane: kube-proxy's modes, one exit run each on one cluster")
+)
 
 // TestLabDataplane runs the exit run with kube-proxy syncing no more often
-// than every 3 s (its default is 1 s) and checks the dataplane record on
-// the real rules: every replaced pod's endpoint is dropped from the
+// than every 3 s (its default is 1 s), once per kube-proxy mode (nftables,
+// iptables on iptables-nft, iptables on iptables-legacy) on one cluster,
+// kube-proxy restarted in the next mode between them, and checks the
+// dataplane record on the real rules of each: every replaced pod's endpoint is dropped from the
 // Service's chain after the EndpointSlice change, and the lag (printed)
 // is what the analysis quotes; every new connection the load saw fail on
 // a replaced pod was routed there before that pod's dataplane removal, so
@@ -51,11 +57,35 @@ func TestLabDataplane(t *testing.T) {
 		AppCommand: []string{os.Args[0]}, AppEnv: []string{"DRAINSCOPE_LAB_SAMPLEAPP=1"},
 		Store: st, WaitForLock: true, Log: log, Progress: testWriter{t},
 		ProxyArgs: []string{"--iptables-min-sync-period=" + proxyMinSync.String()},
+		ProxyMode: strings.Split(*proxyModes, ",")[0],
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Down()
+	for _, mode := range strings.Split(*proxyModes, ",") {
+		ok := t.Run(mode, func(t *testing.T) {
+			if mode != c.ProxyMode() {
+				if err := c.SwitchProxy(ctx, mode); err != nil {
+					t.Fatal(err)
+				}
+			}
+			labDataplaneRun(ctx, t, c, st, log, mode)
+			// The node's own detection, as the agent reports it in
+			// kernel_capabilities, names the mode.
+			m := dataplane.DetectMode(ctx, dataplane.ModeOptions{Metrics: c.CP.ProxyMetrics(scenario.NodeName)})
+			t.Logf("proxy: %s", c.ProxyDescription(ctx))
+			if m.Proxy != mode || !m.Recorded {
+				t.Errorf("detected proxy mode %q (recorded %v), want %q: %s", m.Proxy, m.Recorded, mode, m.Evidence)
+			}
+		})
+		if !ok {
+			break
+		}
+	}
+}
+
+func labDataplaneRun(ctx context.Context, t *testing.T, c *scenario.Cluster, st store.Store, log *slog.Logger, mode string) {
 	runs, err := scenario.SelectRuns("exit")
 	if err != nil {
 		t.Fatal(err)
@@ -69,7 +99,9 @@ func TestLabDataplane(t *testing.T) {
 	if len(exit.Replaced) != 4 {
 		t.Fatalf("exit run replaced %d pods, want 4", len(exit.Replaced))
 	}
-	events, err := store.Events(ctx, st, store.Query{})
+	// This run's events: the cluster ran other modes' runs before, on
+	// the same Service name and, maybe, the same pod addresses.
+	events, err := store.Events(ctx, st, store.Query{Window: exit.Window()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +116,7 @@ func TestLabDataplane(t *testing.T) {
 			leave[ip] = e.Time
 		case e.Kind == event.DataplaneEndpointRemoved && removed[ip] == 0 && leave[ip] != 0:
 			removed[ip] = e.Time
-			if e.Node != scenario.NodeName || e.Attrs[event.AttrProxy] != event.ProxyNFTables {
+			if e.Node != scenario.NodeName || e.Attrs[event.AttrProxy] != mode {
 				t.Errorf("dataplane removal of %s: node %q, proxy %q", ip, e.Node, e.Attrs[event.AttrProxy])
 			}
 		}
@@ -140,8 +172,11 @@ func TestLabDataplane(t *testing.T) {
 		t.Errorf("the analysis's measured lag %+v, want the lab node's with at least %d removals", res.DataplaneLag, len(lags))
 	} else {
 		l := res.DataplaneLag[0]
-		t.Logf("analysis: watch → dataplane lag on %s: p50 %v, p99 %v, max %v over %d removals (--iptables-min-sync-period %v)",
-			l.Node, time.Duration(l.P50), time.Duration(l.P99), time.Duration(l.Max), l.Samples, *proxyMinSync)
+		t.Logf("analysis: watch → dataplane lag on %s (%s): p50 %v, p99 %v, max %v over %d removals (--iptables-min-sync-period %v)",
+			l.Node, l.Proxy, time.Duration(l.P50), time.Duration(l.P99), time.Duration(l.Max), l.Samples, *proxyMinSync)
+		if l.Proxy != mode {
+			t.Errorf("the measured lag is of proxy %q, want %q", l.Proxy, mode)
+		}
 	}
 	for _, cs := range res.Causes {
 		if cs.Cause == analysis.CauseEndpointRace && !strings.Contains(cs.Fix, "measured lag") {
@@ -150,8 +185,12 @@ func TestLabDataplane(t *testing.T) {
 	}
 	// The same run analysed as without the dataplane record: the assumed
 	// 1 s lag in its place.
+	all, err := store.Events(ctx, st, store.Query{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	var without []event.Event
-	for _, e := range events {
+	for _, e := range all {
 		if !e.Kind.IsDataplane() {
 			without = append(without, e)
 		}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -171,6 +172,9 @@ func Cleanup(ctx context.Context, held bool) (Leftovers, error) {
 			errs = append(errs, err)
 		}
 	}
+	if err := cleanupIPTables(readTablesFile()); err != nil {
+		errs = append(errs, err)
+	}
 	for _, t := range before.OurTables {
 		if err := nft(ctx, "delete", "table", t); err != nil {
 			errs = append(errs, err)
@@ -257,8 +261,28 @@ func readTablesFile() map[string]bool {
 
 // claimTables records that the kube-proxy about to start owns its tables,
 // so a later cleanup may delete them.
-func claimTables() error {
-	return os.WriteFile(tablesFile, []byte(strings.Join(kubeProxyTables, "\n")+"\n"), 0o644)
+//
+// In iptables mode it also records the backend ("iptables nft" or
+// "iptables legacy"), whose KUBE- chains a cleanup then removes with
+// kube-proxy --cleanup.
+func claimTables(mode string) error {
+	lines := slices.Clone(kubeProxyTables)
+	if _, backend, _ := proxyFlags(mode); backend != "" {
+		lines = append(lines, "iptables "+backend)
+	}
+	return os.WriteFile(tablesFile, []byte(strings.Join(lines, "\n")+"\n"), 0o644)
+}
+
+// cleanupIPTables removes the KUBE- chains a lab's kube-proxy left in
+// iptables mode, with each backend tablesFile names.
+func cleanupIPTables(claimed map[string]bool) error {
+	var errs []error
+	for _, backend := range []string{"nft", "legacy"} {
+		if claimed["iptables "+backend] {
+			errs = append(errs, controlplane.CleanupKubeProxy("", "iptables", backend))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // processesUsing finds processes whose command line names a path under dir

@@ -103,7 +103,7 @@ func TestCleanupRemovesLeftovers(t *testing.T) {
 
 	// Once the lab has claimed the table (it does before starting
 	// kube-proxy), cleanup deletes it.
-	if err := claimTables(); err != nil {
+	if err := claimTables(ProxyNFTables); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := Cleanup(ctx, true); err != nil {

@@ -94,6 +94,9 @@ func Diagnose(ctx context.Context, w io.Writer, st store.Store, runs []RunResult
 				fmt.Fprintf(w, "        fix: %s\n", oneLine(c.Fix))
 			}
 		}
+		if l := analysis.LagLine(res.DataplaneLag); l != "" {
+			fmt.Fprintf(w, "        %s\n", l)
+		}
 		fmt.Fprintln(w, "        kernel evidence alone:")
 		for _, line := range analysis.InferenceLines(res.Inference) {
 			fmt.Fprintf(w, "          %s\n", line)

@@ -3,6 +3,7 @@ package scenario
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/drainscope/drainscope/dataplane"
@@ -64,4 +65,40 @@ func (c *Cluster) startDataplane(ctx context.Context) error {
 	}()
 	c.watchers = append(c.watchers, func() { cancel(); <-done })
 	return nil
+}
+
+// startLegacy follows kube-proxy's iptables rules on the legacy backend,
+// which announces nothing: after each sync its metric reports, read
+// through iptables-legacy-save.
+func (c *Cluster) startLegacy(ctx context.Context) error {
+	lp, err := dataplane.NewLegacy(dataplane.LegacyOptions{Node: NodeName, Logger: c.log, Metrics: c.CP.ProxyMetrics(NodeName),
+		Emit: func(e event.Event) {
+			if e.Pod.Namespace == Namespace && !c.quiet.Load() {
+				c.rec.Add(e)
+			}
+		}})
+	if err != nil {
+		return err
+	}
+	dctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = lp.Run(dctx) // fails soft: logs why once
+	}()
+	stop := sync.OnceFunc(func() { cancel(); <-done })
+	c.stopLegacy = stop
+	c.watchers = append(c.watchers, stop)
+	return nil
+}
+
+// ProxyDescription names the lab's kube-proxy mode and what the node's
+// own detection says of it, as an agent would report it.
+func (c *Cluster) ProxyDescription(ctx context.Context) string {
+	m := dataplane.DetectMode(ctx, dataplane.ModeOptions{Metrics: c.CP.ProxyMetrics(NodeName)})
+	s := "kube-proxy " + c.proxyMode
+	if m.Proxy != c.proxyMode {
+		s += fmt.Sprintf(" (detected as %q)", m.Proxy)
+	}
+	return s + ": " + m.Evidence
 }
