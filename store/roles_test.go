@@ -182,6 +182,8 @@ func TestPostgresRoles(t *testing.T) {
 	if super || login {
 		t.Errorf("drainscope_create_partition is owned by %s (superuser %v, login %v), want a NOLOGIN role that is no superuser", fnOwner, super, login)
 	}
+
+	t.Run("escalations", testRolesRefuseEscalation)
 }
 
 // escalationRole creates a role (LOGIN unless attrs say NOLOGIN) for a test, as the throwaway
@@ -224,7 +226,7 @@ func escalationRole(t *testing.T, owner, attrs string, memberOf ...string) strin
 // once: a role with CREATEROLE granted itself the owner and read events; a
 // member of the owner dropped digests; a member of pg_read_all_data read
 // everything.
-func TestPostgresRolesRefuseEscalation(t *testing.T) {
+func testRolesRefuseEscalation(t *testing.T) {
 	ctx := context.Background()
 	owner, _, _ := setupRoles(t)
 	var ownerRole, definer string
