@@ -170,7 +170,10 @@ func TestChartGeneratesSecrets(t *testing.T) {
 	if !ok {
 		t.Fatal("no migrate Job making the roles")
 	}
-	if args := job.Spec.Containers[0].Args; !slices.Contains(args, "--roles=agent=drainscope_agent,server=drainscope_server") {
+	// The definer owns the tables and functions, never the superuser the
+	// Job runs as; the partition function takes the store's retention.
+	if args := job.Spec.Containers[0].Args; !slices.Contains(args, "--roles=agent=drainscope_agent,server=drainscope_server,definer=drainscope_definer") ||
+		!slices.Contains(args, "--retention=336h") {
 		t.Errorf("migrate Job args %v", args)
 	}
 
