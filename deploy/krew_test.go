@@ -1,8 +1,8 @@
 package deploy_test
 
 import (
-	"bytes"
 	"archive/tar"
+	"bytes"
 	"compress/gzip"
 	"crypto/sha256"
 	"encoding/hex"
