@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"reflect"
 	"slices"
 	"sort"
 	"strings"
@@ -334,10 +335,13 @@ func ProxyLines(ps []NodeProxy) []string {
 	return append([]string{"proxy rules recorded: " + strings.Join(rec, ", ")}, out...)
 }
 
-// WriteText writes the report for a terminal.
+// WriteText writes the report for a terminal. Everything it writes goes
+// through an event.DisplayWriter: no control character from a stored
+// name or error reaches the terminal raw, and no line runs past
+// event.MaxDisplayLine.
 func WriteText(w io.Writer, r *Result) error {
 	b := &strings.Builder{}
-	p := func(format string, a ...any) { fmt.Fprintf(b, format+"\n", a...) }
+	p := func(format string, a ...any) { fmt.Fprintf(b, format+"\n", displayArgs(a)...) }
 	head := "drainscope report: " + stamp(r.From) + " → " + stamp(r.To)
 	if r.Scope != "" {
 		head += " (" + r.Scope + ")"
@@ -513,7 +517,7 @@ func WriteText(w io.Writer, r *Result) error {
 			}
 		}
 	}
-	_, err := io.WriteString(w, b.String())
+	_, err := io.WriteString(event.NewDisplayWriter(w, event.MaxDisplayLine), b.String())
 	return err
 }
 
@@ -535,16 +539,36 @@ func evidencePhrase(m map[string]int) string {
 	return strings.Join(parts, ", ")
 }
 
-// mdEscape keeps cluster-supplied names from breaking a table.
-func mdEscape(s string) string {
-	r := strings.NewReplacer("|", `\|`, "\n", " ", "<", "&lt;", ">", "&gt;")
-	return r.Replace(s)
+// displayArgs shows each string argument, and each struct that says
+// itself (a PodRef, a Workload), through event.Display: a line of the
+// report is the renderer's, and a name's newline or escape cannot forge or
+// hide one. Lines are bounded by the writer, not here.
+func displayArgs(a []any) []any {
+	for i, v := range a {
+		switch x := v.(type) {
+		case string:
+			a[i] = event.Display(x, -1)
+		case fmt.Stringer:
+			if reflect.ValueOf(x).Kind() == reflect.Struct {
+				a[i] = event.Display(x.String(), -1)
+			}
+		}
+	}
+	return a
 }
 
-// WriteMarkdown writes the report as Markdown, for an incident document.
+// mdEscape keeps cluster-supplied names from breaking a table, and shows
+// their control characters escaped (event.Display; the writer bounds lines).
+func mdEscape(s string) string {
+	r := strings.NewReplacer("|", `\|`, "\n", " ", "<", "&lt;", ">", "&gt;")
+	return r.Replace(event.Display(s, -1))
+}
+
+// WriteMarkdown writes the report as Markdown, for an incident document,
+// through an event.DisplayWriter as WriteText does.
 func WriteMarkdown(w io.Writer, r *Result) error {
 	b := &strings.Builder{}
-	p := func(format string, a ...any) { fmt.Fprintf(b, format+"\n", a...) }
+	p := func(format string, a ...any) { fmt.Fprintf(b, format+"\n", displayArgs(a)...) }
 	title := "# drainscope report"
 	if r.Scope != "" {
 		title += ": " + mdEscape(r.Scope)
@@ -661,7 +685,7 @@ func WriteMarkdown(w io.Writer, r *Result) error {
 	if n == 0 {
 		p("None.")
 	}
-	_, err := io.WriteString(w, b.String())
+	_, err := io.WriteString(event.NewDisplayWriter(w, event.MaxDisplayLine), b.String())
 	return err
 }
 

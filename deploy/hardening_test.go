@@ -170,7 +170,10 @@ func TestChartGeneratesSecrets(t *testing.T) {
 	if !ok {
 		t.Fatal("no migrate Job making the roles")
 	}
-	if args := job.Spec.Containers[0].Args; !slices.Contains(args, "--roles=agent=drainscope_agent,server=drainscope_server") {
+	// The definer owns the tables and functions, never the superuser the
+	// Job runs as; the partition function takes the store's retention.
+	if args := job.Spec.Containers[0].Args; !slices.Contains(args, "--roles=agent=drainscope_agent,server=drainscope_server,definer=drainscope_definer") ||
+		!slices.Contains(args, "--retention=336h") {
 		t.Errorf("migrate Job args %v", args)
 	}
 
@@ -485,6 +488,102 @@ func TestChartAgentDataplane(t *testing.T) {
 		}
 		if tc.on && agent.Spec.DNSPolicy != "ClusterFirstWithHostNet" {
 			t.Errorf("%v: dnsPolicy %q on the host network; the agent would not resolve cluster names", tc.set, agent.Spec.DNSPolicy)
+		}
+	}
+}
+
+// TestChartNetworkPolicyPeers checks that the policies name their peers by
+// default: every ingress rule of the agents and the server has a from (the
+// in-cluster Prometheus's selector on the metrics ports, the release's
+// namespace on the server's HTTP port), and the API server's and the
+// store's addresses, given as values, become the egress rules' ipBlocks.
+func TestChartNetworkPolicyPeers(t *testing.T) {
+	helm := tool(t, "helm")
+	prom := labels.Set{"app.kubernetes.io/name": "prometheus"}
+	check := func(where string, m manifest, wantAPI, wantStore []string) {
+		t.Helper()
+		for _, np := range m.policies {
+			comp := np.Spec.PodSelector.MatchLabels["app.kubernetes.io/component"]
+			if comp != "agent" && comp != "server" {
+				continue
+			}
+			for _, r := range np.Spec.Ingress {
+				if len(r.From) == 0 {
+					t.Errorf("%s: %s admits anyone on %v", where, comp, r.Ports)
+					continue
+				}
+				metrics := false
+				for _, p := range r.Ports {
+					metrics = metrics || p.Port.IntVal == 9090
+				}
+				if metrics {
+					sel, err := metav1.LabelSelectorAsSelector(r.From[0].PodSelector)
+					if err != nil || r.From[0].NamespaceSelector == nil || !sel.Matches(prom) || sel.Matches(labels.Set{"app": "other"}) {
+						t.Errorf("%s: %s's metrics admit %+v; want the in-cluster Prometheus's pods", where, comp, r.From)
+					}
+				}
+			}
+			var api, st []string
+			for _, r := range np.Spec.Egress {
+				for _, p := range r.Ports {
+					for _, to := range r.To {
+						if to.IPBlock == nil {
+							continue
+						}
+						switch p.Port.IntVal {
+						case 6443:
+							api = append(api, to.IPBlock.CIDR)
+						case 5432:
+							st = append(st, to.IPBlock.CIDR)
+						}
+					}
+				}
+			}
+			if comp == "agent" && !slices.Equal(api, wantAPI) {
+				t.Errorf("%s: the agents reach the API server at %v, want %v", where, api, wantAPI)
+			}
+			if wantStore != nil && !slices.Equal(st, wantStore) {
+				t.Errorf("%s: %s reaches the store at %v, want %v", where, comp, st, wantStore)
+			}
+		}
+	}
+	check("defaults", parseManifest(t, render(t, helm, variant{})), nil, nil)
+	check("addresses given", parseManifest(t, render(t, helm, variant{set: []string{
+		"networkPolicy.apiServerCIDRs={10.0.0.1/32}", "postgres.enabled=false", "store.dsn=postgres://u:p@db/x",
+		"networkPolicy.storeCIDRs={10.1.2.3/32}"}})), []string{"10.0.0.1/32"}, []string{"10.1.2.3/32"})
+}
+
+// With agent.dataplane the agent is on the host network: its metrics port
+// is bound to the node's loopback (the probes ask there), or to the node's
+// own address when told, never to every address of the node.
+func TestChartHostNetworkMetrics(t *testing.T) {
+	helm := tool(t, "helm")
+	for _, tc := range []struct {
+		set       []string
+		listen    string
+		probeHost string
+		hostIPEnv bool
+	}{
+		{nil, "--metrics-listen=:9090", "", false},
+		{[]string{"agent.dataplane=true"}, "--metrics-listen=127.0.0.1:9090", "127.0.0.1", false},
+		{[]string{"agent.dataplane=true", "agent.hostNetworkMetricsAddress=hostIP"}, "--metrics-listen=$(HOST_IP):9090", "", true},
+		{[]string{"agent.dataplane=true", "agent.hostNetworkMetricsAddress=10.0.0.7"}, "--metrics-listen=10.0.0.7:9090", "10.0.0.7", false},
+	} {
+		agent := parseManifest(t, render(t, helm, variant{set: tc.set})).pods["DaemonSet/drainscope-agent"]
+		c := agent.Spec.Containers[0]
+		if !slices.Contains(c.Args, tc.listen) {
+			t.Errorf("%v: args %v, want %s", tc.set, c.Args, tc.listen)
+		}
+		for _, p := range []*corev1.Probe{c.LivenessProbe, c.ReadinessProbe} {
+			if p == nil || p.HTTPGet == nil || p.HTTPGet.Host != tc.probeHost {
+				t.Errorf("%v: probe %+v, want host %q", tc.set, p, tc.probeHost)
+			}
+		}
+		hasEnv := slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool {
+			return e.Name == "HOST_IP" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "status.hostIP"
+		})
+		if hasEnv != tc.hostIPEnv {
+			t.Errorf("%v: HOST_IP from status.hostIP %v, want %v", tc.set, hasEnv, tc.hostIPEnv)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package deploy_test
 
 import (
 	"archive/tar"
+	"bytes"
 	"compress/gzip"
 	"crypto/sha256"
 	"encoding/hex"
@@ -65,6 +66,9 @@ func TestKrewManifest(t *testing.T) {
 		p.Spec.Homepage == "" || p.Spec.Description == "" || p.Spec.Version != "@VERSION@" {
 		t.Errorf("manifest header: %+v", p)
 	}
+	if !strings.Contains(p.Spec.Description, "License: Apache-2.0") {
+		t.Errorf("the description does not name the license (Apache-2.0, the LICENSE file)")
+	}
 	if n := len(p.Spec.ShortDescription); n == 0 || n > 50 {
 		t.Errorf("shortDescription %q: want 1 to 50 characters", p.Spec.ShortDescription)
 	}
@@ -126,6 +130,9 @@ func TestKrewRelease(t *testing.T) {
 	if err := os.WriteFile(path, untar(t, data, pl.Bin), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	if lic := untar(t, data, "LICENSE"); !bytes.Contains(lic, []byte("Apache License")) || !bytes.Contains(lic, []byte("Version 2.0")) {
+		t.Errorf("the archive's LICENSE is not the Apache License 2.0 (%d bytes)", len(lic))
+	}
 	if b, _ := exec.Command(path, "-h").CombinedOutput(); !strings.Contains(string(b), "usage: kubectl drainscope report") {
 		t.Errorf("the archive's binary is not the plugin:\n%s", b)
 	}
@@ -152,7 +159,7 @@ func untar(t *testing.T, data []byte, name string) []byte {
 			t.Fatal(err)
 		}
 		if h.Name == name {
-			if h.Mode&0o111 == 0 {
+			if name != "LICENSE" && h.Mode&0o111 == 0 {
 				t.Errorf("%s is not executable in the archive (mode %o)", name, h.Mode)
 			}
 			b, err := io.ReadAll(tr)

@@ -31,6 +31,28 @@ var formats = []Format{
 	{"csv", "generic CSV with a header: time, target, error, status …", ParseCSV},
 }
 
+// dataplaneFormats are the formats whose records are a proxy's routing
+// (endpoint added or removed), not client failures: they feed the measured
+// propagation lag and "out of rotation", so the ingest API takes them only
+// when told to and only with a token of their own.
+var dataplaneFormats = map[string]bool{"envoy-clusters": true}
+
+// Dataplane reports whether f's records are a proxy's endpoint changes
+// rather than client failures.
+func (f Format) Dataplane() bool { return dataplaneFormats[f.Name] }
+
+// ClientFailureFormats names the formats whose records are client
+// failures: what the ingest API takes unless told otherwise.
+func ClientFailureFormats() []string {
+	var out []string
+	for _, f := range formats {
+		if !f.Dataplane() {
+			out = append(out, f.Name)
+		}
+	}
+	return out
+}
+
 // Formats lists the formats, in a stable order.
 func Formats() []Format { return append([]Format(nil), formats...) }
 

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -101,11 +102,18 @@ func roundAge(d time.Duration) string {
 // Bounded returns p with every failure whose time lies outside w turned
 // into a rejected line (field "time"): an importer or the ingest API then
 // never writes far-off times, each of which would need a partition of its
-// own in Postgres.
+// own in Postgres. So is a failure that names a Service, namespace or node
+// longer than Kubernetes allows (the field named). The credentials of the
+// URLs in a failure's texts are removed (StripURLCredentials).
 func Bounded(p Parser, w TimeWindow) Parser {
 	return func(r io.Reader, emit Emit) error {
 		return p(r, func(rec *Record) error {
-			if lerr := w.check(rec); lerr != nil {
+			lerr := w.check(rec)
+			if lerr == nil {
+				lerr = checkNames(rec)
+			}
+			stripCredentials(rec)
+			if lerr != nil {
 				line := rec.Line
 				rec.reset(line)
 				rec.Err = lerr
@@ -134,13 +142,22 @@ func Bounded(p Parser, w TimeWindow) Parser {
 // the body holds, and at most MaxConcurrent requests are served at once.
 type Handler struct {
 	Store store.Store
-	// Token is the bearer token clients must send. With none set the
-	// handler refuses every request.
-	Token    string
-	MaxBytes int64         // 0: DefaultMaxBytes
-	Lookback time.Duration // 0: DefaultLookback
-	Options  Options       // defaults for FailStatus
-	Log      *slog.Logger  // nil: slog.Default()
+	// Token is the bearer token clients must send to post client failures.
+	// With neither it nor DataplaneToken set the handler refuses every
+	// request.
+	Token string
+	// Formats names the formats taken (?format=); empty:
+	// ClientFailureFormats(). A dataplane format (envoy-clusters) is taken
+	// only when named here, and only with DataplaneToken.
+	Formats []string
+	// DataplaneToken is the bearer token for dataplane formats: a proxy's
+	// routing feeds the measured lag and "out of rotation", so whoever
+	// posts client failures may not post it. Never equal to Token.
+	DataplaneToken string
+	MaxBytes       int64         // 0: DefaultMaxBytes
+	Lookback       time.Duration // 0: DefaultLookback
+	Options        Options       // defaults for FailStatus
+	Log            *slog.Logger  // nil: slog.Default()
 	// Window bounds the failures' times (zero: 30 days back, 1 day ahead).
 	Window TimeWindow
 	// MaxConcurrent bounds requests served at once (0: DefaultMaxConcurrent);
@@ -197,11 +214,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusMethodNotAllowed, IngestError{Error: "use POST"})
 		return
 	}
-	if h.Token == "" {
+	if h.Token == "" && h.DataplaneToken == "" {
 		writeJSON(w, http.StatusServiceUnavailable, IngestError{Error: "no ingest token is configured on this server"})
 		return
 	}
-	if !h.authorized(r) {
+	dataplane, ok := h.authorized(r)
+	if !ok {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="drainscope"`)
 		writeJSON(w, http.StatusUnauthorized, IngestError{Error: "missing or wrong bearer token"})
 		return
@@ -218,6 +236,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f, err := LookupFormat(name)
 	if err != nil {
 		writeJSON(w, http.StatusBadRequest, IngestError{Error: err.Error()})
+		return
+	}
+	if msg := h.refuseFormat(f, dataplane); msg != "" {
+		writeJSON(w, http.StatusForbidden, IngestError{Error: msg})
 		return
 	}
 	opts := h.Options
@@ -476,8 +498,33 @@ func (c chunks) reader() io.Reader {
 
 // authorized compares the bearer token in constant time (over hashes, so
 // the length does not leak either).
-func (h *Handler) authorized(r *http.Request) bool {
-	return httpauth.TokenOK(httpauth.Bearer(r), h.Token)
+// authorized says whether r carries one of the handler's tokens, and
+// whether it was the dataplane one.
+func (h *Handler) authorized(r *http.Request) (dataplane, ok bool) {
+	b := httpauth.Bearer(r)
+	if h.DataplaneToken != "" && httpauth.TokenOK(b, h.DataplaneToken) {
+		return true, true
+	}
+	return false, h.Token != "" && httpauth.TokenOK(b, h.Token)
+}
+
+// refuseFormat says why f may not be posted with the token given (the
+// dataplane token or the client-failure one), or "" when it may.
+func (h *Handler) refuseFormat(f Format, dataplane bool) string {
+	allowed := h.Formats
+	if len(allowed) == 0 {
+		allowed = ClientFailureFormats()
+	}
+	if !slices.Contains(allowed, f.Name) {
+		return fmt.Sprintf("format %s is not taken here (this server takes %s; --ingest-formats)", f.Name, strings.Join(allowed, ", "))
+	}
+	switch {
+	case f.Dataplane() && !dataplane:
+		return fmt.Sprintf("format %s is a proxy's routing, not client failures: it needs the dataplane token (--ingest-dataplane-token)", f.Name)
+	case !f.Dataplane() && dataplane:
+		return fmt.Sprintf("the dataplane token posts dataplane formats only, not %s", f.Name)
+	}
+	return ""
 }
 
 func (h *Handler) bodyError(w http.ResponseWriter, err error) {

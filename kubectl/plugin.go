@@ -39,6 +39,7 @@ import (
 	"k8s.io/client-go/transport/spdy"
 	"k8s.io/klog/v2"
 
+	"github.com/drainscope/drainscope/event"
 	"github.com/drainscope/drainscope/store"
 	"github.com/drainscope/drainscope/web"
 )
@@ -93,6 +94,7 @@ type pluginFlags struct {
 // Main runs the plugin with args (without the program name) and returns
 // the exit code: 2 for a bad command line, 1 for any other failure.
 func Main(args []string, stdout, stderr io.Writer) int {
+	stderr = event.NewDisplayWriter(stderr, event.MaxDisplayLine) // errors quote the server's answers
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fs := newPluginFlags(&pluginFlags{})
 		fs.SetOutput(stderr)
@@ -272,6 +274,15 @@ func (pf *pluginFlags) run(ctx context.Context, sub string, args []string, stdou
 		api = &apiClient{base: fwd.url, token: token, client: &http.Client{Timeout: 3 * time.Minute}, where: srv.String()}
 	}
 
+	// Every name and error in the answer came from the cluster or a
+	// client's log: shown escaped, and text lines bounded. JSON escapes
+	// its own C0 controls; the writer's \u escapes of C1 controls and
+	// bidirectional overrides are JSON's own.
+	maxLine := event.MaxDisplayLine
+	if pf.format == "json" {
+		maxLine = 0
+	}
+	stdout = event.NewDisplayWriter(stdout, maxLine)
 	switch sub {
 	case "rollouts":
 		if pf.allNamespaces {
@@ -643,6 +654,9 @@ func pluginReport(ctx context.Context, api *apiClient, ns string, ref workloadRe
 		if err := json.Unmarshal(raw, &a); err != nil {
 			return fmt.Errorf("%s's alignment of %s: %w", api.where, r.ID, err)
 		}
+		if format != "json" {
+			event.DisplayFields(&a) // every name came from the cluster or a client's log
+		}
 		raws, als = append(raws, raw), append(als, a)
 	}
 	if format == "json" {
@@ -803,6 +817,7 @@ func pluginRollouts(ctx context.Context, api *apiClient, ns string, from, to tim
 		_, err := w.Write(append(raw, '\n'))
 		return err
 	}
+	event.DisplayFields(&list) // every name came from the cluster or a client's log
 	where := "namespace " + ns
 	if ns == "" {
 		where = "all namespaces"

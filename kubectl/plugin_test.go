@@ -124,3 +124,69 @@ func TestPluginReportFromStore(t *testing.T) {
 		t.Errorf("rollouts: exit %d:\n%s", code, stdout)
 	}
 }
+
+// Names a client's log or a snapshot may bring, in the plugin's text
+// output: shown escaped, never raw (no byte below 0x20 but newline and
+// tab), JSON escaping its own.
+func TestPluginHostileNames(t *testing.T) {
+	const hostile = "\x1b]0;owned\x07\x1b[2J\u009b31m\r\nFORGED"
+	path := filepath.Join(t.TempDir(), "events.db")
+	st, err := store.Open(t.Context(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now().Add(-10 * time.Minute).UnixNano()
+	pod := event.PodRef{Namespace: "shop", Name: "web-1" + hostile, UID: "u1"}
+	wl := event.Workload{Kind: "Deployment", Name: "web"}
+	other := event.PodRef{Namespace: "ns" + hostile, Name: "x" + hostile, UID: "u2"}
+	ip := netip.MustParseAddrPort("10.244.0.11:8080")
+	client := netip.MustParseAddrPort("10.244.0.1:40001")
+	node := "n" + hostile
+	evs := []event.Event{
+		{Time: t0, Kind: event.PodDeletion, Node: node, Source: event.SourceWatcher, Pod: pod, Workload: wl, Duration: int64(30 * time.Second)},
+		{Time: t0, Kind: event.PodDeletion, Node: node, Source: event.SourceWatcher, Pod: other, Workload: event.Workload{Kind: "Deployment", Name: "w" + hostile}, Duration: int64(30 * time.Second)},
+		{Time: t0 + 400e6, Kind: event.EndpointNotReady, Node: node, Source: event.SourceWatcher, Pod: pod, Workload: wl, Local: ip, Service: "web" + hostile},
+		{Time: t0 + 5e9, Kind: event.Signal, Node: node, Source: event.SourceKernel, Pod: pod, PID: 7, Comm: "python3" + hostile, Signal: 15, PeerPID: 1, PeerComm: "kubelet" + hostile},
+		{Time: t0 + 8e9, Kind: event.ProcessExit, Node: node, Source: event.SourceKernel, Pod: pod, PID: 7, Comm: "python3" + hostile},
+		{Time: t0 + 8e9 + 1e5, Kind: event.ConnClosed, Node: node, Source: event.SourceKernel, Pod: pod, Local: ip, Remote: client, Reason: "local", Flags: event.FlagAtExit},
+		{Time: t0 + 8e9 + 3e6, Kind: event.ClientFailure, Source: event.SourceClient, Local: client, Remote: netip.MustParseAddrPort("10.96.0.10:80"), Reason: event.FailEOF,
+			Attrs: map[string]string{"error": "EOF" + hostile, event.AttrTarget: "http://web" + hostile + "/"}},
+	}
+	for i := range evs {
+		evs[i].Seal()
+	}
+	if err := st.Append(t.Context(), evs); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	for _, args := range [][]string{
+		{"report", "deploy/web", "-n", "shop", "--dsn", path, "--since", "1h"},
+		{"report", "deploy/web", "-n", "shop", "--dsn", path, "--since", "1h", "-o", "json"},
+		{"rollouts", "-A", "--dsn", path, "--since", "1h"},
+		{"rollouts", "-A", "--dsn", path, "--since", "1h", "-o", "json"},
+	} {
+		code, stdout, stderr := runPluginCLI(args...)
+		if code != 0 {
+			t.Errorf("%q: exit %d, stderr %q", args, code, stderr)
+			continue
+		}
+		for i := 0; i < len(stdout); i++ {
+			if c := stdout[i]; (c < 0x20 && c != '\n' && c != '\t') || c == 0x7f {
+				t.Errorf("%q: byte %#x reached the output at %d:\n%s", args, c, i, stdout)
+				break
+			}
+		}
+		if strings.Contains(stdout, "\u009b") {
+			t.Errorf("%q: a C1 control reached the output", args)
+		}
+		for _, line := range strings.Split(stdout, "\n") {
+			if strings.HasPrefix(strings.TrimSpace(line), "FORGED") {
+				t.Errorf("%q: a name forged a line: %q", args, line)
+			}
+		}
+		if !strings.Contains(stdout, "owned") {
+			t.Errorf("%q: the hostile names are not in the output at all:\n%s", args, stdout)
+		}
+		t.Logf("%q:\n%.1500s", args, stdout)
+	}
+}

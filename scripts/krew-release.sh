@@ -49,8 +49,9 @@ for platform in $platforms; do
 	mkdir -p "$dir"
 	(cd "$root" && CGO_ENABLED=0 GOOS=$os GOARCH=$arch go build -trimpath -buildvcs=false \
 		-ldflags "-s -w -buildid=" -o "$dir/kubectl-drainscope" ./cmd/kubectl-drainscope)
+	cp "$root/LICENSE" "$dir/LICENSE"
 	archive="kubectl-drainscope_${version}_${os}_$arch.tar.gz"
-	tar -C "$dir" --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -cf - kubectl-drainscope | gzip -n >"$out/$archive"
+	tar -C "$dir" --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -cf - LICENSE kubectl-drainscope | gzip -n >"$out/$archive"
 	sum=$(sha256sum "$out/$archive" | cut -d' ' -f1)
 	manifest=${manifest//@SHA256_${os}_$arch@/$sum}
 	printf '%s  %s\n' "$sum" "$archive"

@@ -40,12 +40,14 @@ type Postgres struct {
 func OpenPostgres(ctx context.Context, dsn string) (*Postgres, error) {
 	name := Redact(dsn)
 	fail := func(what string, err error) (*Postgres, error) {
-		return nil, fmt.Errorf("store %s: %s: %s", name, what, Redact(oneLine(err)))
+		return nil, fmt.Errorf("store %s: %s: %s", name, what, RedactDSN(oneLine(err), dsn))
 	}
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
-		// pgx's parse errors quote the DSN, masked by pgx's own rules.
-		msg := Redact(strings.ReplaceAll(oneLine(err), dsn, name))
+		// pgx's parse errors quote the DSN, masked by pgx's own rules,
+		// and may quote a piece of it alone: RedactDSN masks the words
+		// of the password wherever they appear.
+		msg := RedactDSN(oneLine(err), dsn)
 		return nil, fmt.Errorf("store %s: bad DSN: %s", name, msg)
 	}
 	// pgx ends the userinfo at the first '@': the rest of a password with

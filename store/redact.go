@@ -23,7 +23,26 @@ const redactMask = "xxxxx"
 // It errs towards masking too much: text that only looks like a DSN loses
 // a little, a secret never shows.
 func Redact(text string) string {
-	return redactKeywords(redactUserinfo(text))
+	return redactKeywords(redactUserinfo(text, nil), nil)
+}
+
+// RedactDSN is Redact for text that may quote pieces of dsn by themselves,
+// as a parser's error does ("missing = after PWTAIL"): besides Redact's
+// masking, every word of the passwords Redact would mask in dsn is masked
+// wherever it appears in text. It reads dsn as text, never parsing it, so
+// a DSN that does not parse still has its password known.
+func RedactDSN(text, dsn string) string {
+	var found []string
+	redactKeywords(redactUserinfo(dsn, &found), &found)
+	text = Redact(strings.ReplaceAll(text, dsn, Redact(dsn)))
+	for _, f := range found {
+		for _, w := range strings.Fields(f) {
+			if w = strings.Trim(w, "'\"`:,"); len(w) >= 3 && w != redactMask {
+				text = strings.ReplaceAll(text, w, redactMask)
+			}
+		}
+	}
+	return text
 }
 
 // tokenEnd reports whether c ends a URL written in running text.
@@ -36,7 +55,8 @@ func tokenEnd(c byte) bool {
 }
 
 // redactUserinfo masks "user:PASSWORD@" in every "scheme://…" of text.
-func redactUserinfo(text string) string {
+// Each masked password is appended to found when it is not nil.
+func redactUserinfo(text string, found *[]string) string {
 	var b strings.Builder
 	rest := text
 	for {
@@ -51,15 +71,33 @@ func redactUserinfo(text string) string {
 		for end < len(rest) && !tokenEnd(rest[end]) {
 			end++
 		}
-		tok := rest[:end]
 		// The last '@' ends the userinfo: an '@' after it would have to
 		// be in the path or query, where pgx does not look for one.
-		if at := strings.LastIndexByte(tok, '@'); at >= 0 {
-			if colon := strings.IndexByte(tok[:at], ':'); colon >= 0 {
-				tok = tok[:colon+1] + redactMask + tok[at:]
+		at := strings.LastIndexByte(rest[:end], '@')
+		if at < 0 || strings.IndexByte(rest[:at], ':') < 0 {
+			// A password with a space ends the token early
+			// (postgres://u:S3CRET pw@host/db): the userinfo then runs
+			// to the last '@' of the authority, read across spaces, up
+			// to its '/', '?' or '#' or the line's end. Where nothing
+			// parsed, nothing tells where a password ends but its '@'.
+			auth := 0
+			for auth < len(rest) && !strings.ContainsRune("/?#\n\r\"'`<>", rune(rest[auth])) {
+				auth++
+			}
+			at = strings.LastIndexByte(rest[:auth], '@')
+			end = max(end, at)
+		}
+		if at >= 0 {
+			if colon := strings.IndexByte(rest[:at], ':'); colon >= 0 {
+				if found != nil {
+					*found = append(*found, rest[colon+1:at])
+				}
+				b.WriteString(rest[:colon+1] + redactMask)
+				rest = rest[at:]
+				continue
 			}
 		}
-		b.WriteString(tok)
+		b.WriteString(rest[:end])
 		rest = rest[end:]
 	}
 }
@@ -73,8 +111,36 @@ func isKeyByte(c byte) bool {
 
 func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
 
-// redactKeywords masks the value of every password-like key=value pair.
-func redactKeywords(text string) string {
+// passwordTail extends an unquoted password value text[v:end] over the
+// words after it on the same line that are no key=value pair: a password
+// written with a space and no quotes (password=S3CRET PWTAIL) runs on past
+// its first word, and nothing parsed says where it ends. It stops after a
+// word that holds a quote or ends in ':' or ',', where a message that quotes
+// the DSN goes on with words of its own.
+func passwordTail(text string, v, end int) int {
+	for !strings.ContainsAny(text[v:end], "`\"')") && !strings.HasSuffix(text[v:end], ":") && !strings.HasSuffix(text[v:end], ",") {
+		ws := end
+		for ws < len(text) && (text[ws] == ' ' || text[ws] == '\t') {
+			ws++
+		}
+		if ws == end || ws == len(text) {
+			return end
+		}
+		we := ws
+		for we < len(text) && !isSpace(text[we]) {
+			we++
+		}
+		if strings.IndexByte(text[ws:we], '=') >= 0 {
+			return end
+		}
+		v, end = ws, we
+	}
+	return end
+}
+
+// redactKeywords masks the value of every password-like key=value pair,
+// appending each to found when it is not nil.
+func redactKeywords(text string, found *[]string) string {
 	var b strings.Builder
 	done := 0 // text[:done] is written
 	for i := 0; i < len(text); i++ {
@@ -120,6 +186,10 @@ func redactKeywords(text string) string {
 			for end < len(text) && !isSpace(text[end]) && !(query && (text[end] == '&' || text[end] == '#')) {
 				end++
 			}
+			end = passwordTail(text, v, end)
+		}
+		if found != nil {
+			*found = append(*found, text[v:end])
 		}
 		b.WriteString(text[done:v])
 		b.WriteString(redactMask)

@@ -31,6 +31,10 @@ var redactCases = []struct {
 	{"keyword password upper case", "host=db.example PASSWORD=KwSecret", []string{"KwSecret"}},
 	{"at in password", "postgres://u:left@right-secret@db.example/events", []string{"left", "right-secret"}},
 	{"at and colon in password", "postgres://u:le:ft@ri@ght@db.example/events", []string{"le:ft", "ri@ght", "ght@db"}},
+	{"url password with a space", "postgres://u:S3CRET PWTAIL@db.example/events", []string{"S3CRET", "PWTAIL"}},
+	{"url password with spaces, no path", "postgres://u:S3CRET PW TAIL@db.example", []string{"S3CRET", "PW", "TAIL"}},
+	{"keyword password with a space", "host=db.example password=S3CRET PWTAIL dbname=events", []string{"S3CRET", "PWTAIL"}},
+	{"keyword password with a space last", "host=db.example password=S3CRET PWTAIL", []string{"S3CRET", "PWTAIL"}},
 	{"url password and query password", "postgres://u:Pw0rdSecret@db.example/events?password=QuerySecret", []string{"Pw0rdSecret", "QuerySecret"}},
 }
 
@@ -60,6 +64,8 @@ func TestRedact(t *testing.T) {
 		"host=db.example user=u dbname=events",
 		"/var/lib/drainscope/events.db",
 		"reading rollout default/Deployment/web/1700000000000000000: timeout",
+		"store postgres://db.example:5432/events: connecting: refused",
+		"store host=db.example password=xxxxx dbname=events: connecting: refused",
 	} {
 		if got := Redact(keep); got != keep {
 			t.Errorf("Redact(%q) = %q: changed text without a secret", keep, got)
@@ -77,13 +83,17 @@ func TestRedactPgxErrors(t *testing.T) {
 		{"postgres://u@127.0.0.1/events?password=QuerySecret&connect_timeout=x", "QuerySecret"},
 		{"host=127.0.0.1 password=KwSecret port=bad", "KwSecret"},
 		{"host=127.0.0.1 password='Kw Secret' connect_timeout=x", "Secret"},
+		{"postgres://u:S3CRET PWTAIL@127.0.0.1/events", "S3CRET"},
+		{"postgres://u:S3CRET PWTAIL@127.0.0.1/events", "PWTAIL"},
+		{"host=127.0.0.1 password=S3CRET PWTAIL", "PWTAIL"},
+		{"host=127.0.0.1 password=S3CRET PWTAIL dbname=x", "PWTAIL"},
 	}
 	for _, c := range bad {
 		_, err := pgxpool.ParseConfig(c.dsn)
 		if err == nil {
 			t.Fatalf("pgx parsed %q; the test wants a DSN it refuses", c.dsn)
 		}
-		if got := Redact(err.Error()); strings.Contains(got, c.secret) {
+		if got := RedactDSN(err.Error(), c.dsn); strings.Contains(got, c.secret) {
 			t.Errorf("pgx's error for %q, redacted: %q", c.dsn, got)
 		}
 		_, err = Open(context.Background(), c.dsn)

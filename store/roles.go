@@ -6,14 +6,17 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
 
 // Roles names the Postgres roles that SetupRoles grants to. The role that
-// runs SetupRoles (the DSN of `drainscope migrate`) owns the schema, runs
-// the migrations and owns the functions below; the others never own
-// anything:
+// runs SetupRoles (the DSN of `drainscope migrate`) runs the migrations;
+// the tables and the functions below are owned by Definer, a NOLOGIN role
+// made for them that the migrating role is a member of, so that the
+// functions that run as their owner never run as a superuser, even when
+// migrate runs as one. The agent and the server never own anything:
 //
 //   - Agent writes: INSERT on events (what COPY needs), SELECT on the
 //     empty events_shape (the template of the temporary table a retried
@@ -26,32 +29,73 @@ import (
 //     DELETE on digests. It cannot UPDATE or TRUNCATE events or change the
 //     schema.
 //
-// Neither may run COPY … TO/FROM PROGRAM or read server files: that needs
-// superuser or pg_execute_server_program, which SetupRoles refuses to grant
-// to (it fails if either role has it).
+// SetupRoles refuses, naming the reason, an agent or server role that can
+// become more than that: a superuser; a role with CREATEROLE or BYPASSRLS,
+// itself or through a role it is a member of; a member of the owner, of
+// Definer, of the schema's owner, or of any predefined role
+// (pg_read_all_data, pg_write_all_data, pg_execute_server_program, …).
 type Roles struct {
 	Agent  string
 	Server string
+	// Definer owns the tables and the functions (default DefaultDefiner).
+	Definer string
+	// Keep is the retention: drainscope_create_partition takes days no
+	// further back than this, and no further ahead than two days. Zero
+	// or less: DefaultRetention.
+	Keep time.Duration
 	// Passwords set on the roles when given (empty: left as they are).
 	AgentPassword, ServerPassword string
 }
+
+// DefaultDefiner is the NOLOGIN role that owns the tables and functions
+// when Roles.Definer is empty.
+const DefaultDefiner = "drainscope_definer"
+
+// PartitionDaysAhead is how many days ahead of today
+// drainscope_create_partition creates a partition: an agent's clock may run
+// ahead of the database's, and no further.
+const PartitionDaysAhead = 2
+
+// pgPartitionLockTimeout bounds how long drainscope_create_partition waits
+// for the lock it takes on events (SHARE UPDATE EXCLUSIVE, which no reader
+// or writer of rows waits for); a caller that gives up retries.
+const pgPartitionLockTimeout = "2s"
 
 // The functions run as their owner (SECURITY DEFINER) so that a writer can
 // add a day partition without owning events: Postgres lets only the
 // parent's owner attach a partition. Each checks its argument, so EXECUTE
 // grants no more than the one operation.
+//
+// A partition is made as a table of its own and then attached: ATTACH
+// PARTITION takes SHARE UPDATE EXCLUSIVE on events, which readers and
+// writers of rows do not wait for, where CREATE TABLE … PARTITION OF takes
+// ACCESS EXCLUSIVE, which every reader waits for until the caller's
+// transaction ends. lock_timeout bounds the wait for that lock.
 const rolesFunctions = `
 CREATE OR REPLACE FUNCTION drainscope_create_partition(start bigint) RETURNS void
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = {{schema}}, pg_temp AS $fn$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = {{schema}}, pg_temp
+SET lock_timeout = '` + pgPartitionLockTimeout + `' AS $fn$
 DECLARE
 	span constant bigint := 86400000000000;
+	today constant bigint := floor(extract(epoch FROM clock_timestamp()) / 86400)::bigint * span;
+	part text;
 BEGIN
 	IF start IS NULL OR start % span <> 0 THEN
-		RAISE EXCEPTION 'partition start % is not a UTC day boundary', start;
+		RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+			MESSAGE = format('partition start %s is not a UTC day boundary', start);
 	END IF;
-	EXECUTE format('CREATE TABLE IF NOT EXISTS %I PARTITION OF events FOR VALUES FROM (%s) TO (%s)',
-		'events_p' || to_char(to_timestamp(start / 1000000000) AT TIME ZONE 'UTC', 'YYYYMMDD'),
-		start, start + span);
+	IF start < today - {{daysBack}} * span OR start > today + {{daysAhead}} * span THEN
+		RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+			MESSAGE = format('partition day %s is outside the days this function creates (%s days back to %s ahead of %s)',
+				to_char(to_timestamp(start / 1000000000) AT TIME ZONE 'UTC', 'YYYY-MM-DD'), {{daysBack}}, {{daysAhead}},
+				to_char(to_timestamp(today / 1000000000) AT TIME ZONE 'UTC', 'YYYY-MM-DD'));
+	END IF;
+	part := 'events_p' || to_char(to_timestamp(start / 1000000000) AT TIME ZONE 'UTC', 'YYYYMMDD');
+	IF to_regclass(quote_ident(part)) IS NOT NULL THEN
+		RETURN;
+	END IF;
+	EXECUTE format('CREATE TABLE %I (LIKE events INCLUDING DEFAULTS INCLUDING CONSTRAINTS)', part);
+	EXECUTE format('ALTER TABLE events ATTACH PARTITION %I FOR VALUES FROM (%s) TO (%s)', part, start, start + span);
 END
 $fn$;
 
@@ -82,17 +126,86 @@ DROP TABLE IF EXISTS events_shape;
 CREATE TABLE events_shape (LIKE events INCLUDING DEFAULTS);
 `
 
+// rolesTables are the tables SetupRoles hands to the definer role.
+var rolesTables = []string{"events", "events_shape", "schema_migrations", "digests"}
+
+// escalations lists why role (by name) could become more than a role of
+// its own: each role it is a member of (itself included) is checked for
+// the attributes and the memberships that reach further. Empty when none.
+func escalations(ctx context.Context, tx pgx.Tx, role, owner, definer string) ([]string, error) {
+	rows, err := tx.Query(ctx, `SELECT r.rolname, r.rolname = me.rolname, r.rolsuper, r.rolcreaterole, r.rolbypassrls,
+			r.oid < 16384 AND r.rolname LIKE 'pg\_%',
+			r.oid = (SELECT nspowner FROM pg_namespace WHERE nspname = current_schema())
+		FROM pg_roles me JOIN pg_roles r ON pg_has_role(me.oid, r.oid, 'MEMBER')
+		WHERE me.rolname = $1 ORDER BY r.rolname`, role)
+	if err != nil {
+		return nil, err
+	}
+	var why []string
+	for rows.Next() {
+		var name string
+		var self, super, createRole, bypassRLS, predefined, schemaOwner bool
+		if err := rows.Scan(&name, &self, &super, &createRole, &bypassRLS, &predefined, &schemaOwner); err != nil {
+			return nil, err
+		}
+		attr := func(a string) string {
+			if self {
+				return "has " + a
+			}
+			return "is a member of " + name + ", which has " + a
+		}
+		switch {
+		case !self && name == owner:
+			why = append(why, "is a member of "+name+", the owner that runs the migrations")
+		case !self && name == definer:
+			why = append(why, "is a member of "+name+", which owns the tables")
+		case !self && predefined:
+			why = append(why, "is a member of the predefined role "+name)
+		}
+		if schemaOwner {
+			if self {
+				why = append(why, "owns the schema")
+			} else {
+				why = append(why, "is a member of "+name+", which owns the schema")
+			}
+		}
+		if super {
+			if self {
+				why = append(why, "is a superuser")
+			} else {
+				why = append(why, "is a member of "+name+", a superuser")
+			}
+		}
+		if createRole {
+			why = append(why, attr("CREATEROLE"))
+		}
+		if bypassRLS {
+			why = append(why, attr("BYPASSRLS"))
+		}
+	}
+	return why, rows.Err()
+}
+
 // SetupRoles migrates the database dsn names (a Postgres DSN of the owning
-// role), creates the roles r names when they do not exist (LOGIN), and
-// grants each what it needs and nothing else. It is idempotent: run it
-// again after every upgrade, since a migration may add objects.
+// role), creates the roles r names when they do not exist (the agent and
+// the server LOGIN, the definer NOLOGIN), hands the tables and functions to
+// the definer, and grants each of the others what it needs and nothing
+// else. It is idempotent: run it again after every upgrade, since a
+// migration may add objects.
 func SetupRoles(ctx context.Context, dsn string, r Roles) error {
 	if r.Agent == "" || r.Server == "" {
 		return errors.New("roles: both an agent and a server role are needed")
 	}
-	if r.Agent == r.Server {
-		return errors.New("roles: the agent and the server need roles of their own")
+	if r.Definer == "" {
+		r.Definer = DefaultDefiner
 	}
+	if r.Agent == r.Server || r.Definer == r.Agent || r.Definer == r.Server {
+		return errors.New("roles: the agent, the server and the definer need roles of their own")
+	}
+	if r.Keep <= 0 {
+		r.Keep = DefaultRetention
+	}
+	daysBack := int64((r.Keep + 24*time.Hour - 1) / (24 * time.Hour))
 	st, err := OpenPostgres(ctx, dsn)
 	if err != nil {
 		return err
@@ -105,20 +218,27 @@ func SetupRoles(ctx context.Context, dsn string, r Roles) error {
 	if err := st.pool.QueryRow(ctx, "SELECT current_schema(), current_user").Scan(&schema, &owner); err != nil {
 		return fail("reading the schema", err)
 	}
-	if r.Agent == owner || r.Server == owner {
-		return fmt.Errorf("store %s: roles: %s owns the schema; the agent and the server need roles of their own", st.name, owner)
+	if r.Agent == owner || r.Server == owner || r.Definer == owner {
+		return fmt.Errorf("store %s: roles: %s runs the migrations; the agent, the server and the definer need roles of their own", st.name, owner)
 	}
 	agent, server, sch := pgx.Identifier{r.Agent}.Sanitize(), pgx.Identifier{r.Server}.Sanitize(), pgx.Identifier{schema}.Sanitize()
+	definer := pgx.Identifier{r.Definer}.Sanitize()
 	return pgx.BeginFunc(ctx, st.pool, func(tx pgx.Tx) error {
+		if err := setupDefiner(ctx, tx, r.Definer, owner); err != nil {
+			return fmt.Errorf("store %s: roles: %w", st.name, err)
+		}
 		for _, role := range []struct{ name, ident, password string }{{r.Agent, agent, r.AgentPassword}, {r.Server, server, r.ServerPassword}} {
-			var exists, privileged bool
-			if err := tx.QueryRow(ctx, `SELECT count(*) > 0, coalesce(bool_or(rolsuper OR pg_has_role(oid, 'pg_execute_server_program', 'USAGE')
-				OR pg_has_role(oid, 'pg_read_server_files', 'USAGE') OR pg_has_role(oid, 'pg_write_server_files', 'USAGE')), false)
-				FROM pg_roles WHERE rolname = $1`, role.name).Scan(&exists, &privileged); err != nil {
+			why, err := escalations(ctx, tx, role.name, owner, r.Definer)
+			if err != nil {
 				return fail("reading role "+role.name, err)
 			}
-			if privileged {
-				return fmt.Errorf("store %s: roles: %s is a superuser or may run programs or touch server files: give it a role of its own", st.name, role.name)
+			if len(why) > 0 {
+				return fmt.Errorf("store %s: roles: %s can become more than it is: it %s; give it a plain role of its own",
+					st.name, role.name, strings.Join(why, "; it "))
+			}
+			var exists bool
+			if err := tx.QueryRow(ctx, "SELECT count(*) > 0 FROM pg_roles WHERE rolname = $1", role.name).Scan(&exists); err != nil {
+				return fail("reading role "+role.name, err)
 			}
 			if !exists {
 				if _, err := tx.Exec(ctx, "CREATE ROLE "+role.ident+" LOGIN"); err != nil {
@@ -136,14 +256,21 @@ func SetupRoles(ctx context.Context, dsn string, r Roles) error {
 				}
 			}
 		}
+		fns := strings.NewReplacer("{{schema}}", sch, "{{daysBack}}", fmt.Sprint(daysBack),
+			"{{daysAhead}}", fmt.Sprint(PartitionDaysAhead)).Replace(rolesFunctions)
 		stmts := []string{
-			strings.ReplaceAll(rolesFunctions, "{{schema}}", sch),
+			fns,
+			// CREATE OR REPLACE keeps a function's owner: hand both over.
+			"ALTER FUNCTION drainscope_create_partition(bigint) OWNER TO " + definer,
+			"ALTER FUNCTION drainscope_drop_partition(regclass, bigint) OWNER TO " + definer,
 			// Nothing by default: PUBLIC may execute any new function.
 			"REVOKE ALL ON FUNCTION drainscope_create_partition(bigint), drainscope_drop_partition(regclass, bigint) FROM PUBLIC",
 			"REVOKE ALL ON events, events_shape, schema_migrations, digests FROM PUBLIC",
 			"REVOKE ALL ON events, events_shape, schema_migrations, digests FROM " + agent + ", " + server,
 			"REVOKE CREATE ON SCHEMA " + sch + " FROM PUBLIC, " + agent + ", " + server,
 			"GRANT USAGE ON SCHEMA " + sch + " TO " + agent + ", " + server,
+			// The definer makes the day partitions there.
+			"GRANT USAGE, CREATE ON SCHEMA " + sch + " TO " + definer,
 			"GRANT SELECT ON schema_migrations, events_shape TO " + agent + ", " + server,
 			"GRANT INSERT ON events TO " + agent + ", " + server,
 			"GRANT SELECT, DELETE ON events TO " + server,
@@ -152,13 +279,71 @@ func SetupRoles(ctx context.Context, dsn string, r Roles) error {
 			"GRANT EXECUTE ON FUNCTION drainscope_create_partition(bigint) TO " + agent + ", " + server,
 			"GRANT EXECUTE ON FUNCTION drainscope_drop_partition(regclass, bigint) TO " + server,
 		}
+		for _, t := range rolesTables {
+			stmts = append(stmts, "ALTER TABLE "+t+" OWNER TO "+definer)
+		}
 		for _, q := range stmts {
 			if _, err := tx.Exec(ctx, q); err != nil {
 				return fail("granting", err)
 			}
 		}
+		// The partitions made so far, by the owner or by an older version
+		// of the function: the definer drops them when retention says so.
+		rows, err := tx.Query(ctx, `SELECT format('%I.%I', n.nspname, c.relname) FROM pg_inherits i
+			JOIN pg_class c ON c.oid = i.inhrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+			WHERE i.inhparent = 'events'::regclass AND NOT pg_has_role($1, c.relowner, 'USAGE')`, r.Definer)
+		if err != nil {
+			return fail("listing partitions", err)
+		}
+		parts, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return fail("listing partitions", err)
+		}
+		for _, p := range parts {
+			if _, err := tx.Exec(ctx, "ALTER TABLE "+p+" OWNER TO "+definer); err != nil {
+				return fail("handing "+p+" to "+r.Definer, err)
+			}
+		}
 		return nil
 	})
+}
+
+// setupDefiner creates the NOLOGIN role that owns the tables and the
+// functions when it does not exist, refuses one that can log in or do
+// more than own, and makes the migrating role a member of it, so that the
+// migrations go on altering what it owns.
+func setupDefiner(ctx context.Context, tx pgx.Tx, definer, owner string) error {
+	ident := pgx.Identifier{definer}.Sanitize()
+	var exists, bad bool
+	if err := tx.QueryRow(ctx, `SELECT count(*) > 0, coalesce(bool_or(rolcanlogin OR rolsuper OR rolcreaterole OR rolbypassrls), false)
+		FROM pg_roles WHERE rolname = $1`, definer).Scan(&exists, &bad); err != nil {
+		return fmt.Errorf("reading role %s: %s", definer, oneLine(err))
+	}
+	if bad {
+		return fmt.Errorf("the definer role %s can log in or is a superuser or has CREATEROLE or BYPASSRLS: it must be a NOLOGIN role that only owns", definer)
+	}
+	if !exists {
+		if _, err := tx.Exec(ctx, "CREATE ROLE "+ident+" NOLOGIN"); err != nil {
+			return fmt.Errorf("creating role %s: %s", definer, oneLine(err))
+		}
+	}
+	why, err := escalations(ctx, tx, definer, owner, "")
+	if err != nil {
+		return fmt.Errorf("reading role %s: %s", definer, oneLine(err))
+	}
+	if len(why) > 0 {
+		return fmt.Errorf("the definer role %s can become more than it is: it %s", definer, strings.Join(why, "; it "))
+	}
+	var member bool
+	if err := tx.QueryRow(ctx, "SELECT pg_has_role(current_user, $1, 'USAGE')", definer).Scan(&member); err != nil {
+		return fmt.Errorf("reading role %s: %s", definer, oneLine(err))
+	}
+	if !member {
+		if _, err := tx.Exec(ctx, "GRANT "+ident+" TO "+pgx.Identifier{owner}.Sanitize()); err != nil {
+			return fmt.Errorf("making %s a member of %s: %s", owner, definer, oneLine(err))
+		}
+	}
+	return nil
 }
 
 func quoteLiteral(ctx context.Context, tx pgx.Tx, s string) (string, error) {
@@ -211,4 +396,11 @@ func dropPartitionAs(ctx context.Context, conn *pgx.Conn, parent pgx.Identifier,
 		return 0, fmt.Errorf("dropping through drainscope_drop_partition: %w", err)
 	}
 	return n, nil
+}
+
+// CurrentRole names the role s is connected as and says whether it is a
+// superuser, for `drainscope migrate` to warn about.
+func (s *Postgres) CurrentRole(ctx context.Context) (name string, superuser bool, err error) {
+	err = s.pool.QueryRow(ctx, "SELECT rolname, rolsuper FROM pg_roles WHERE rolname = current_user").Scan(&name, &superuser)
+	return name, superuser, err
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -33,14 +34,14 @@ func setupRoles(t *testing.T) (owner, agent, server string) {
 	ctx := context.Background()
 	owner = pgtest.Schema(t)
 	suffix := fmt.Sprintf("%d_%d", time.Now().UnixNano(), rand.IntN(1<<20))
-	r := Roles{Agent: "ds_agent_" + suffix, Server: "ds_server_" + suffix}
+	r := Roles{Agent: "ds_agent_" + suffix, Server: "ds_server_" + suffix, Definer: "ds_definer_" + suffix}
 	t.Cleanup(func() {
 		c, err := pgx.Connect(ctx, owner)
 		if err != nil {
 			return
 		}
 		defer c.Close(ctx)
-		for _, role := range []string{r.Agent, r.Server} {
+		for _, role := range []string{r.Agent, r.Server, r.Definer} {
 			c.Exec(ctx, "DROP OWNED BY "+role)
 			c.Exec(ctx, "DROP ROLE "+role)
 		}
@@ -74,7 +75,9 @@ func refused(t *testing.T, who, dsn, q string) {
 func TestPostgresRoles(t *testing.T) {
 	ctx := context.Background()
 	owner, agentDSN, serverDSN := setupRoles(t)
-	day := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
+	// Yesterday: the partition function takes only days within the
+	// retention window back and two days ahead.
+	day := time.Now().UTC().Truncate(24*time.Hour).AddDate(0, 0, -1)
 	batch := append(eventgen.Rollout(50, day, 1, "checkout"), eventgen.Rollout(50, day.AddDate(0, 0, 1), 2, "checkout")...)
 
 	// The agent writes, creating the day partitions through the owner's
@@ -166,5 +169,121 @@ func TestPostgresRoles(t *testing.T) {
 	// Neither role may be one that can run programs.
 	if err := SetupRoles(ctx, owner, Roles{Agent: "postgres", Server: "ds_none"}); err == nil {
 		t.Error("SetupRoles accepted a superuser as the agent's role")
+	}
+
+	// The functions that run as their owner run as a role made for them:
+	// one that cannot log in and is no superuser.
+	var fnOwner string
+	var super, login bool
+	if err := c.QueryRow(ctx, `SELECT r.rolname, r.rolsuper, r.rolcanlogin FROM pg_proc p JOIN pg_roles r ON r.oid = p.proowner
+		WHERE p.oid = 'drainscope_create_partition(bigint)'::regprocedure`).Scan(&fnOwner, &super, &login); err != nil {
+		t.Fatal(err)
+	}
+	if super || login {
+		t.Errorf("drainscope_create_partition is owned by %s (superuser %v, login %v), want a NOLOGIN role that is no superuser", fnOwner, super, login)
+	}
+
+	t.Run("escalations", testRolesRefuseEscalation)
+}
+
+// escalationRole creates a role (LOGIN unless attrs say NOLOGIN) for a test, as the throwaway
+// cluster's superuser, with the given attributes and memberships; it is
+// dropped afterwards.
+func escalationRole(t *testing.T, owner, attrs string, memberOf ...string) string {
+	t.Helper()
+	ctx := context.Background()
+	name := fmt.Sprintf("ds_esc_%d_%d", time.Now().UnixNano(), rand.IntN(1<<20))
+	c, err := pgx.Connect(ctx, owner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	if !strings.Contains(attrs, "NOLOGIN") {
+		attrs = "LOGIN " + attrs
+	}
+	if _, err := c.Exec(ctx, "CREATE ROLE "+name+" "+attrs); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range memberOf {
+		if _, err := c.Exec(ctx, "GRANT "+m+" TO "+name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		c, err := pgx.Connect(ctx, owner)
+		if err != nil {
+			return
+		}
+		defer c.Close(ctx)
+		c.Exec(ctx, "DROP OWNED BY "+name)
+		c.Exec(ctx, "DROP ROLE "+name)
+	})
+	return name
+}
+
+// A role that can make itself more than it is may be neither the agent's
+// nor the server's, and the refusal names why. Each of these was accepted
+// once: a role with CREATEROLE granted itself the owner and read events; a
+// member of the owner dropped digests; a member of pg_read_all_data read
+// everything.
+func testRolesRefuseEscalation(t *testing.T) {
+	ctx := context.Background()
+	owner, _, _ := setupRoles(t)
+	var ownerRole, definer string
+	c, err := pgx.Connect(ctx, owner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	if err := c.QueryRow(ctx, "SELECT current_user, pg_get_userbyid(relowner) FROM pg_class WHERE oid = 'events'::regclass").Scan(&ownerRole, &definer); err != nil {
+		t.Fatal(err)
+	}
+	// A plain role in between, which the owner's membership reaches
+	// through: membership is transitive.
+	viaOwner := escalationRole(t, owner, "NOLOGIN")
+	if _, err := c.Exec(ctx, "GRANT "+pgx.Identifier{ownerRole}.Sanitize()+" TO "+viaOwner); err != nil {
+		t.Fatal(err)
+	}
+	creator := escalationRole(t, owner, "NOLOGIN CREATEROLE")
+	for _, tc := range []struct {
+		what, attrs string
+		memberOf    []string
+		want        string // in the error
+	}{
+		{"CREATEROLE", "CREATEROLE", nil, "CREATEROLE"},
+		{"a member of a role with CREATEROLE", "", []string{creator}, "CREATEROLE"},
+		{"BYPASSRLS", "BYPASSRLS", nil, "BYPASSRLS"},
+		{"a member of the owner", "", []string{pgx.Identifier{ownerRole}.Sanitize()}, "member of " + ownerRole},
+		{"a member of the owner through another role", "", []string{viaOwner}, "member of " + ownerRole},
+		{"a member of pg_read_all_data", "", []string{"pg_read_all_data"}, "pg_read_all_data"},
+		{"a member of pg_write_all_data", "", []string{"pg_write_all_data"}, "pg_write_all_data"},
+		{"a superuser", "SUPERUSER", nil, "superuser"},
+	} {
+		for _, as := range []string{"agent", "server"} {
+			role := escalationRole(t, owner, tc.attrs, tc.memberOf...)
+			r := Roles{Agent: role, Server: "ds_plain_server_" + role, Definer: definer}
+			if as == "server" {
+				r = Roles{Agent: "ds_plain_agent_" + role, Server: role, Definer: definer}
+			}
+			t.Cleanup(func() {
+				c, err := pgx.Connect(ctx, owner)
+				if err != nil {
+					return
+				}
+				defer c.Close(ctx)
+				for _, n := range []string{r.Agent, r.Server} {
+					c.Exec(ctx, "DROP OWNED BY "+n)
+					c.Exec(ctx, "DROP ROLE IF EXISTS "+n)
+				}
+			})
+			err := SetupRoles(ctx, owner, r)
+			if err == nil {
+				t.Errorf("SetupRoles accepted %s as the %s's role", tc.what, as)
+				continue
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("%s as the %s's role: %v; want the reason (%q) named", tc.what, as, err, tc.want)
+			}
+		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/drainscope/drainscope/analysis"
+	"github.com/drainscope/drainscope/event"
 )
 
 type pageTemplates struct {
@@ -123,7 +124,9 @@ func (s *Server) render(w http.ResponseWriter, r *http.Request, status int, name
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
-	w.Write(buf.Bytes())
+	// Names on the page came from the cluster and clients' logs: their
+	// control characters are shown escaped, as in every text output.
+	event.NewDisplayWriter(w, 0).Write(buf.Bytes())
 }
 
 type errorData struct {

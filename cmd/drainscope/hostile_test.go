@@ -23,6 +23,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/drainscope/drainscope/event"
 	"github.com/drainscope/drainscope/ingest"
 	"github.com/drainscope/drainscope/internal/memtest"
 	"github.com/drainscope/drainscope/internal/pgtest"
@@ -206,6 +207,37 @@ func TestHostileInput(t *testing.T) {
 			s.answers(t, "a JSON NUL")
 			probe("a binary body", 400, "rejected", "", bytes.Repeat([]byte{0, 0xff, 0x1f, '\n'}, 1<<18))
 
+			// A proxy's routing is no client failure: envoy-clusters is
+			// refused with the ingest token unless the server was told to
+			// take it, and nothing reaches the store.
+			snap, err := os.ReadFile("../../ingest/testdata/envoy_clusters.log")
+			if err != nil {
+				t.Fatal(err)
+			}
+			snapNow := strings.ReplaceAll(string(snap), "2026-03-01T", now.UTC().Format("2006-01-02T"))
+			probe("envoy-clusters with the ingest token", 403, "not taken here", "?format=envoy-clusters", []byte(snapNow))
+			if n := countKind(t, s.st, event.SourceDataplane); n != 0 {
+				t.Errorf("envoy-clusters with the ingest token: %d dataplane events stored", n)
+			}
+			// A Service name past its Kubernetes limit, refused naming the field.
+			probe("a 1 MiB service name", 400, `"field": "service"`, "", []byte(fmt.Sprintf(`{"time_ns":%d,"error":"EOF","service":"%s"}`+"\n",
+				now.UnixNano()+3, strings.Repeat("s", 1<<20-100))))
+			// Credentials in the URL a client asked for are gone before
+			// the store keeps the failure.
+			probe("a URL with credentials", 200, `"stored": 1`, "", []byte(fmt.Sprintf(
+				`{"time_ns":%d,"error":"Get \"https://user:cr3dential@web.shop/pay\": EOF","target":"https://user:cr3dential@web.shop/pay","backend":"http://tok3n@10.244.0.6:8080"}`+"\n",
+				now.UnixNano()+4)))
+			if err := s.st.Scan(context.Background(), store.Query{Window: event.Window{From: now.UnixNano(), To: now.UnixNano() + 10}}, func(e *event.Event) error {
+				for k, v := range e.Attrs {
+					if strings.Contains(v, "cr3dential") || strings.Contains(v, "tok3n") {
+						t.Errorf("stored attr %s = %q holds a credential", k, v)
+					}
+				}
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+
 			// Many ingests at once: each is served or told to come back.
 			var wg sync.WaitGroup
 			var codes sync.Map
@@ -278,6 +310,21 @@ func TestHostileInput(t *testing.T) {
 			}
 		})
 	}
+}
+
+// countKind counts the stored events whose source is source.
+func countKind(t *testing.T, st store.Store, source event.Source) int {
+	t.Helper()
+	n := 0
+	if err := st.Scan(context.Background(), store.Query{}, func(e *event.Event) error {
+		if e.Source == source {
+			n++
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 // slowHeader sends a request's header a byte a second: ReadHeaderTimeout

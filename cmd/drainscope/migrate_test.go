@@ -33,10 +33,10 @@ func TestMigrateRoles(t *testing.T) {
 	ctx := context.Background()
 	owner := pgtest.Schema(t)
 	suffix := fmt.Sprint(time.Now().UnixNano())
-	agent, server := "cli_agent_"+suffix, "cli_server_"+suffix
+	agent, server, definer := "cli_agent_"+suffix, "cli_server_"+suffix, "cli_definer_"+suffix
 	t.Cleanup(func() {
 		if c, err := pgx.Connect(ctx, owner); err == nil {
-			for _, r := range []string{agent, server} {
+			for _, r := range []string{agent, server, definer} {
 				c.Exec(ctx, "DROP OWNED BY "+r)
 				c.Exec(ctx, "DROP ROLE "+r)
 			}
@@ -44,7 +44,13 @@ func TestMigrateRoles(t *testing.T) {
 		}
 	})
 	t.Setenv("DRAINSCOPE_AGENT_PASSWORD", "agent-password-of-32-characters!")
-	code, stdout, stderr := runCLI(t, "migrate", "--store", owner, "--roles", "agent="+agent+",server="+server)
+	// The throwaway cluster's user is a superuser: without --roles,
+	// migrate says what that leaves behind.
+	code, _, stderr := runCLI(t, "migrate", "--store", owner)
+	if code != 0 || !strings.Contains(stderr, "superuser") {
+		t.Errorf("migrate as a superuser without --roles: exit %d, stderr %q; want a warning naming the superuser", code, stderr)
+	}
+	code, stdout, stderr := runCLI(t, "migrate", "--store", owner, "--roles", "agent="+agent+",server="+server+",definer="+definer)
 	if code != 0 || !strings.Contains(stdout, "roles granted") {
 		t.Fatalf("exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
@@ -67,5 +73,19 @@ func TestMigrateRoles(t *testing.T) {
 		if !errors.As(err, &pe) || pe.Code != "42501" {
 			t.Errorf("%s ran %q: %v; want insufficient_privilege", role, q, err)
 		}
+	}
+	// With --roles, nothing that runs as its owner is a superuser's.
+	c, err := pgx.Connect(ctx, owner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	var n int
+	if err := c.QueryRow(ctx, `SELECT count(*) FROM pg_proc p JOIN pg_roles r ON r.oid = p.proowner
+		WHERE p.prosecdef AND p.pronamespace = current_schema()::regnamespace AND (r.rolsuper OR r.rolcanlogin)`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Errorf("%d SECURITY DEFINER functions owned by a superuser or a login role after migrate --roles", n)
 	}
 }

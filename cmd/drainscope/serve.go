@@ -34,6 +34,10 @@ cookie the login page sets), or --insecure, which serves without one and
 says so in the log. Ingest needs --ingest-token, a token of its own:
 without it ingest is off. Each token is at least 32 characters (openssl
 rand -hex 32); wrong tokens are limited per client address (429).
+Ingest takes client-failure formats only (--ingest-formats); a proxy's
+routing snapshots (envoy-clusters) feed the measured lag and "out of
+rotation", and are taken only when --ingest-formats names them and only
+with --ingest-dataplane-token, a third token of their own.
 
 --retention (default 14 days) deletes older events at start and then every
 hour (Postgres: whole day partitions, and the older rows of the day the cut
@@ -60,6 +64,8 @@ func runServe(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	token := fs.String("auth-token", os.Getenv("DRAINSCOPE_AUTH_TOKEN"), "token every request must carry, at least 32 characters (env DRAINSCOPE_AUTH_TOKEN); required unless listening on loopback")
 	insecure := fs.Bool("insecure", false, "allow a non-loopback address without --auth-token (anyone who can reach it can read the store)")
 	ingestToken := fs.String("ingest-token", os.Getenv("DRAINSCOPE_INGEST_TOKEN"), "bearer token for POST /api/v1/client-failures, at least 32 characters and not --auth-token (env DRAINSCOPE_INGEST_TOKEN; without it ingest is off)")
+	ingestFormats := fs.String("ingest-formats", strings.Join(ingest.ClientFailureFormats(), ","), "formats POST /api/v1/client-failures takes (?format=), comma-separated; envoy-clusters (a proxy's routing) only when named here, and then only with --ingest-dataplane-token")
+	dataplaneToken := fs.String("ingest-dataplane-token", os.Getenv("DRAINSCOPE_INGEST_DATAPLANE_TOKEN"), "bearer token for posting dataplane formats (envoy-clusters), at least 32 characters, neither --auth-token nor --ingest-token (env DRAINSCOPE_INGEST_DATAPLANE_TOKEN)")
 	metricsListen := fs.String("metrics-listen", "", "address for /metrics, host:port, apart from the token-guarded UI (default: none)")
 	dsn := fs.String("store", os.Getenv("DRAINSCOPE_STORE"), "store DSN: postgres://… or a SQLite file path (default: "+store.DefaultPath()+"; env DRAINSCOPE_STORE)")
 	retention := registerRetention(fs, "delete events older than `AGE`, at start and then hourly: a duration or days (336h, 14d); 0 keeps everything")
@@ -88,6 +94,10 @@ func runServe(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		slog.Warn("serving without a token on a non-loopback address: anyone who can reach it can read every event in the store", "listen", *listen)
 	}
 	if err := checkServeTokens(*token, *ingestToken); err != nil {
+		return err
+	}
+	formats, err := checkIngestFormats(*ingestFormats, *token, *ingestToken, *dataplaneToken)
+	if err != nil {
 		return err
 	}
 	if err := exp.check(); err != nil {
@@ -153,7 +163,7 @@ func runServe(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	opts := web.Options{
 		Store:     st,
 		AuthToken: *token,
-		Ingest: &ingest.Handler{Store: st, Token: *ingestToken, Log: slog.Default(),
+		Ingest: &ingest.Handler{Store: st, Token: *ingestToken, Formats: formats, DataplaneToken: *dataplaneToken, Log: slog.Default(),
 			MaxBytes: *ingestMax, MaxConcurrent: *ingestConc, Window: window.window()},
 		Log:     slog.Default(),
 		Context: ctx,
@@ -203,6 +213,38 @@ func checkServeTokens(token, ingestToken string) error {
 		return fmt.Errorf("%w: --ingest-token (env DRAINSCOPE_INGEST_TOKEN) equals --auth-token: give ingest a token of its own", errUsage)
 	}
 	return nil
+}
+
+// checkIngestFormats reads --ingest-formats and checks the dataplane
+// token: a dataplane format needs one, of at least 32 characters, equal to
+// neither other token.
+func checkIngestFormats(list, token, ingestToken, dataplaneToken string) ([]string, error) {
+	var out []string
+	dataplane := false
+	for _, name := range strings.Split(list, ",") {
+		if name = strings.TrimSpace(name); name == "" {
+			continue
+		}
+		f, err := ingest.LookupFormat(name)
+		if err != nil {
+			return nil, fmt.Errorf("%w: --ingest-formats: %w", errUsage, err)
+		}
+		dataplane = dataplane || f.Dataplane()
+		out = append(out, name)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%w: --ingest-formats is empty (want some of %s)", errUsage, strings.Join(ingest.FormatNames(), ", "))
+	}
+	if err := httpauth.CheckToken("--ingest-dataplane-token (env DRAINSCOPE_INGEST_DATAPLANE_TOKEN)", dataplaneToken); err != nil {
+		return nil, fmt.Errorf("%w: %w", errUsage, err)
+	}
+	switch {
+	case dataplane && dataplaneToken == "":
+		return nil, fmt.Errorf("%w: --ingest-formats names a dataplane format: set --ingest-dataplane-token, a token of its own", errUsage)
+	case dataplaneToken != "" && (dataplaneToken == token || dataplaneToken == ingestToken):
+		return nil, fmt.Errorf("%w: --ingest-dataplane-token equals another token: give it one of its own", errUsage)
+	}
+	return out, nil
 }
 
 // isLoopback reports whether host names only this machine: a loopback IP

@@ -208,3 +208,25 @@ func TestServeExportsRolloutSignals(t *testing.T) {
 		t.Fatal("serve did not stop")
 	}
 }
+
+// A dataplane format needs a token of its own; a format that does not
+// exist is a usage error naming the flag.
+func TestCheckIngestFormats(t *testing.T) {
+	a, b, c := strings.Repeat("a", 32), strings.Repeat("b", 32), strings.Repeat("c", 32)
+	for _, tc := range []struct {
+		list, dataplane string
+		ok              bool
+	}{
+		{"jsonl,nginx", "", true},
+		{"jsonl,envoy-clusters", "", false},
+		{"jsonl,envoy-clusters", c, true},
+		{"jsonl,envoy-clusters", b, false}, // the ingest token
+		{"jsonl,nope", c, false},
+		{"", "", false},
+	} {
+		_, err := checkIngestFormats(tc.list, a, b, tc.dataplane)
+		if (err == nil) != tc.ok {
+			t.Errorf("--ingest-formats %q with dataplane token %q: %v; want ok %v", tc.list, tc.dataplane, err, tc.ok)
+		}
+	}
+}

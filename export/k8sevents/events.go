@@ -206,7 +206,9 @@ func Message(d *export.Disruption) string {
 	if d.Link != "" {
 		link = " Timeline: " + d.Link
 	}
-	msg := b.String()
+	// Names and fixes came from the cluster and clients' logs: kubectl
+	// describe and every Event viewer show them (event.Display).
+	msg := event.Display(b.String(), -1)
 	if room := MaxMessage - len(link); len(msg) > room {
 		msg = truncate(msg, room-len("…")) + "…"
 	}

@@ -270,3 +270,24 @@ func fixtureStore(t *testing.T) (store.Store, int64) {
 	}
 	return st, last
 }
+
+// An Event's message names the workload and the causes: a name with escape
+// sequences or a newline is shown escaped, never raw.
+func TestMessageHostileNames(t *testing.T) {
+	const hostile = "\x1b]0;owned\x07\x1b[2J\u009b31m\r\nFORGED"
+	d := &export.Disruption{
+		ID: "shop/Deployment/web/1", Namespace: "shop" + hostile, Kind: "Deployment", Name: "web" + hostile, Trigger: "template",
+		Replaced: make([]analysis.PodView, 1), Failures: 3,
+		Causes: []export.CauseCount{{Cause: analysis.CauseEndpointRace, Title: "endpoint removal race" + hostile, Failures: 3, Fix: "wait" + hostile}},
+		Link:   "https://drainscope.example/rollouts/shop/Deployment/web/1",
+	}
+	got := k8sevents.Message(d)
+	for i := 0; i < len(got); i++ {
+		if c := got[i]; c < 0x20 || c == 0x7f {
+			t.Fatalf("byte %#x reached the message: %q", c, got)
+		}
+	}
+	if strings.Contains(got, "\u009b") || !strings.Contains(got, `\x1b]0;owned`) {
+		t.Errorf("message %q", got)
+	}
+}

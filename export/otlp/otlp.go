@@ -22,6 +22,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 
 	"github.com/drainscope/drainscope/analysis"
+	"github.com/drainscope/drainscope/event"
 	"github.com/drainscope/drainscope/export"
 	"github.com/drainscope/drainscope/metrics"
 )
@@ -184,16 +185,16 @@ const (
 // workloadAttrs are the semantic conventions' k8s.namespace.name and
 // k8s.deployment.name (statefulset, daemonset, replicaset, job).
 func workloadAttrs(d *export.Disruption) []attribute.KeyValue {
-	kv := []attribute.KeyValue{attribute.String("k8s.namespace.name", d.Namespace), attribute.String(AttrWorkload, d.Workload()),
-		attribute.String(AttrDisruption, d.ID)}
+	kv := []attribute.KeyValue{shown("k8s.namespace.name", d.Namespace), shown(AttrWorkload, d.Workload()),
+		shown(AttrDisruption, d.ID)}
 	if d.Kind != "" {
-		kv = append(kv, attribute.String("k8s."+strings.ToLower(d.Kind)+".name", d.Name))
+		kv = append(kv, shown("k8s."+strings.ToLower(d.Kind)+".name", d.Name))
 	}
 	if d.UID != "" && d.Kind != "" {
-		kv = append(kv, attribute.String("k8s."+strings.ToLower(d.Kind)+".uid", d.UID))
+		kv = append(kv, shown("k8s."+strings.ToLower(d.Kind)+".uid", d.UID))
 	}
 	if d.Link != "" {
-		kv = append(kv, attribute.String(AttrTimeline, d.Link))
+		kv = append(kv, shown(AttrTimeline, d.Link))
 	}
 	return kv
 }
@@ -215,26 +216,26 @@ func (s logSink) Deliver(ctx context.Context, d *export.Disruption) error {
 		r.SetObservedTimestamp(now)
 		r.SetSeverity(log.SeverityWarn)
 		r.SetSeverityText("WARN")
-		r.SetBody(attribute.StringValue(af.Title + ": " + af.Explanation))
+		r.SetBody(attribute.StringValue(event.DisplayText(af.Title+": "+af.Explanation, event.MaxDisplayLine)))
 		r.AddAttributes(base...)
 		r.AddAttributes(
-			attribute.String(AttrCause, string(af.Cause)), attribute.String(AttrCauseTitle, af.Title),
-			attribute.Bool(AttrInferred, af.Inferred), attribute.String(AttrTrigger, d.Trigger),
+			shown(AttrCause, string(af.Cause)), shown(AttrCauseTitle, af.Title),
+			attribute.Bool(AttrInferred, af.Inferred), shown(AttrTrigger, d.Trigger),
 		)
 		if f := fixes[af.Cause]; f != "" {
-			r.AddAttributes(attribute.String(AttrFix, f))
+			r.AddAttributes(shown(AttrFix, f))
 		}
 		if af.Pod != nil {
-			r.AddAttributes(attribute.String("k8s.pod.name", af.Pod.Name), attribute.String("k8s.pod.uid", af.Pod.UID))
+			r.AddAttributes(shown("k8s.pod.name", af.Pod.Name), shown("k8s.pod.uid", af.Pod.UID))
 		}
 		if af.Proof != "" {
-			r.AddAttributes(attribute.String(AttrProof, af.Proof))
+			r.AddAttributes(shown(AttrProof, af.Proof))
 		}
 		if af.Failure.Reason != "" {
-			r.AddAttributes(attribute.String(AttrClass, af.Failure.Reason))
+			r.AddAttributes(shown(AttrClass, af.Failure.Reason))
 		}
 		if af.Via != "" {
-			r.AddAttributes(attribute.String(AttrVia, af.Via))
+			r.AddAttributes(shown(AttrVia, af.Via))
 		}
 		s.e.logger.Emit(ctx, r)
 	}
@@ -248,7 +249,7 @@ func (s logSink) Deliver(ctx context.Context, d *export.Disruption) error {
 	}
 	r.SetSeverity(sev)
 	r.SetSeverityText(text)
-	r.SetBody(attribute.StringValue(summary(d)))
+	r.SetBody(attribute.StringValue(event.DisplayText(summary(d), event.MaxDisplayLine)))
 	r.AddAttributes(base...)
 	var byCause, infByCause, fixKV []attribute.KeyValue
 	for _, c := range d.Causes {
@@ -259,13 +260,13 @@ func (s logSink) Deliver(ctx context.Context, d *export.Disruption) error {
 			infByCause = append(infByCause, attribute.Int(string(c.Cause), c.Inferred))
 		}
 		if c.Fix != "" {
-			fixKV = append(fixKV, attribute.String(string(c.Cause), c.Fix))
+			fixKV = append(fixKV, shown(string(c.Cause), c.Fix))
 		}
 	}
 	r.AddAttributes(
-		attribute.String(AttrTrigger, d.Trigger),
-		attribute.String(AttrStart, time.Unix(0, d.From).UTC().Format(time.RFC3339Nano)),
-		attribute.String(AttrEnd, time.Unix(0, d.To).UTC().Format(time.RFC3339Nano)),
+		shown(AttrTrigger, d.Trigger),
+		shown(AttrStart, time.Unix(0, d.From).UTC().Format(time.RFC3339Nano)),
+		shown(AttrEnd, time.Unix(0, d.To).UTC().Format(time.RFC3339Nano)),
 		attribute.Int(AttrFailures, d.Failures), attribute.Int(AttrInferredN, d.Inferred), attribute.Int(AttrLikely, d.Likely),
 		attribute.Int(AttrUnattributed, d.Unattributed), attribute.Int(AttrReplaced, len(d.Replaced)),
 		attribute.Map(AttrByCause, byCause...), attribute.Map(AttrInfByCause, infByCause...), attribute.Map(AttrFixes, fixKV...),
@@ -296,7 +297,7 @@ func (e *Exporter) RolloutObserver() metrics.RolloutObserver { return observer{e
 type observer struct{ e *Exporter }
 
 func wlAttrs(ns, wl string, extra ...attribute.KeyValue) metric.MeasurementOption {
-	return metric.WithAttributes(append([]attribute.KeyValue{attribute.String("k8s.namespace.name", ns), attribute.String(AttrWorkload, wl)}, extra...)...)
+	return metric.WithAttributes(append([]attribute.KeyValue{shown("k8s.namespace.name", ns), shown(AttrWorkload, wl)}, extra...)...)
 }
 
 func (o observer) Termination(ns, wl string) {
@@ -316,5 +317,13 @@ func (o observer) SIGKILLAfterGrace(ns, wl string) {
 }
 
 func (o observer) InferredFailure(ns, wl, cause, evidence string) {
-	o.e.inferred.Add(context.Background(), 1, wlAttrs(ns, wl, attribute.String(AttrCause, cause), attribute.String("drainscope.evidence", evidence)))
+	o.e.inferred.Add(context.Background(), 1, wlAttrs(ns, wl, shown(AttrCause, cause), shown("drainscope.evidence", evidence)))
+}
+
+// shown is attribute.String with v as a person may read it: every name and
+// text in a record came from the cluster or a client's log, and a collector
+// shows them in terminals and pages (event.Display: control characters
+// escaped, length bounded).
+func shown(k, v string) attribute.KeyValue {
+	return attribute.String(k, event.Display(v, event.MaxDisplayLine))
 }

@@ -369,3 +369,105 @@ func labels(m *dto.Metric) map[string]string {
 	}
 	return out
 }
+
+// The same runs with every name and text of the cluster's carrying escape
+// sequences, a C1 control and a newline: what reaches the collector, body
+// and attributes, holds no byte below 0x20 other than newline and tab, and
+// shows the escapes.
+func TestLogsHostileNames(t *testing.T) {
+	const hostile = "\x1b]0;owned\x07\x1b[2J\u009b31m\r\nFORGED"
+	endpoint, logs, _ := collector(t)
+	ctx := context.Background()
+	evs := fixtureEvents(t)
+	h := func(s string) string {
+		if s == "" {
+			return s
+		}
+		return s + hostile
+	}
+	for i := range evs {
+		e := &evs[i]
+		for _, p := range []*string{&e.Node, &e.Pod.Namespace, &e.Pod.Name, &e.Workload.Name, &e.Service, &e.Comm} {
+			*p = h(*p)
+		}
+		if e.Attrs != nil {
+			a := map[string]string{}
+			for k, v := range e.Attrs {
+				a[k] = h(v)
+			}
+			e.Attrs = a
+		}
+		e.Seal()
+	}
+	st, err := store.Open(ctx, filepath.Join(t.TempDir(), "events.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if err := st.Append(ctx, evs); err != nil {
+		t.Fatal(err)
+	}
+	last := int64(0)
+	for _, e := range evs {
+		last = max(last, e.Time)
+	}
+	now := time.Unix(0, evs[0].Time).Add(-time.Minute)
+	clock := func() time.Time { return now }
+	exp, err := otlp.New(ctx, otlp.Options{Endpoint: endpoint, Version: "test", Now: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer exp.Shutdown(ctx)
+	k := &keep{}
+	feed := export.New(st, []export.Sink{exp.Sink(), k}, export.Options{Quiet: 20 * time.Second, Now: clock, BaseURL: "https://drainscope.example"})
+	now = time.Unix(0, last).Add(time.Minute)
+	if err := feed.Poll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := exp.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want := 0
+	for _, d := range k.got {
+		want += len(d.Explained) + 1
+	}
+	if want == 0 {
+		t.Fatal("the feed handed out nothing")
+	}
+	waitFor(t, fmt.Sprintf("%d log records", want), func() bool { return logs.LogRecordCount() >= want })
+	bad := func(s string) bool {
+		for i := 0; i < len(s); i++ {
+			if c := s[i]; (c < 0x20 && c != '\n' && c != '\t') || c == 0x7f {
+				return true
+			}
+		}
+		return strings.Contains(s, "\u009b")
+	}
+	shown := 0
+	for _, ld := range logs.AllLogs() {
+		for i := 0; i < ld.ResourceLogs().Len(); i++ {
+			rl := ld.ResourceLogs().At(i)
+			for j := 0; j < rl.ScopeLogs().Len(); j++ {
+				lrs := rl.ScopeLogs().At(j).LogRecords()
+				for n := 0; n < lrs.Len(); n++ {
+					lr := lrs.At(n)
+					texts := []string{lr.Body().AsString()}
+					for k, v := range attrs(lr.Attributes()) {
+						texts = append(texts, k, v)
+					}
+					for _, s := range texts {
+						if bad(s) {
+							t.Errorf("%s record: a control character reached the collector: %q", lr.EventName(), s)
+						}
+						if strings.Contains(s, `\x1b]0;owned`) {
+							shown++
+						}
+					}
+				}
+			}
+		}
+	}
+	if shown == 0 {
+		t.Error("no record shows the hostile names escaped")
+	}
+}
