@@ -422,10 +422,12 @@ WHERE excluded.first_ts < first_ts OR excluded.last_ts > last_ts`)
 
 // sqliteStateAt probes events_entity_ts once per entity known at at: the
 // newest time at or before at (bounded by the entity's last, so that the
-// probe starts where the entity's events end), then that row.
+// probe starts where the entity's events end), then that row by its
+// primary key. CROSS JOIN makes entities the outer loop, as SQLite's
+// planner would not (it scanned the index of every state event).
 const sqliteStateAt = `SELECT e.ts, e.id, e.kind, e.node, e.source, e.namespace, e.pod, e.pod_uid, e.container,
 	e.workload_kind, e.workload, e.signal, e.detail
-FROM entities en JOIN events e ON e.entity = en.entity AND e.ts = (
+FROM entities en CROSS JOIN events e ON e.entity = en.entity AND e.ts = (
 	SELECT max(x.ts) FROM events x WHERE x.entity = en.entity AND x.ts <= min(?1, en.last_ts))
 WHERE en.first_ts <= ?1`
 
