@@ -38,6 +38,7 @@ func runImport(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	dryRun := fs.Bool("dry-run", false, "read and count, store nothing")
 	proxyName := fs.String("proxy-name", "", "envoy-clusters: the envoy instance the snapshots are of, recorded as the node of its endpoint changes (default: the file's base name without extension; envoy for standard input)")
 	baselineAdded := fs.Bool("baseline-added", true, "envoy-clusters: record the first snapshot's healthy hosts as added at its time, so the proxy's view of them starts there (false: the first snapshot is only the baseline)")
+	clientTimeout := fs.Duration("client-timeout", 0, "the clients' request timeout: a timeout logged with no duration (and no timeout_ms) lasted this long, so it is aligned at its start (default: unknown)")
 	window := registerWindow(fs)
 	fs.Usage = func() {
 		w := fs.Output()
@@ -76,7 +77,11 @@ func runImport(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	if err != nil {
 		return fmt.Errorf("%w: --fail-status: %v", errUsage, err)
 	}
-	opts := ingest.Options{LogFormat: *nginxFormat, FailStatus: codes, ProxyName: *proxyName, BaselineOnly: !*baselineAdded}
+	if *clientTimeout < 0 {
+		return fmt.Errorf("%w: --client-timeout %v: want a positive duration", errUsage, *clientTimeout)
+	}
+	opts := ingest.Options{LogFormat: *nginxFormat, FailStatus: codes, ProxyName: *proxyName, BaselineOnly: !*baselineAdded,
+		ClientTimeout: *clientTimeout}
 	parse, err := f.Parser(opts)
 	if err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
