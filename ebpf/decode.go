@@ -35,6 +35,7 @@ const (
 	flagTimewait   = uint32(probesFlagFLAG_TIMEWAIT)
 	flagSignaled   = uint32(probesFlagFLAG_SIGNALED)
 	flagCore       = uint32(probesFlagFLAG_CORE)
+	flagMain       = uint32(probesFlagFLAG_MAIN)
 )
 
 const (
@@ -132,6 +133,9 @@ func (d *decoder) fill(e *event.Event, r *probesEvent, wall int64, attrs map[str
 	}
 	if r.Flags&flagAtExit != 0 {
 		e.Flags |= event.FlagAtExit
+	}
+	if r.Flags&flagMain != 0 {
+		e.Flags |= event.FlagMain
 	}
 	switch r.Kind {
 	case kindSignal:

@@ -87,6 +87,11 @@ func TestFill(t *testing.T) {
 			want: event.Event{Kind: event.ProcessExit, PID: 100, Comm: "app", Code: 3},
 		},
 		{
+			name: "the container's main process exits",
+			raw:  probesEvent{Kind: kindExit, Pid: 100, Code: 2, Flags: flagMain, Comm: comm("app")},
+			want: event.Event{Kind: event.ProcessExit, PID: 100, Comm: "app", Code: 2, Flags: event.FlagMain},
+		},
+		{
 			name: "killed",
 			raw:  probesEvent{Kind: kindExit, Pid: 100, Signal: 9, Flags: flagSignaled, Comm: comm("app")},
 			want: event.Event{Kind: event.ProcessExit, PID: 100, Comm: "app", Signal: 9},

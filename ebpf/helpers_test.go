@@ -247,6 +247,14 @@ type testPod struct {
 	NetNSIno uint64
 	IP       netip.Addr // the pod's address, inside its namespace
 	HostIP   netip.Addr // the host end of the veth
+
+	// PidNS starts each helper in a pid namespace of its own, as a
+	// container runtime starts a container's init: it is PID 1 there.
+	PidNS bool
+	// JoinPidNS, when not 0, starts the helper in the pid namespace of
+	// this (host) PID through nsenter, as an exec'd probe or kubectl exec
+	// joins a running container; Pid is then nsenter's, Child the helper's.
+	JoinPidNS int
 }
 
 func (p *testPod) Ref() event.PodRef {
@@ -405,6 +413,9 @@ func (p *testPod) start(t testing.TB, mode string, env ...string) *helperProc {
 	if p.NetNS != "" {
 		args = append([]string{"ip", "netns", "exec", p.NetNS}, args...)
 	}
+	if p.JoinPidNS != 0 {
+		args = append([]string{"nsenter", "-t", strconv.Itoa(p.JoinPidNS), "-p", "--"}, args...)
+	}
 	cgfd, err := syscall.Open(p.Cgroup, syscall.O_DIRECTORY|syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -414,6 +425,9 @@ func (p *testPod) start(t testing.TB, mode string, env ...string) *helperProc {
 	cmd.Env = append(os.Environ(), append([]string{helperEnv + "=" + mode}, env...)...)
 	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: cgfd}
+	if p.PidNS {
+		cmd.SysProcAttr.Cloneflags = syscall.CLONE_NEWPID
+	}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

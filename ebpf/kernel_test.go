@@ -660,3 +660,80 @@ func TestOpenWithoutPrivileges(t *testing.T) {
 		t.Errorf("Open without a node: %v", err)
 	}
 }
+
+// childOf returns the one child process of pid (nsenter's helper).
+func childOf(t *testing.T, pid int) int {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
+		if err != nil {
+			t.Fatalf("children of %d: %v", pid, err)
+		}
+		if f := strings.Fields(string(b)); len(f) == 1 {
+			n, err := strconv.Atoi(f[0])
+			if err == nil {
+				return n
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("process %d has no child", pid)
+	return 0
+}
+
+// TestMainProcess: the container's main process (PID 1 of the container's
+// pid namespace, as a runtime starts it) is flagged main in its signal,
+// its listener's close and its exit; a process exec'd into the same cgroup
+// and pid namespace later (a probe, kubectl exec) is not, and its events
+// name the container all the same.
+func TestMainProcess(t *testing.T) {
+	p := newTestPod(t, true)
+	_, r := socketCollector(t, p)
+	p.PidNS = true
+	main, _ := serve(t, p, "close-listener", 200*time.Millisecond)
+	p.PidNS = false
+
+	// A probe exec'd into the container: same cgroup, same pid
+	// namespace, and the network namespace through ip netns exec.
+	p.JoinPidNS = main.Pid()
+	probe := p.start(t, "exit-on-term")
+	p.JoinPidNS = 0
+	probePID := childOf(t, probe.Pid())
+	if err := syscall.Kill(probePID, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	probe.Wait(t)
+	psig := r.waitFor(t, "the probe's signal", func(e *event.Event) bool { return e.Kind == event.Signal && e.PID == int32(probePID) })
+	pexit := r.waitFor(t, "the probe's exit", func(e *event.Event) bool { return e.Kind == event.ProcessExit && e.PID == int32(probePID) })
+	for _, e := range []event.Event{psig, pexit} {
+		if e.Flags.Has(event.FlagMain) {
+			t.Errorf("the exec'd probe's %s is flagged main: %s", e.Kind, describe(&e))
+		}
+		if e.Attrs[event.AttrContainerID] != p.ContainerID {
+			t.Errorf("the probe's %s: container_id %q, want %q", e.Kind, e.Attrs[event.AttrContainerID], p.ContainerID)
+		}
+		assertPod(t, e, p, true)
+	}
+	if pexit.Code != 3 {
+		t.Errorf("probe exit code %d, want 3", pexit.Code)
+	}
+
+	syscall.Kill(main.Pid(), syscall.SIGTERM)
+	main.Wait(t)
+	sig := r.waitFor(t, "the main process's signal", func(e *event.Event) bool { return e.Kind == event.Signal && e.PID == int32(main.Pid()) })
+	lc := r.waitFor(t, "listener_closed", func(e *event.Event) bool { return e.Kind == event.ListenerClosed && e.PID == int32(main.Pid()) })
+	exit := r.waitFor(t, "the main process's exit", func(e *event.Event) bool { return e.Kind == event.ProcessExit && e.PID == int32(main.Pid()) })
+	for _, e := range []event.Event{sig, lc, exit} {
+		if !e.Flags.Has(event.FlagMain) {
+			t.Errorf("the main process's %s is not flagged main: %s", e.Kind, describe(&e))
+		}
+		if e.Attrs[event.AttrContainerID] != p.ContainerID {
+			t.Errorf("%s: container_id %q, want %q", e.Kind, e.Attrs[event.AttrContainerID], p.ContainerID)
+		}
+	}
+	// The collector's own clock attributes are still there.
+	if exit.Attrs[event.AttrClockUncertainty] == "" {
+		t.Errorf("exit lost the clock attributes: %v", exit.Attrs)
+	}
+}

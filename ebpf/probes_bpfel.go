@@ -51,6 +51,7 @@ const (
 	probesFlagFLAG_TIMEWAIT    probesFlag = 64
 	probesFlagFLAG_SIGNALED    probesFlag = 128
 	probesFlagFLAG_CORE        probesFlag = 256
+	probesFlagFLAG_MAIN        probesFlag = 512
 )
 
 type probesKind uint32

@@ -3,7 +3,10 @@ package ebpf
 import (
 	"errors"
 	"log/slog"
+	"maps"
 	"net/netip"
+	"reflect"
+	"unsafe"
 
 	"github.com/drainscope/drainscope/event"
 )
@@ -45,6 +48,15 @@ type resolver struct {
 	pending map[uint64]uint64
 	byNetNS map[uint64]netnsEntry
 	misses  uint64 // cgroup ids that could not be resolved to a path
+	// withCID caches, per container ID, the events' shared Attrs plus
+	// container_id, so that a hit allocates nothing; base is the shared
+	// map each was built from (the clock's, replaced when resampled).
+	withCID map[string]cidAttrs
+}
+
+type cidAttrs struct {
+	base  unsafe.Pointer
+	attrs map[string]string
 }
 
 type netnsEntry struct {
@@ -63,6 +75,7 @@ func newResolver(pods PodLookup, cg *cgroupHierarchy, hostNet uint64, log *slog.
 		byCgroup: make(map[uint64]CgroupPod),
 		byNetNS:  make(map[uint64]netnsEntry),
 		pending:  make(map[uint64]uint64),
+		withCID:  make(map[string]cidAttrs),
 	}
 	if n, ok := pods.(NetNSLookup); ok {
 		r.netnsPod = n
@@ -162,6 +175,9 @@ func (r *resolver) Resolve(e *event.Event, cgroupID, netns uint64) {
 }
 
 func (r *resolver) setPod(e *event.Event, uid, container string) {
+	if container != "" {
+		e.Attrs = r.containerAttrs(e.Attrs, container)
+	}
 	if r.pods != nil {
 		if ref, wl, ok := r.pods.PodByUID(uid); ok {
 			e.Pod, e.Workload = ref, wl
@@ -173,4 +189,23 @@ func (r *resolver) setPod(e *event.Event, uid, container string) {
 		}
 	}
 	e.Pod = event.PodRef{UID: uid, Container: container}
+}
+
+// containerAttrs returns base (the events' shared, read-only Attrs) with
+// event.AttrContainerID set to id: the container instance a kernel event
+// happened in, as the cgroup path names it, which container_started and
+// container_terminated name too.
+func (r *resolver) containerAttrs(base map[string]string, id string) map[string]string {
+	bp := reflect.ValueOf(base).UnsafePointer()
+	if c, ok := r.withCID[id]; ok && c.base == bp {
+		return c.attrs
+	}
+	m := make(map[string]string, len(base)+1)
+	maps.Copy(m, base)
+	m[event.AttrContainerID] = id
+	if len(r.withCID) >= maxCacheEntries {
+		clear(r.withCID)
+	}
+	r.withCID[id] = cidAttrs{base: bp, attrs: m}
+	return m
 }

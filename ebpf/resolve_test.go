@@ -3,6 +3,7 @@ package ebpf
 import (
 	"log/slog"
 	"net/netip"
+	"reflect"
 	"testing"
 
 	"github.com/drainscope/drainscope/event"
@@ -43,6 +44,25 @@ func TestResolveOrder(t *testing.T) {
 	r.Resolve(&e, 100, 7)
 	if e.Pod.UID != a.UID || e.Pod.Container != a.ContainerID || e.Pod.Name != a.Ref().Name || e.Workload.Name != "web" {
 		t.Errorf("by cgroup: %+v %+v", e.Pod, e.Workload)
+	}
+	// The container instance is named in Attrs, over the shared attributes,
+	// which stay untouched; the map is reused while they are the same.
+	shared := map[string]string{event.AttrClockUncertainty: "40"}
+	e = at("127.0.0.1")
+	e.Attrs = shared
+	r.Resolve(&e, 100, 7)
+	if e.Attrs[event.AttrContainerID] != a.ContainerID || e.Attrs[event.AttrClockUncertainty] != "40" || len(shared) != 1 {
+		t.Errorf("container attrs %v, shared %v", e.Attrs, shared)
+	}
+	e2 := at("127.0.0.1")
+	e2.Attrs = shared
+	if r.Resolve(&e2, 100, 7); reflect.ValueOf(e2.Attrs).UnsafePointer() != reflect.ValueOf(e.Attrs).UnsafePointer() {
+		t.Error("container attrs built again for the same container and shared attributes")
+	}
+	resampled := map[string]string{event.AttrClockUncertainty: "55"}
+	e2.Attrs = resampled
+	if r.Resolve(&e2, 100, 7); e2.Attrs[event.AttrClockUncertainty] != "55" || e2.Attrs[event.AttrContainerID] != a.ContainerID {
+		t.Errorf("after the clock's attributes changed: %v", e2.Attrs)
 	}
 	// By the learned namespace: no cgroup (a reset no socket owns).
 	e = at("127.0.0.1")

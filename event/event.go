@@ -112,14 +112,16 @@ const (
 	FlagInferred
 	// FlagUnreadData marks a reset sent while received data was unread.
 	FlagUnreadData
+	// The values are stored: new flags go after the others.
+
 	// FlagObserved marks the state as the watcher found it at its initial
-	// list, a relist or a periodic re-observation: the entity was so at
-	// Time (maybe long before), not a transition at Time.
+	// list, a relist or a periodic re-observation, not a transition at
+	// this time: the state began at or before Time, perhaps days before.
 	FlagObserved
-	// FlagMain marks a process event (signal target, exit, listener owner)
-	// of its container's main process: the one the runtime started as the
-	// container's init, PID 1 of its PID namespace. Exec probes, kubectl
-	// exec and an app's workers never carry it.
+	// FlagMain marks a kernel event about its container's main process:
+	// the one the runtime started as the container's init (PID 1 of the
+	// container's pid namespace). Exec'd probes, kubectl exec and an app's
+	// workers are not; their exits do not end the container.
 	FlagMain
 )
 

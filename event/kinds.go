@@ -11,9 +11,10 @@ import "fmt"
 //	pod_deletion           Duration (grace period), Attrs[deletion_timestamp, disruption]
 //	pod_ready              Local (pod IP, port 0)
 //	pod_not_ready          Local
-//	container_started      Pod.Container, Attrs[container_id, started_at, restart_count]: a container instance
-//	                       began (the kubelet's status shows a new container ID running); Flags(Observed) at a list
-//	container_terminated   Code (exit code), Signal, Reason (Completed, Error, OOMKilled …), Attrs[container_id, restart_count]
+//	container_started      Pod.Container, Attrs[container_id, started_at, restart_count]: the kubelet's status shows
+//	                       a new container instance running (a start or a restart); Flags(Observed) at a list or re-observation
+//	container_terminated   Code (exit code), Signal, Reason (Completed, Error, OOMKilled …),
+//	                       Attrs[container_id, started_at, finished_at, restart_count, message]
 //	endpoint_added         Local (endpoint address), Service, Slice, Attrs[conditions, last_change_trigger_time]
 //	endpoint_ready         as endpoint_added
 //	endpoint_not_ready     as endpoint_added
@@ -21,9 +22,9 @@ import "fmt"
 //	endpoint_not_serving   as endpoint_added
 //	endpoint_terminating   as endpoint_added
 //	endpoint_removed       as endpoint_added
-//	signal                 PID/Comm (target), PeerPID/PeerComm (sender), Signal
-//	process_exit           PID/Comm, Code (exit code) or Signal (terminating signal)
-//	listener_closed        PID/Comm, Local, NetNS, Flags(AtExit)
+//	signal                 PID/Comm (target), PeerPID/PeerComm (sender), Signal, Flags(Main: the target)
+//	process_exit           PID/Comm, Code (exit code) or Signal (terminating signal), Flags(Main)
+//	listener_closed        PID/Comm, Local, NetNS, Flags(AtExit, Main)
 //	conn_closed            PID/Comm, Local, Remote, NetNS, Reason (initiator: local, peer), Flags(AtExit),
 //	                       Duration (idle: time since the peer last acknowledged data from this side; 0 when unknown)
 //	rst_sent               PID/Comm, Local, Remote, NetNS, Reason (kernel reset reason), Flags(AtExit, UnreadData)
@@ -42,6 +43,19 @@ import "fmt"
 //	                            Attrs[proxy, service_port, protocol, chain], Flags(Relist): the node's proxy began sending
 //	                            the Service's new connections to the endpoint (the proxy's rules, as committed)
 //	dataplane_endpoint_removed  as dataplane_endpoint_added: the node's proxy stopped sending them there
+//
+// Flags(Observed): the watcher records the state it finds at its initial
+// list, at a relist and every --observe-interval (10 minutes by default), as
+// one event per entity flagged FlagObserved, of the kind naming that state:
+// every endpoint (endpoint_ready, endpoint_terminating or
+// endpoint_not_ready), every pod (pod_ready or pod_not_ready, and
+// pod_deletion when it is being deleted), every running container
+// (container_started) and every Service (service_changed, Reason observed).
+// Such an event says "was so at Time", not "became so at Time".
+//
+// Kernel events carry Attrs[container_id] when the task's cgroup path names
+// a container, and Flags(Main) when the task is its container's main
+// process (see FlagMain).
 type Kind string
 
 const (
@@ -49,8 +63,8 @@ const (
 	PodDeletion         Kind = "pod_deletion"
 	PodReady            Kind = "pod_ready"
 	PodNotReady         Kind = "pod_not_ready"
-	ContainerStarted    Kind = "container_started"
 	ContainerTerminated Kind = "container_terminated"
+	ContainerStarted    Kind = "container_started"
 
 	EndpointAdded       Kind = "endpoint_added"
 	EndpointReady       Kind = "endpoint_ready"
@@ -81,7 +95,7 @@ const (
 
 // Kinds lists every kind, in the order above.
 var Kinds = []Kind{
-	PodCreated, PodDeletion, PodReady, PodNotReady, ContainerStarted, ContainerTerminated,
+	PodCreated, PodDeletion, PodReady, PodNotReady, ContainerTerminated, ContainerStarted,
 	EndpointAdded, EndpointReady, EndpointNotReady, EndpointServing, EndpointNotServing,
 	EndpointTerminating, EndpointRemoved,
 	Signal, ProcessExit, ListenerClosed, ConnClosed, RSTSent, RSTReceived, ConnRefused,
@@ -179,6 +193,7 @@ const (
 	AttrReplicasFrom          = "replicas_from" // workload_changed: spec.replicas before
 	AttrReplicasTo            = "replicas_to"   // workload_changed: spec.replicas after
 	AttrClusterIPs            = "cluster_ips"   // service_changed: the ClusterIPs, comma-separated
+	AttrContainerID           = "container_id"  // container_started, container_terminated, kernel events: the runtime's container ID, without its runtime:// prefix
 	AttrDisruption            = "disruption"    // pod_deletion: the reason of the pod's DisruptionTarget condition (EvictionByEvictionAPI, PreemptionByScheduler …)
 	AttrServicePorts          = "service_ports" // service_changed: port/protocol, comma-separated
 	AttrServiceType           = "service_type"  // service_changed: ClusterIP, NodePort, LoadBalancer

@@ -48,6 +48,8 @@
 //	remote       optional: address dialled, ip:port
 //	backend      optional: upstream/pod address that served it, ip:port
 //	duration_ms  optional: request duration in milliseconds
+//	timeout_ms   optional: the client's timeout for this request; a timeout
+//	             with no duration_ms lasted this long (else --client-timeout)
 //	service      optional: Service the client targeted
 //	reason       optional: failure class (eof, refused, reset, timeout, status,
 //	             other); derived from error and status when absent

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/drainscope/drainscope/event"
 )
 
 // Format is one input format the importer and the HTTP handler accept.
@@ -92,10 +94,32 @@ func (f Format) Parser(opts Options) (Parser, error) {
 		if err != nil {
 			return nil, err
 		}
-		return func(r io.Reader, emit Emit) error { return nf.Parse(r, opts, emit) }, nil
+		return withClientTimeout(func(r io.Reader, emit Emit) error { return nf.Parse(r, opts, emit) }, opts), nil
 	}
 	if opts.ErrorLog != nil && f.Name != "nginx" && f.Name != "ingress-nginx" {
 		return nil, fmt.Errorf("an error log joins the nginx and ingress-nginx formats only, not %s", f.Name)
 	}
-	return func(r io.Reader, emit Emit) error { return f.parse(r, opts, emit) }, nil
+	return withClientTimeout(func(r io.Reader, emit Emit) error { return f.parse(r, opts, emit) }, opts), nil
+}
+
+// withClientTimeout gives a timeout logged with no duration the client's
+// timeout as its duration: the line's own (timeout_ms), else
+// opts.ClientTimeout. A timeout is logged at its end; with its duration
+// the analysis aligns it at its start, when the request went out.
+func withClientTimeout(p Parser, opts Options) Parser {
+	return func(r io.Reader, emit Emit) error {
+		return p(r, func(rec *Record) error {
+			if rec.Err == nil && rec.Failed && rec.Kind == "" && rec.Reason == event.FailTimeout && rec.Duration == 0 {
+				d := rec.Timeout
+				if d == 0 {
+					d = opts.ClientTimeout
+				}
+				if d > 0 {
+					rec.Duration = d
+					rec.attr(AttrDurationFrom, DurationFromClientTimeout)
+				}
+			}
+			return emit(rec)
+		})
+	}
 }

@@ -13,7 +13,7 @@ import (
 // GenericColumns are the columns (CSV header names, JSON keys) the generic
 // formats read; see the package documentation for their meaning.
 var GenericColumns = []string{"time", "time_ns", "time_ms", "time_s", "target", "error", "status",
-	"client", "remote", "backend", "duration_ms", "service", "reason"}
+	"client", "remote", "backend", "duration_ms", "timeout_ms", "service", "reason"}
 
 var timeColumns = []struct {
 	name string
@@ -87,6 +87,13 @@ func genericRecord(rec *Record, opts *Options, get func(string) (string, bool)) 
 			return lineErr(0, "duration_ms", "%v", err)
 		}
 		rec.Duration = d
+	}
+	if v, ok := get("timeout_ms"); ok && v != "" && v != "-" {
+		d, err := parseMillis(v)
+		if err != nil || d <= 0 {
+			return lineErr(0, "timeout_ms", "%q is not a positive number of milliseconds", v)
+		}
+		rec.Timeout = d
 	}
 	for _, c := range []struct {
 		name string

@@ -125,7 +125,8 @@ func Bounded(p Parser, w TimeWindow) Parser {
 
 // Handler takes client failures over HTTP: POST a body in any import format
 // (?format=NAME, jsonl by default; ?log_format=… for nginx; ?fail_status=…
-// to change which statuses are failures) with "Authorization: Bearer
+// to change which statuses are failures; ?client_timeout=5s, the clients'
+// timeout, for timeouts logged with no duration) with "Authorization: Bearer
 // TOKEN". Bodies may be gzip (Content-Encoding: gzip); MaxBytes bounds them
 // before and after decompression.
 //
@@ -247,6 +248,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if fs := q.Get("fail_status"); fs != "" {
 		if opts.FailStatus, err = ParseCodeSet(fs); err != nil {
 			writeJSON(w, http.StatusBadRequest, IngestError{Error: err.Error()})
+			return
+		}
+	}
+	if ct := q.Get("client_timeout"); ct != "" {
+		if opts.ClientTimeout, err = time.ParseDuration(ct); err != nil || opts.ClientTimeout <= 0 {
+			writeJSON(w, http.StatusBadRequest, IngestError{Error: fmt.Sprintf("client_timeout %q: want a positive duration such as 5s", ct)})
 			return
 		}
 	}

@@ -86,6 +86,9 @@ func (m *memStore) Scan(ctx context.Context, q store.Query, fn func(*event.Event
 func (m *memStore) Terminations(ctx context.Context, q store.Query) ([]event.Termination, error) {
 	return nil, nil
 }
+func (m *memStore) StateAt(ctx context.Context, at int64, namespace string) ([]event.Event, error) {
+	return nil, nil
+}
 func (m *memStore) Prune(ctx context.Context, before int64) (int64, error) { return 0, nil }
 func (m *memStore) Version(ctx context.Context) (int, error)               { return 1, nil }
 func (m *memStore) Describe() string                                       { return "memory" }

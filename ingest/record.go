@@ -24,6 +24,7 @@ type Record struct {
 	Reason   string        // failure class (event.Fail*), when Failed
 	Error    string        // the tool's own error text, when it gave one
 	Duration time.Duration // request duration, 0 when unknown
+	Timeout  time.Duration // the client's timeout for this request (timeout_ms), 0 when not given
 	Client   netip.AddrPort
 	Remote   netip.AddrPort // address the client dialled
 	Target   string         // URL or host+path the client asked for
@@ -78,7 +79,15 @@ const (
 	AttrDetails        = "details"         // envoy: response code details, transport failure reason
 	AttrUpstreamClstr  = "upstream_cluster"
 	AttrOccurrence     = "occurrence" // n for the nth identical failure in one input, from 2
+	// AttrDurationFrom says where a failure's duration came from when the
+	// log did not give it: DurationFromClientTimeout.
+	AttrDurationFrom = "duration_from"
 )
+
+// DurationFromClientTimeout (Attrs[duration_from]): the duration of a
+// timeout logged without one is the client's timeout (timeout_ms or
+// --client-timeout).
+const DurationFromClientTimeout = "client_timeout"
 
 // LineError says why a line was rejected, naming where and which field.
 type LineError struct {
@@ -148,6 +157,10 @@ type Options struct {
 	// target-health formats' target group or backend service serves; empty
 	// means the one the snapshot's timestamp line names, else ProxyName.
 	Service string
+	// ClientTimeout is the clients' request timeout: a timeout logged with
+	// no duration (and no timeout_ms of its own) is taken to have lasted
+	// this long, so that it is aligned at its start. 0: left unknown.
+	ClientTimeout time.Duration
 }
 
 func (o *Options) failStatus(code int) bool {

@@ -56,7 +56,7 @@ func BenchmarkPostgresIngest(b *testing.B) {
 		for j := 0; j < len(rows); j += benchBatch {
 			chunk := rows[j:min(j+benchBatch, len(rows))]
 			err := pgx.BeginFunc(ctx, raw.pool, func(tx pgx.Tx) error {
-				_, err := tx.CopyFrom(ctx, pgx.Identifier{"events"}, columns, pgx.CopyFromRows(chunk))
+				_, err := tx.CopyFrom(ctx, pgx.Identifier{"events"}, writeColumns, pgx.CopyFromRows(chunk))
 				return err
 			})
 			if err != nil {

@@ -172,6 +172,7 @@ func (s *Postgres) Append(ctx context.Context, batch []event.Event) error {
 	if err != nil {
 		return fmt.Errorf("store %s: %w", s.name, err)
 	}
+	ents := batchEntities(batch)
 	// A connection the server dropped while idle fails on first use; one
 	// more try on a fresh connection is safe because writes are idempotent.
 	for attempt := 0; attempt < 2; attempt++ {
@@ -179,8 +180,10 @@ func (s *Postgres) Append(ctx context.Context, batch []event.Event) error {
 			if err := createPartitions(ctx, tx, missing); err != nil {
 				return err
 			}
-			_, err := tx.CopyFrom(ctx, pgx.Identifier{"events"}, columns, newPgRows(batch))
-			return err
+			if _, err := tx.CopyFrom(ctx, pgx.Identifier{"events"}, writeColumns, newPgRows(batch)); err != nil {
+				return err
+			}
+			return pgUpsertEntities(ctx, tx, ents)
 		})
 		if err == nil || pgCode(err) != "" || ctx.Err() != nil {
 			break
@@ -198,11 +201,13 @@ func (s *Postgres) Append(ctx context.Context, batch []event.Event) error {
 			if _, err := tx.Exec(ctx, "CREATE TEMP TABLE events_in (LIKE "+src+" INCLUDING DEFAULTS) ON COMMIT DROP"); err != nil {
 				return err
 			}
-			if _, err := tx.CopyFrom(ctx, pgx.Identifier{"events_in"}, columns, newPgRows(batch)); err != nil {
+			if _, err := tx.CopyFrom(ctx, pgx.Identifier{"events_in"}, writeColumns, newPgRows(batch)); err != nil {
 				return err
 			}
-			_, err = tx.Exec(ctx, "INSERT INTO events SELECT * FROM events_in ON CONFLICT DO NOTHING")
-			return err
+			if _, err = tx.Exec(ctx, "INSERT INTO events SELECT * FROM events_in ON CONFLICT DO NOTHING"); err != nil {
+				return err
+			}
+			return pgUpsertEntities(ctx, tx, ents)
 		})
 	}
 	if err != nil {
@@ -226,7 +231,7 @@ type pgRows struct {
 }
 
 func newPgRows(batch []event.Event) *pgRows {
-	return &pgRows{batch: batch, i: -1, vals: make([]any, 0, len(columns))}
+	return &pgRows{batch: batch, i: -1, vals: make([]any, 0, len(writeColumns))}
 }
 
 func (r *pgRows) Next() bool { r.i++; return r.i < len(r.batch) }
@@ -480,6 +485,10 @@ func (s *Postgres) PruneDetail(ctx context.Context, before int64) (Pruned, error
 	if err != nil {
 		return fail(err)
 	}
+	// Entities whose every event went with the cut.
+	if _, err := conn.Exec(ctx, "DELETE FROM entities WHERE last_ts < $1", before); err != nil {
+		return fail(fmt.Errorf("deleting entities: %w", err))
+	}
 	return p, nil
 }
 
@@ -644,4 +653,74 @@ func (m pgMigrator) apply(ctx context.Context, mg migration) error {
 		_, err := tx.Exec(ctx, "INSERT INTO schema_migrations (version, name) VALUES ($1, $2)", mg.version, mg.name)
 		return err
 	})
+}
+
+// pgUpsertEntities records the batch's entities in the entities table (see
+// state.go), in the batch's transaction. ents is in key order, so two
+// writers lock shared rows in the same order.
+func pgUpsertEntities(ctx context.Context, tx pgx.Tx, ents []entitySpan) error {
+	if len(ents) == 0 {
+		return nil
+	}
+	keys, nss := make([]string, len(ents)), make([]string, len(ents))
+	firsts, lasts := make([]int64, len(ents)), make([]int64, len(ents))
+	for i, en := range ents {
+		keys[i], nss[i], firsts[i], lasts[i] = en.key, en.namespace, en.first, en.last
+	}
+	_, err := tx.Exec(ctx, `INSERT INTO entities (entity, namespace, first_ts, last_ts)
+SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[])
+ON CONFLICT (entity) DO UPDATE SET first_ts = LEAST(entities.first_ts, EXCLUDED.first_ts), last_ts = GREATEST(entities.last_ts, EXCLUDED.last_ts)
+WHERE EXCLUDED.first_ts < entities.first_ts OR EXCLUDED.last_ts > entities.last_ts`, keys, nss, firsts, lasts)
+	if err != nil {
+		return fmt.Errorf("recording entities: %w", err)
+	}
+	return nil
+}
+
+// pgStateAt probes events_entity_ts once per entity known at $1, newest
+// first from the entity's last time: in the newest day partition that can
+// hold it (run-time partition pruning), usually the one probe.
+var pgStateAt = `SELECT ` + strings.Join(prefixed("e.", columns), ", ") + `
+FROM entities en CROSS JOIN LATERAL (
+	SELECT * FROM events x WHERE x.entity = en.entity AND x.ts <= LEAST($1, en.last_ts)
+	ORDER BY x.ts DESC, x.id DESC LIMIT 1) e
+WHERE en.first_ts <= $1`
+
+func prefixed(p string, cols []string) []string {
+	out := make([]string, len(cols))
+	for i, c := range cols {
+		out[i] = p + c
+	}
+	return out
+}
+
+// StateAt implements Store.
+func (s *Postgres) StateAt(ctx context.Context, at int64, namespace string) ([]event.Event, error) {
+	q, args := pgStateAt, []any{at}
+	if namespace != "" {
+		q += " AND en.namespace = $2"
+		args = append(args, namespace)
+	}
+	rows, err := s.pool.Query(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("store %s: querying the state at %d: %s", s.name, at, oneLine(err))
+	}
+	defer rows.Close()
+	var out []event.Event
+	t := newScanTarget()
+	for rows.Next() {
+		t.laddr, t.raddr = netip.Addr{}, netip.Addr{}
+		if err := rows.Scan(t.dest...); err != nil {
+			return nil, fmt.Errorf("store %s: reading the state at %d: %w", s.name, at, err)
+		}
+		e, err := t.finish()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, e.Clone())
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store %s: reading the state at %d: %s", s.name, at, oneLine(err))
+	}
+	return newestPerEntity(out), nil
 }

@@ -26,7 +26,9 @@ import (
 //     HTTP) and what retention removes: SELECT, INSERT and DELETE on events,
 //     EXECUTE on drainscope_create_partition and drainscope_drop_partition;
 //     and the digests it computes (Digests): SELECT, INSERT, UPDATE and
-//     DELETE on digests. It cannot UPDATE or TRUNCATE events or change the
+//     DELETE on digests.
+//   - Both keep the list of entities current (SELECT, INSERT, UPDATE on
+//     entities: keys and times, no event's content); the server prunes it. It cannot UPDATE or TRUNCATE events or change the
 //     schema.
 //
 // SetupRoles refuses, naming the reason, an agent or server role that can
@@ -265,8 +267,8 @@ func SetupRoles(ctx context.Context, dsn string, r Roles) error {
 			"ALTER FUNCTION drainscope_drop_partition(regclass, bigint) OWNER TO " + definer,
 			// Nothing by default: PUBLIC may execute any new function.
 			"REVOKE ALL ON FUNCTION drainscope_create_partition(bigint), drainscope_drop_partition(regclass, bigint) FROM PUBLIC",
-			"REVOKE ALL ON events, events_shape, schema_migrations, digests FROM PUBLIC",
-			"REVOKE ALL ON events, events_shape, schema_migrations, digests FROM " + agent + ", " + server,
+			"REVOKE ALL ON events, events_shape, schema_migrations, digests, entities FROM PUBLIC",
+			"REVOKE ALL ON events, events_shape, schema_migrations, digests, entities FROM " + agent + ", " + server,
 			"REVOKE CREATE ON SCHEMA " + sch + " FROM PUBLIC, " + agent + ", " + server,
 			"GRANT USAGE ON SCHEMA " + sch + " TO " + agent + ", " + server,
 			// The definer makes the day partitions there.
@@ -274,6 +276,10 @@ func SetupRoles(ctx context.Context, dsn string, r Roles) error {
 			"GRANT SELECT ON schema_migrations, events_shape TO " + agent + ", " + server,
 			"GRANT INSERT ON events TO " + agent + ", " + server,
 			"GRANT SELECT, DELETE ON events TO " + server,
+			// Every writer keeps the entity list current (StateAt); the
+			// server also prunes it. It names entities, no event's detail.
+			"GRANT SELECT, INSERT, UPDATE ON entities TO " + agent + ", " + server,
+			"GRANT DELETE ON entities TO " + server,
 			// The server keeps the timelines it computed (store.Digests).
 			"GRANT SELECT, INSERT, UPDATE, DELETE ON digests TO " + server,
 			"GRANT EXECUTE ON FUNCTION drainscope_create_partition(bigint) TO " + agent + ", " + server,

@@ -8,7 +8,7 @@ import (
 	"github.com/drainscope/drainscope/event"
 )
 
-// appendRow appends e's column values, in the order of columns, to vals:
+// appendRow appends e's column values, in the order of writeColumns, to vals:
 // absent addresses and empty attributes are NULL.
 func appendRow(vals []any, e *event.Event) []any {
 	var attrs any
@@ -21,7 +21,7 @@ func appendRow(vals []any, e *event.Event) []any {
 		e.PID, e.Comm, e.PeerPID, e.PeerComm,
 		e.Signal, e.Code, e.Duration,
 		addrOrNil(e.Local.Addr()), int32(e.Local.Port()), addrOrNil(e.Remote.Addr()), int32(e.Remote.Port()), int64(e.NetNS),
-		e.Service, e.Slice, e.Reason, int32(e.Flags), attrs,
+		e.Service, e.Slice, e.Reason, int32(e.Flags), attrs, entityOrNil(e),
 	)
 }
 

@@ -2,6 +2,7 @@ package store
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/drainscope/drainscope/event"
@@ -16,6 +17,10 @@ var columns = []string{
 	"laddr", "lport", "raddr", "rport", "netns",
 	"service", "slice", "reason", "flags", "attrs",
 }
+
+// writeColumns are those a write fills: columns and the entity key (see
+// state.go), which reads never need. appendRow follows this order.
+var writeColumns = append(slices.Clip(columns), "entity")
 
 // placeholder renders the n-th (1-based) bind parameter in a dialect.
 type placeholder func(n int) string

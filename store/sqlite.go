@@ -179,6 +179,10 @@ func (s *SQLite) Append(ctx context.Context, batch []event.Event) error {
 			tx.Rollback()
 			return err
 		}
+		if err := sqliteUpsertEntities(ctx, c, batchEntities(batch)); err != nil {
+			tx.Rollback()
+			return err
+		}
 		return tx.Commit()
 	})
 	if err != nil {
@@ -205,8 +209,8 @@ func sqliteInsertBatch(ctx context.Context, c sqliteDriverConn, batch []event.Ev
 		}
 		return se, func() { st.Close() }, nil
 	}
-	vals := make([]any, 0, len(sqliteColumns)*sqliteRowsPerInsert)
-	args := make([]driver.NamedValue, len(sqliteColumns)*sqliteRowsPerInsert)
+	vals := make([]any, 0, len(sqliteWriteColumns)*sqliteRowsPerInsert)
+	args := make([]driver.NamedValue, len(sqliteWriteColumns)*sqliteRowsPerInsert)
 	var buf []byte
 	exec := func(stmt driver.StmtExecContext, rows []event.Event) error {
 		vals, buf = vals[:0], buf[:0]
@@ -248,8 +252,8 @@ func sqliteInsertBatch(ctx context.Context, c sqliteDriverConn, batch []event.Ev
 }
 
 func sqliteInsert(rows int) string {
-	one := "(" + strings.TrimSuffix(strings.Repeat("?,", len(sqliteColumns)), ",") + ")"
-	return "INSERT OR IGNORE INTO events (" + strings.Join(sqliteColumns, ", ") + ") VALUES " +
+	one := "(" + strings.TrimSuffix(strings.Repeat("?,", len(sqliteWriteColumns)), ",") + ")"
+	return "INSERT OR IGNORE INTO events (" + strings.Join(sqliteWriteColumns, ", ") + ") VALUES " +
 		strings.TrimSuffix(strings.Repeat(one+",", rows), ",")
 }
 
@@ -365,6 +369,10 @@ func (s *SQLite) Prune(ctx context.Context, before int64) (int64, error) {
 	if err != nil {
 		return n, fmt.Errorf("store sqlite:%s: pruning: %s", s.path, oneLine(err))
 	}
+	// Entities whose every event went with the cut.
+	if _, err := s.db.ExecContext(ctx, "DELETE FROM entities WHERE last_ts < ?", before); err != nil {
+		return n, fmt.Errorf("store sqlite:%s: pruning entities: %s", s.path, oneLine(err))
+	}
 	return n, nil
 }
 
@@ -405,4 +413,101 @@ func (m sqliteMigrator) apply(ctx context.Context, mg migration) error {
 		return err
 	}
 	return tx.Commit()
+}
+
+// sqliteUpsertEntities records the batch's entities in the entities table
+// (see state.go), in the batch's transaction.
+func sqliteUpsertEntities(ctx context.Context, c sqliteDriverConn, ents []entitySpan) error {
+	if len(ents) == 0 {
+		return nil
+	}
+	st, err := c.PrepareContext(ctx, `INSERT INTO entities (entity, namespace, first_ts, last_ts) VALUES (?, ?, ?, ?)
+ON CONFLICT (entity) DO UPDATE SET first_ts = min(first_ts, excluded.first_ts), last_ts = max(last_ts, excluded.last_ts)
+WHERE excluded.first_ts < first_ts OR excluded.last_ts > last_ts`)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	se, ok := st.(driver.StmtExecContext)
+	if !ok {
+		return fmt.Errorf("driver statement %T lacks ExecContext", st)
+	}
+	args := make([]driver.NamedValue, 4)
+	for _, en := range ents {
+		for i, v := range []any{en.key, en.namespace, en.first, en.last} {
+			args[i] = driver.NamedValue{Ordinal: i + 1, Value: v}
+		}
+		if _, err := se.ExecContext(ctx, args); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// sqliteStateAt probes events_entity_ts once per entity known at at: the
+// newest time at or before at (bounded by the entity's last, so that the
+// probe starts where the entity's events end), then that row by its
+// primary key. CROSS JOIN makes entities the outer loop, as SQLite's
+// planner would not (it scanned the index of every state event).
+const sqliteStateAt = `SELECT e.ts, e.id, e.kind, e.node, e.source, e.namespace, e.pod, e.pod_uid, e.container,
+	e.workload_kind, e.workload, e.signal, e.detail
+FROM entities en CROSS JOIN events e ON e.entity = en.entity AND e.ts = (
+	SELECT max(x.ts) FROM events x WHERE x.entity = en.entity AND x.ts <= min(?1, en.last_ts))
+WHERE en.first_ts <= ?1`
+
+// StateAt implements Store.
+func (s *SQLite) StateAt(ctx context.Context, at int64, namespace string) ([]event.Event, error) {
+	q, args := sqliteStateAt, []any{at}
+	if namespace != "" {
+		q += " AND en.namespace = ?2"
+		args = append(args, namespace)
+	}
+	rows, err := s.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("store sqlite:%s: querying the state at %d: %s", s.path, at, oneLine(err))
+	}
+	defer rows.Close()
+	var out []event.Event
+	r := newSQLiteRow()
+	for rows.Next() {
+		e, err := r.scan(rows)
+		if err != nil {
+			return nil, fmt.Errorf("store sqlite:%s: %w", s.path, err)
+		}
+		out = append(out, e.Clone())
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store sqlite:%s: reading the state at %d: %s", s.path, at, oneLine(err))
+	}
+	return newestPerEntity(out), nil
+}
+
+// sqliteRow scans rows of sqliteColumns; reused across rows.
+type sqliteRow struct {
+	e                          event.Event
+	id, signal                 int64
+	kind, source, wkind, wname string
+	detail                     []byte
+	dest                       []any
+}
+
+func newSQLiteRow() *sqliteRow {
+	r := &sqliteRow{}
+	e := &r.e
+	r.dest = []any{&e.Time, &r.id, &r.kind, &e.Node, &r.source,
+		&e.Pod.Namespace, &e.Pod.Name, &e.Pod.UID, &e.Pod.Container, &r.wkind, &r.wname, &r.signal, &r.detail}
+	return r
+}
+
+func (r *sqliteRow) scan(rows *sql.Rows) (*event.Event, error) {
+	if err := rows.Scan(r.dest...); err != nil {
+		return nil, fmt.Errorf("reading events: %w", err)
+	}
+	e := &r.e
+	e.ID, e.Kind, e.Source, e.Signal = event.ID(r.id), event.Kind(r.kind), event.Source(r.source), int32(r.signal)
+	e.Workload = event.Workload{Kind: r.wkind, Name: r.wname}
+	if err := unpackDetail(r.detail, e); err != nil {
+		return nil, fmt.Errorf("event %s at %d: %w", e.ID, e.Time, err)
+	}
+	return e, nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 
 	"github.com/drainscope/drainscope/event"
 )
@@ -16,6 +17,10 @@ var sqliteColumns = []string{
 	"namespace", "pod", "pod_uid", "container", "workload_kind", "workload",
 	"signal", "detail",
 }
+
+// sqliteWriteColumns are those an insert writes: sqliteColumns and the
+// entity key (see state.go), which reads never need.
+var sqliteWriteColumns = append(slices.Clip(sqliteColumns), "entity")
 
 // detailVersion leads every packed detail, so the layout can change later.
 const detailVersion = 1
@@ -40,7 +45,7 @@ func appendSQLiteRow(vals []any, buf []byte, e *event.Event) ([]any, []byte) {
 	return append(vals,
 		e.Time, int64(e.ID), string(e.Kind), e.Node, string(e.Source),
 		e.Pod.Namespace, e.Pod.Name, e.Pod.UID, e.Pod.Container, e.Workload.Kind, e.Workload.Name,
-		int64(e.Signal), buf[start:len(buf):len(buf)],
+		int64(e.Signal), buf[start:len(buf):len(buf)], entityOrNil(e),
 	), buf
 }
 

@@ -28,6 +28,14 @@ type Store interface {
 	// Terminations summarises, per pod, the termination events in q's
 	// window (pods with a deletion, SIGTERM, SIGKILL or exit).
 	Terminations(ctx context.Context, q Query) ([]event.Termination, error)
+	// StateAt returns, for every entity (an endpoint, a pod's readiness or
+	// lifecycle, a container, a Service, a workload, a node proxy's
+	// endpoint: see event.Event.Entity), its newest state event at or
+	// before at (UTC ns), however old, in time order; namespace "" for
+	// all. An entity whose newest event says it is gone (endpoint_removed,
+	// a Service deleted) is returned too: the caller decides. Its cost
+	// grows with the entities, not with the history stored.
+	StateAt(ctx context.Context, at int64, namespace string) ([]event.Event, error)
 	// Prune deletes events older than before (UTC ns) and reports how many
 	// went. It works in short steps beside the writers (see Retention,
 	// which calls it on a schedule).

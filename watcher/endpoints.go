@@ -313,3 +313,23 @@ func (t *sliceTracker) replaceAll(list []*discoveryv1.EndpointSlice, flags event
 
 // size reports how many endpoints and slices are tracked.
 func (t *sliceTracker) size() (endpoints, slices int) { return len(t.eps), len(t.slices) }
+
+// observe reports every endpoint's state as it is now, flagged
+// FlagObserved: endpoint_ready when ready, endpoint_terminating when
+// terminating, endpoint_not_ready otherwise. A walk of the tracker's own
+// state; nothing is read from the API.
+func (t *sliceTracker) observe(at time.Time) {
+	for k, e := range t.eps {
+		if !e.known {
+			continue
+		}
+		kind := event.EndpointNotReady
+		switch {
+		case e.cur.ready:
+			kind = event.EndpointReady
+		case e.cur.terminating:
+			kind = event.EndpointTerminating
+		}
+		t.emit(at, kind, k, e.cur, event.FlagObserved)
+	}
+}

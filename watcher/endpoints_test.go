@@ -2,6 +2,7 @@ package watcher
 
 import (
 	"fmt"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -168,5 +169,38 @@ func TestEndpointConditionsDefaults(t *testing.T) {
 	}
 	if keys[0].group != "web" || keys[0].podUID != "" {
 		t.Errorf("key %+v", keys[0])
+	}
+}
+
+// TestSliceTrackerObserve: a re-observation reports every endpoint's
+// state as the kind naming it, flagged observed, however long it has held.
+func TestSliceTrackerObserve(t *testing.T) {
+	tr, got := newTestSliceTracker()
+	tr.replaceAll([]*discoveryv1.EndpointSlice{
+		slice("web-1", "web", "1", ep("a", "10.244.0.2", true, true, false), ep("b", "10.244.0.3", false, true, true),
+			ep("c", "10.244.0.4", false, false, false)),
+	}, event.FlagRelist, true)
+	for round := 0; round < 2; round++ {
+		*got = nil
+		tr.observe(time.Unix(1_800_000_000, 0))
+		var lines []string
+		for _, r := range *got {
+			if r.flags != event.FlagObserved {
+				t.Errorf("%s: flags %b, want observed", r, r.flags)
+			}
+			lines = append(lines, r.String())
+		}
+		sort.Strings(lines)
+		want := "endpoint_not_ready c 10.244.0.4:8080\nendpoint_ready a 10.244.0.2:8080\nendpoint_terminating b 10.244.0.3:8080"
+		if s := strings.Join(lines, "\n"); s != want {
+			t.Errorf("round %d observed:\n%s\nwant:\n%s", round, s, want)
+		}
+	}
+	// A removed endpoint is no longer observed.
+	tr.apply(slice("web-1", "web", "2", ep("a", "10.244.0.2", true, true, false)), 0, false)
+	*got = nil
+	tr.observe(time.Unix(1_800_000_000, 0))
+	if len(*got) != 1 || (*got)[0].pod != "a" {
+		t.Errorf("after removals observed:\n%s", recs(*got))
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"time"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -81,6 +82,7 @@ type Flags struct {
 	AllPods       bool
 	Mode          string
 	Lease         LeaseOptions
+	Observe       time.Duration
 }
 
 // Register adds the flags to fs.
@@ -97,6 +99,7 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&f.Mode, "endpoints-mode", string(EveryNode), "who records EndpointSlice transitions: all-nodes (each node; shows the propagation spread) or leader (one node, elected with a Lease)")
 	fs.StringVar(&f.Lease.Namespace, "lease-namespace", "", "namespace of the leader Lease (default $POD_NAMESPACE, else default)")
 	fs.StringVar(&f.Lease.Name, "lease-name", "drainscope-endpointslices", "name of the leader Lease")
+	fs.DurationVar(&f.Observe, "observe-interval", ObserveEvery, "how often to record again the state of every endpoint, pod, container and Service watched (as at the initial list), so that any window of history holds each one's state")
 }
 
 // Options turns the flags into watcher Options (without Sink and Logger).
@@ -115,6 +118,10 @@ func (f *Flags) Options() (Options, error) {
 		Mode:          mode,
 		Lease:         f.Lease,
 	}
+	if f.Observe < 0 {
+		return Options{}, fmt.Errorf("--observe-interval %v: want a positive duration", f.Observe)
+	}
+	o.ObserveInterval = f.Observe
 	if !f.AllPods {
 		o.PodNode = f.Node
 	}

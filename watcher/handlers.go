@@ -27,12 +27,20 @@ func (h *podHandler) replaceAll(objs []any, initial bool, at time.Time) {
 	if !initial {
 		h.w.relists.Add(1)
 	}
-	h.w.pods.at = at
-	h.w.pods.replaceAll(pods, event.FlagRelist, initial)
+	t := h.w.pods
+	t.opMu.Lock()
+	defer t.opMu.Unlock()
+	t.at = at
+	t.replaceAll(pods, event.FlagRelist, initial)
+	// What the list found is the state to start from: recorded as
+	// observed, after the transitions a relist recovered.
+	t.observe(at)
 }
 
 func (h *podHandler) upsert(obj any, at time.Time) {
 	if p, ok := obj.(*corev1.Pod); ok {
+		h.w.pods.opMu.Lock()
+		defer h.w.pods.opMu.Unlock()
 		h.w.pods.at = at
 		h.w.pods.apply(p, 0, false)
 	}
@@ -44,6 +52,8 @@ func (h *podHandler) remove(obj any, at time.Time) {
 		obj, flags = tomb.Obj, event.FlagRelist
 	}
 	if p, ok := obj.(*corev1.Pod); ok {
+		h.w.pods.opMu.Lock()
+		defer h.w.pods.opMu.Unlock()
 		h.w.pods.at = at
 		final := p
 		if flags != 0 {
@@ -70,6 +80,7 @@ func (h *sliceHandler) replaceAll(objs []any, initial bool, at time.Time) {
 	defer h.w.sliceMu.Unlock()
 	h.w.slices.at = at
 	h.w.slices.replaceAll(list, event.FlagRelist, initial)
+	h.w.slices.observe(at)
 }
 
 func (h *sliceHandler) upsert(obj any, at time.Time) {
@@ -216,7 +227,7 @@ func stripPod(obj any) (any, error) {
 		for i, c := range p.Status.ContainerStatuses {
 			out.Status.ContainerStatuses[i] = corev1.ContainerStatus{
 				Name: c.Name, ContainerID: c.ContainerID, RestartCount: c.RestartCount, Ready: c.Ready,
-				State:                corev1.ContainerState{Terminated: c.State.Terminated},
+				State:                corev1.ContainerState{Terminated: c.State.Terminated, Running: c.State.Running},
 				LastTerminationState: corev1.ContainerState{Terminated: c.LastTerminationState.Terminated},
 			}
 		}

@@ -17,12 +17,12 @@ import (
 // event.AttrDeletionTimestamp. Values are the API's RFC 3339 timestamps
 // (whole seconds).
 const (
-	AttrTransitionTime = "transition_time" // pod_ready, pod_not_ready: the Ready condition's lastTransitionTime
-	AttrStartedAt      = "started_at"      // container_terminated
-	AttrFinishedAt     = "finished_at"     // container_terminated
-	AttrContainerID    = "container_id"    // container_terminated
-	AttrRestartCount   = "restart_count"   // container_terminated
-	AttrMessage        = "message"         // container_terminated: the runtime's message, when any
+	AttrTransitionTime = "transition_time"     // pod_ready, pod_not_ready: the Ready condition's lastTransitionTime
+	AttrStartedAt      = "started_at"          // container_started, container_terminated
+	AttrFinishedAt     = "finished_at"         // container_terminated
+	AttrContainerID    = event.AttrContainerID // container_started, container_terminated: without the runtime:// prefix
+	AttrRestartCount   = "restart_count"       // container_started, container_terminated: the instance's restartCount
+	AttrMessage        = "message"             // container_terminated: the runtime's message, when any
 )
 
 // PodLookup resolves a pod seen by the kernel (by its UID, taken from the
@@ -47,9 +47,30 @@ type podState struct {
 	rv       string
 	deleting bool
 	ready    bool
+	// readySince is the Ready condition's lastTransitionTime (Unix
+	// seconds, 0 when unknown), and del what the deletion said (nil until
+	// the pod is being deleted): both for re-observations.
+	readySince int64
+	del        *deletionInfo
 	// terminations recorded per container, so each is reported once.
 	terminated map[string][]string
 	containers map[string]string // container ID → name
+	// running is each container's running instance, by container name.
+	running map[string]containerRun
+}
+
+// deletionInfo is what a pod_deletion event carries.
+type deletionInfo struct {
+	grace      int64 // ns
+	timestamp  string
+	disruption string
+}
+
+// containerRun is one running container instance as the kubelet reported it.
+type containerRun struct {
+	id        string // without the runtime prefix
+	startedAt int64  // Unix seconds, 0 when unknown
+	restarts  int32
 }
 
 // podTracker turns Pod states into pod events and keeps the lookup tables.
@@ -59,7 +80,11 @@ type podTracker struct {
 	emit func(at time.Time, k event.Kind, p *podState, fill func(*event.Event), flags event.Flags)
 	// at is when the update being applied was received; set by the
 	// informer's handler before each call.
-	at       time.Time
+	at time.Time
+	// opMu serialises the informer's calls with observe, which runs on a
+	// ticker: the fields of podState other than the lookups' are the
+	// informer goroutine's, and observe reads them.
+	opMu     sync.Mutex
 	workload func(*corev1.Pod) event.Workload
 	now      func() time.Time
 	linger   time.Duration
@@ -121,7 +146,7 @@ func (t *podTracker) apply(p *corev1.Pod, flags event.Flags, silent bool) {
 	}
 	isNew := st == nil
 	if isNew {
-		st = &podState{terminated: map[string][]string{}, containers: map[string]string{}}
+		st = &podState{terminated: map[string][]string{}, containers: map[string]string{}, running: map[string]containerRun{}}
 	}
 	st.rv = p.ResourceVersion
 	ref := event.PodRef{Namespace: p.Namespace, Name: p.Name, UID: uid}
@@ -165,26 +190,20 @@ func (t *podTracker) apply(p *corev1.Pod, flags event.Flags, silent bool) {
 	}
 	if p.DeletionTimestamp != nil && !st.deleting {
 		st.deleting = true
+		st.del = deletionOf(p)
 		if !silent {
-			t.emitDeletion(st, p, flags)
+			t.emitDeletion(st, flags)
 		}
 	}
 	ready, since := podReady(p)
+	st.readySince = 0
+	if !since.IsZero() {
+		st.readySince = since.Unix()
+	}
 	if ready != st.ready {
 		st.ready = ready
 		if !silent && !(isNew && !ready) {
-			k := event.PodNotReady
-			if ready {
-				k = event.PodReady
-			}
-			t.emit(t.at, k, st, func(e *event.Event) {
-				if st.ip.IsValid() {
-					e.Local = netip.AddrPortFrom(st.ip, 0)
-				}
-				if s := rfc3339(since); s != "" {
-					e.Attrs = map[string]string{AttrTransitionTime: s}
-				}
-			}, flags)
+			t.emitReadiness(t.at, st, flags)
 		}
 	}
 	for i := range p.Status.ContainerStatuses {
@@ -193,7 +212,75 @@ func (t *podTracker) apply(p *corev1.Pod, flags event.Flags, silent bool) {
 		// restarted) is in lastState; the current one in state.
 		t.terminated(st, cs.Name, cs.LastTerminationState.Terminated, cs.RestartCount-1, flags, silent)
 		t.terminated(st, cs.Name, cs.State.Terminated, cs.RestartCount, flags, silent)
+		t.started(st, cs, flags, silent)
 	}
+}
+
+// started records the container's running instance and reports a new one
+// (a start or a restart: a container ID not seen running before).
+func (t *podTracker) started(st *podState, cs *corev1.ContainerStatus, flags event.Flags, silent bool) {
+	if cs.State.Running == nil || cs.ContainerID == "" {
+		delete(st.running, cs.Name)
+		return
+	}
+	run := containerRun{id: stripRuntime(cs.ContainerID), restarts: cs.RestartCount}
+	if !cs.State.Running.StartedAt.IsZero() {
+		run.startedAt = cs.State.Running.StartedAt.Unix()
+	}
+	was, ok := st.running[cs.Name]
+	st.running[cs.Name] = run
+	if silent || ok && was.id == run.id {
+		return
+	}
+	t.emitStarted(t.at, st, cs.Name, run, flags)
+}
+
+func (t *podTracker) emitStarted(at time.Time, st *podState, name string, run containerRun, flags event.Flags) {
+	t.emit(at, event.ContainerStarted, st, func(e *event.Event) {
+		e.Pod.Container = name
+		e.Attrs = map[string]string{AttrContainerID: run.id, AttrRestartCount: strconv.Itoa(int(run.restarts))}
+		if run.startedAt != 0 {
+			e.Attrs[AttrStartedAt] = time.Unix(run.startedAt, 0).UTC().Format(time.RFC3339)
+		}
+	}, flags)
+}
+
+// observe reports every pod's state as it is now, flagged FlagObserved:
+// its readiness (with its address), its deletion when it is being deleted,
+// and each running container instance. A walk of the tracker's own state;
+// nothing is read from the API.
+func (t *podTracker) observe(at time.Time) {
+	t.mu.RLock()
+	pods := make([]*podState, 0, len(t.pods))
+	for _, st := range t.pods {
+		pods = append(pods, st)
+	}
+	t.mu.RUnlock()
+	for _, st := range pods {
+		t.emitReadiness(at, st, event.FlagObserved)
+		if st.deleting {
+			t.emitDeletionAt(at, st, event.FlagObserved)
+		}
+		for name, run := range st.running {
+			t.emitStarted(at, st, name, run, event.FlagObserved)
+		}
+	}
+}
+
+// emitReadiness reports the pod's readiness as it now is.
+func (t *podTracker) emitReadiness(at time.Time, st *podState, flags event.Flags) {
+	k := event.PodNotReady
+	if st.ready {
+		k = event.PodReady
+	}
+	t.emit(at, k, st, func(e *event.Event) {
+		if st.ip.IsValid() {
+			e.Local = netip.AddrPortFrom(st.ip, 0)
+		}
+		if st.readySince != 0 {
+			e.Attrs = map[string]string{AttrTransitionTime: time.Unix(st.readySince, 0).UTC().Format(time.RFC3339)}
+		}
+	}, flags)
 }
 
 func (t *podTracker) terminated(st *podState, name string, term *corev1.ContainerStateTerminated, restarts int32, flags event.Flags, silent bool) {
@@ -227,7 +314,7 @@ func (t *podTracker) terminated(st *podState, name string, term *corev1.Containe
 			e.Attrs[AttrFinishedAt] = s
 		}
 		if term.ContainerID != "" {
-			e.Attrs[AttrContainerID] = term.ContainerID
+			e.Attrs[AttrContainerID] = stripRuntime(term.ContainerID)
 		}
 		if term.Message != "" {
 			e.Attrs[AttrMessage] = term.Message
@@ -238,20 +325,38 @@ func (t *podTracker) terminated(st *podState, name string, term *corev1.Containe
 	}, flags)
 }
 
-func (t *podTracker) emitDeletion(st *podState, p *corev1.Pod, flags event.Flags) {
-	t.emit(t.at, event.PodDeletion, st, func(e *event.Event) {
-		if p == nil {
+// deletionOf is what p's deletion says; nil for nil.
+func deletionOf(p *corev1.Pod) *deletionInfo {
+	if p == nil {
+		return nil
+	}
+	d := &deletionInfo{disruption: disruptionReason(p)}
+	if p.DeletionGracePeriodSeconds != nil {
+		d.grace = *p.DeletionGracePeriodSeconds * int64(time.Second)
+	}
+	if p.DeletionTimestamp != nil {
+		d.timestamp = rfc3339(*p.DeletionTimestamp)
+	}
+	return d
+}
+
+func (t *podTracker) emitDeletion(st *podState, flags event.Flags) {
+	t.emitDeletionAt(t.at, st, flags)
+}
+
+func (t *podTracker) emitDeletionAt(at time.Time, st *podState, flags event.Flags) {
+	t.emit(at, event.PodDeletion, st, func(e *event.Event) {
+		d := st.del
+		if d == nil {
 			return
 		}
-		if p.DeletionGracePeriodSeconds != nil {
-			e.Duration = *p.DeletionGracePeriodSeconds * int64(time.Second)
-		}
+		e.Duration = d.grace
 		e.Attrs = map[string]string{}
-		if p.DeletionTimestamp != nil {
-			e.Attrs[event.AttrDeletionTimestamp] = rfc3339(*p.DeletionTimestamp)
+		if d.timestamp != "" {
+			e.Attrs[event.AttrDeletionTimestamp] = d.timestamp
 		}
-		if r := disruptionReason(p); r != "" {
-			e.Attrs[event.AttrDisruption] = r
+		if d.disruption != "" {
+			e.Attrs[event.AttrDisruption] = d.disruption
 		}
 	}, flags)
 }
@@ -283,7 +388,8 @@ func (t *podTracker) remove(uid string, p *corev1.Pod, flags event.Flags, silent
 	}
 	if !st.deleting && !silent {
 		st.deleting = true
-		t.emitDeletion(st, p, flags)
+		st.del = deletionOf(p)
+		t.emitDeletion(st, flags)
 	}
 	now := t.now()
 	t.mu.Lock()

@@ -99,22 +99,26 @@ func TestPodTrackerLifecycle(t *testing.T) {
 	final.ResourceVersion = "7"
 	tr.remove(string(final.UID), final, 0, false)
 
-	want := []event.Kind{event.PodCreated, event.PodReady, event.PodDeletion, event.PodNotReady, event.ContainerTerminated}
+	want := []event.Kind{event.PodCreated, event.ContainerStarted, event.PodReady, event.PodDeletion, event.PodNotReady, event.ContainerTerminated}
 	if g := kinds(*got); !equalKinds(g, want) {
 		t.Fatalf("events %v, want %v", g, want)
 	}
-	d := (*got)[2].e
+	if s := (*got)[1].e; s.Pod.Container != "app" || s.Attrs[AttrContainerID] != "c0ffee-new" || s.Attrs[AttrRestartCount] != "0" || s.Flags != 0 {
+		t.Errorf("container start %+v", s)
+	}
+	d := (*got)[3].e
 	if d.Duration != int64(30*time.Second) || d.Attrs[event.AttrDeletionTimestamp] == "" {
 		t.Errorf("deletion event: duration %d attrs %v", d.Duration, d.Attrs)
 	}
 	if d.Workload != (event.Workload{Kind: "Deployment", Name: "web"}) {
 		t.Errorf("workload %v, want Deployment/web from the pod-template-hash", d.Workload)
 	}
-	c := (*got)[4].e
-	if c.Code != 143 || c.Signal != 15 || c.Reason != "Error" || c.Pod.Container != "app" {
+	c := (*got)[5].e
+	if c.Code != 143 || c.Signal != 15 || c.Reason != "Error" || c.Pod.Container != "app" ||
+		c.Attrs[AttrContainerID] != "c0ffee-old" || c.Attrs[AttrRestartCount] != "0" {
 		t.Errorf("termination event %+v", c)
 	}
-	r := (*got)[1].e
+	r := (*got)[2].e
 	if r.Local != netip.MustParseAddrPort("10.244.0.3:0") {
 		t.Errorf("ready event Local %v", r.Local)
 	}
@@ -148,7 +152,7 @@ func TestPodTrackerRelist(t *testing.T) {
 	b.Status.ContainerStatuses[0].RestartCount = 1
 	b.Status.ContainerStatuses[0].LastTerminationState.Terminated = &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "OOMKilled"}
 	tr.replaceAll([]*corev1.Pod{b, pod("c", "9", "10.244.0.4", false)}, event.FlagRelist, false)
-	want := []event.Kind{event.ContainerTerminated, event.PodCreated, event.PodDeletion}
+	want := []event.Kind{event.ContainerTerminated, event.PodCreated, event.ContainerStarted, event.PodDeletion}
 	if g := kinds(*got); !equalKinds(g, want) {
 		t.Fatalf("events %v, want %v", g, want)
 	}
@@ -164,6 +168,111 @@ func TestPodTrackerRelist(t *testing.T) {
 	tr.apply(b2, 0, false)
 	if len(*got) != 0 {
 		t.Errorf("replayed state reported %v", kinds(*got))
+	}
+}
+
+// TestPodTrackerRestarts: each container instance the kubelet reports
+// running is one container_started, and each termination in lastState one
+// container_terminated naming the instance that ended.
+func TestPodTrackerRestarts(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	tr, got := newTestPodTracker(&now)
+	p := pod("a", "1", "10.244.0.2", true)
+	tr.replaceAll([]*corev1.Pod{p}, event.FlagRelist, true)
+	// OOM-killed and restarted between two updates: lastState has the
+	// end, the running instance has a new ID and restartCount 1.
+	oom := p.DeepCopy()
+	oom.ResourceVersion = "2"
+	cs := &oom.Status.ContainerStatuses[0]
+	cs.RestartCount, cs.ContainerID = 1, "containerd://second"
+	cs.State.Running.StartedAt = metav1.Time{Time: now.Add(time.Second)}
+	cs.LastTerminationState.Terminated = &corev1.ContainerStateTerminated{
+		ExitCode: 137, Reason: "OOMKilled", ContainerID: "containerd://c0ffee-a",
+		StartedAt: metav1.Time{Time: now.Add(-time.Hour)}, FinishedAt: metav1.Time{Time: now}}
+	tr.apply(oom, 0, false)
+	// Crashing: the container waits to restart (no instance running),
+	// then a third instance starts.
+	crash := oom.DeepCopy()
+	crash.ResourceVersion = "3"
+	cs = &crash.Status.ContainerStatuses[0]
+	cs.State = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}}
+	cs.RestartCount = 2
+	cs.LastTerminationState.Terminated = &corev1.ContainerStateTerminated{
+		ExitCode: 1, Reason: "Error", ContainerID: "containerd://second", FinishedAt: metav1.Time{Time: now.Add(time.Minute)}}
+	tr.apply(crash, 0, false)
+	third := crash.DeepCopy()
+	third.ResourceVersion = "4"
+	cs = &third.Status.ContainerStatuses[0]
+	cs.ContainerID = "containerd://third"
+	cs.State = corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}
+	tr.apply(third, 0, false)
+	want := []event.Kind{event.ContainerTerminated, event.ContainerStarted, event.ContainerTerminated, event.ContainerStarted}
+	if g := kinds(*got); !equalKinds(g, want) {
+		t.Fatalf("events %v, want %v", g, want)
+	}
+	for i, w := range []struct{ id, restarts, reason string }{
+		{"c0ffee-a", "0", "OOMKilled"}, {"second", "1", ""}, {"second", "1", "Error"}, {"third", "2", ""},
+	} {
+		e := (*got)[i].e
+		if e.Attrs[AttrContainerID] != w.id || e.Attrs[AttrRestartCount] != w.restarts || e.Reason != w.reason || e.Pod.Container != "app" {
+			t.Errorf("event %d %s: attrs %v reason %q, want id %s restart_count %s reason %q", i, e.Kind, e.Attrs, e.Reason, w.id, w.restarts, w.reason)
+		}
+	}
+	if e := (*got)[1].e; e.Attrs[AttrStartedAt] != now.Add(time.Second).UTC().Format(time.RFC3339) {
+		t.Errorf("start of the second instance: started_at %q", e.Attrs[AttrStartedAt])
+	}
+	if e := (*got)[0].e; e.Code != 137 {
+		t.Errorf("OOM kill: code %d", e.Code)
+	}
+}
+
+// TestPodTrackerObserve: a re-observation reports every pod's state as
+// it is, flagged observed, whatever was reported before.
+func TestPodTrackerObserve(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	tr, got := newTestPodTracker(&now)
+	ready := pod("a", "1", "10.244.0.2", true)
+	ready.Status.Conditions[0].LastTransitionTime = metav1.Time{Time: now.Add(-72 * time.Hour)}
+	going := pod("b", "1", "10.244.0.3", false)
+	going.DeletionTimestamp = &metav1.Time{Time: now}
+	going.DeletionGracePeriodSeconds = ptr.To(int64(45))
+	going.Status.Conditions = append(going.Status.Conditions, corev1.PodCondition{
+		Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue, Reason: "EvictionByEvictionAPI"})
+	going.Status.ContainerStatuses[0].State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0}}
+	tr.replaceAll([]*corev1.Pod{ready, going}, event.FlagRelist, true)
+	if len(*got) != 0 {
+		t.Fatalf("the list itself reported %v", kinds(*got))
+	}
+	for round := 0; round < 2; round++ {
+		*got = nil
+		tr.observe(now)
+		byPod := map[string][]event.Kind{}
+		for _, r := range *got {
+			if r.flags != event.FlagObserved {
+				t.Errorf("%s of %s: flags %b, want observed", r.kind, r.e.Pod.Name, r.flags)
+			}
+			byPod[r.e.Pod.Name] = append(byPod[r.e.Pod.Name], r.kind)
+			switch r.kind {
+			case event.PodReady:
+				if r.e.Local != netip.MustParseAddrPort("10.244.0.2:0") || r.e.Attrs[AttrTransitionTime] != now.Add(-72*time.Hour).UTC().Format(time.RFC3339) {
+					t.Errorf("observed ready %+v", r.e)
+				}
+			case event.PodDeletion:
+				if r.e.Duration != int64(45*time.Second) || r.e.Attrs[event.AttrDisruption] != "EvictionByEvictionAPI" {
+					t.Errorf("observed deletion %+v", r.e)
+				}
+			case event.ContainerStarted:
+				if r.e.Attrs[AttrContainerID] != "c0ffee-a" || r.e.Pod.Container != "app" {
+					t.Errorf("observed container %+v", r.e)
+				}
+			}
+		}
+		if a := byPod["a"]; !equalKinds(a, []event.Kind{event.PodReady, event.ContainerStarted}) {
+			t.Errorf("round %d: pod a observed as %v", round, a)
+		}
+		if b := byPod["b"]; !equalKinds(b, []event.Kind{event.PodNotReady, event.PodDeletion}) {
+			t.Errorf("round %d: pod b observed as %v (its container has ended: none running)", round, b)
+		}
 	}
 }
 

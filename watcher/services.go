@@ -24,9 +24,9 @@ import (
 //
 // Services change rarely, so the event that made one known is usually far
 // older than the window a report or a timeline reads. The watcher records
-// every Service it knows once when its watch starts and again every
-// SnapshotEvery (reason "observed"), less than the analysis's default lead
-// of history (15 minutes), so any window holds each Service's addresses.
+// every Service it knows once when its watch starts, at a relist, and again
+// every Options.ObserveInterval (reason "observed", FlagObserved), with the
+// endpoints and pods, so any window holds each Service's addresses.
 
 // stripService keeps a Service's identity, type, addresses and ports.
 func stripService(obj any) (any, error) {
@@ -74,9 +74,9 @@ func serviceStateOf(s *corev1.Service) (serviceState, bool) {
 	return serviceState{uid: string(s.UID), typ: typ, ips: strings.Join(ips, ","), ports: strings.Join(ports, ",")}, true
 }
 
-// SnapshotEvery is how often the watcher records again every Service it
-// knows.
-const SnapshotEvery = 10 * time.Minute
+// ObserveEvery is how often, by default, the watcher records again the
+// state of everything it tracks (Options.ObserveInterval).
+const ObserveEvery = 10 * time.Minute
 
 // serviceHandler turns Service deltas into service_changed events. The
 // informer goroutine calls it, and snapshot from Run's ticker, so mu guards
@@ -93,7 +93,7 @@ func (h *serviceHandler) snapshot(at time.Time) {
 	defer h.mu.Unlock()
 	for key, st := range h.known {
 		ns, name, _ := cache.SplitMetaNamespaceKey(key)
-		h.w.emitService(at, ns, name, event.ChangeObserved, st, 0)
+		h.w.emitService(at, ns, name, event.ChangeObserved, st, event.FlagObserved)
 	}
 }
 
@@ -114,7 +114,7 @@ func (h *serviceHandler) replaceAll(objs []any, initial bool, at time.Time) {
 			// Service created before the agent started.
 			if st, ok := serviceStateOf(s); ok {
 				h.known[key] = st
-				h.w.emitService(at, s.Namespace, s.Name, event.ChangeObserved, st, 0)
+				h.w.emitService(at, s.Namespace, s.Name, event.ChangeObserved, st, event.FlagObserved)
 			}
 			continue
 		}
@@ -128,6 +128,10 @@ func (h *serviceHandler) replaceAll(objs []any, initial bool, at time.Time) {
 		if !seen[key] {
 			h.gone(key, at, event.FlagRelist)
 		}
+	}
+	for key, st := range h.known {
+		ns, name, _ := cache.SplitMetaNamespaceKey(key)
+		h.w.emitService(at, ns, name, event.ChangeObserved, st, event.FlagObserved)
 	}
 }
 

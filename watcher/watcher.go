@@ -98,6 +98,13 @@ type Options struct {
 	// default 2 minutes.
 	PodLinger time.Duration
 
+	// ObserveInterval is how often the watcher records again the state of
+	// everything it tracks (every endpoint, pod, running container and
+	// Service, flagged event.FlagObserved), as it does at its initial
+	// list, so that any window of history holds each one's state however
+	// long ago it began; default ObserveEvery.
+	ObserveInterval time.Duration
+
 	Logger *slog.Logger
 	// Now is the clock; default time.Now. Tests replace it.
 	Now func() time.Time
@@ -166,6 +173,12 @@ func New(cs kubernetes.Interface, o Options) (*Watcher, error) {
 	if o.PodLinger == 0 {
 		o.PodLinger = 2 * time.Minute
 	}
+	if o.ObserveInterval < 0 {
+		return nil, fmt.Errorf("watcher: ObserveInterval %v is negative", o.ObserveInterval)
+	}
+	if o.ObserveInterval == 0 {
+		o.ObserveInterval = ObserveEvery
+	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -217,7 +230,9 @@ func (w *Watcher) Stats() Stats {
 }
 
 // Run watches until ctx ends. The initial lists are taken as the state to
-// start from and produce no events; everything after them does.
+// start from: recorded as observed (event.FlagObserved), not as
+// transitions; everything after them is a transition, and every
+// ObserveInterval the state is recorded again as observed.
 func (w *Watcher) Run(ctx context.Context) error {
 	if !w.running.CompareAndSwap(false, true) {
 		return errors.New("watcher: Run called twice")
@@ -234,6 +249,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 	}()
 
 	var waits []cache.InformerSynced
+	var svcs *serviceHandler
 	if !w.opts.NoPods {
 		// Owner lookups: ReplicaSets, stripped to their owner references.
 		f := informers.NewSharedInformerFactoryWithOptions(w.cs, 0,
@@ -266,26 +282,26 @@ func (w *Watcher) Run(ctx context.Context) error {
 		}
 		// Services: what a client's target (a ClusterIP, a DNS name)
 		// was at the time it failed.
-		svcs := &serviceHandler{w: w, known: map[string]serviceState{}}
+		svcs = &serviceHandler{w: w, known: map[string]serviceState{}}
 		ctrl, done = runInformer(ctx, "services", w.serviceListWatch(), &corev1.Service{}, stripService,
 			svcs, w.opts.Now, w.watchError("services"))
 		waits, running = append(waits, ctrl.HasSynced), append(running, done)
-		snapshots := make(chan struct{})
-		go func() {
-			defer close(snapshots)
-			tick := time.NewTicker(SnapshotEvery)
-			defer tick.Stop()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-tick.C:
-					svcs.snapshot(w.opts.Now())
-				}
-			}
-		}()
-		running = append(running, snapshots)
 	}
+	observations := make(chan struct{})
+	go func() {
+		defer close(observations)
+		tick := time.NewTicker(w.opts.ObserveInterval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				w.observe(svcs)
+			}
+		}
+	}()
+	running = append(running, observations)
 	if w.opts.Mode == Leader && !w.opts.NoSlices {
 		// Run returns after the election ended, so that a leader going
 		// away has released the Lease by then.
@@ -301,6 +317,25 @@ func (w *Watcher) Run(ctx context.Context) error {
 		"namespace", w.opts.Namespace, "podNode", w.opts.PodNode)
 	<-ctx.Done()
 	return nil
+}
+
+// observe records the state of everything tracked, as observed: a walk of
+// the trackers, each under the lock its informer takes, so an observation
+// sits between two updates, never inside one.
+func (w *Watcher) observe(svcs *serviceHandler) {
+	if !w.opts.NoPods {
+		w.pods.opMu.Lock()
+		w.pods.observe(w.opts.Now())
+		w.pods.opMu.Unlock()
+	}
+	if !w.opts.NoSlices {
+		w.sliceMu.Lock()
+		w.slices.observe(w.opts.Now())
+		w.sliceMu.Unlock()
+	}
+	if svcs != nil {
+		svcs.snapshot(w.opts.Now())
+	}
 }
 
 func (w *Watcher) watchError(what string) func(error) {

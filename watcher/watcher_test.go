@@ -3,11 +3,13 @@ package watcher
 import (
 	"context"
 	"flag"
+	"net/netip"
 	"sync"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
@@ -133,6 +135,31 @@ func TestWatcherFakeClientset(t *testing.T) {
 	if ref, wl, ok := w.Pods().PodByUID("uid-old"); !ok || ref.Name != "old" || wl != (event.Workload{Kind: "Deployment", Name: "web"}) {
 		t.Fatalf("PodByUID = %v %v %v", ref, wl, ok)
 	}
+	// The initial lists are recorded as observed state, not transitions.
+	initial := c.waitFor(t, 5*time.Second, "initial state", hasKinds(event.EndpointReady))
+	observed := map[event.Kind]event.Event{}
+	for _, e := range initial {
+		if e.Flags != event.FlagObserved {
+			t.Errorf("initial %s flags %b, want observed", e.Kind, e.Flags)
+		}
+		observed[e.Kind] = e
+	}
+	if e, ok := observed[event.EndpointReady]; !ok || e.Service != "web" || e.Slice != "web-1" || e.Pod.Name != "old" ||
+		e.Attrs[event.AttrConditions] != "ready=true,serving=true,terminating=false" || e.Local != netip.MustParseAddrPort("10.244.0.2:8080") {
+		t.Errorf("observed endpoint %+v", e)
+	}
+	if e, ok := observed[event.PodReady]; !ok || e.Local != netip.MustParseAddrPort("10.244.0.2:0") {
+		t.Errorf("observed pod %+v", e)
+	}
+	if e, ok := observed[event.ContainerStarted]; !ok || e.Attrs[AttrContainerID] != "c0ffee-old" || e.Pod.Container != "app" {
+		t.Errorf("observed container %+v", e)
+	}
+	if len(initial) != 3 {
+		t.Errorf("initial state: %d events, want 3:\n%s", len(initial), describe(initial))
+	}
+	c.mu.Lock()
+	c.events = nil
+	c.mu.Unlock()
 
 	// The API marks the pod deleted; the EndpointSlice controller marks
 	// its endpoint terminating, then removes it.
@@ -186,7 +213,7 @@ func TestWatcherFakeClientset(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	st := w.Stats()
-	if st.Events != 4 || st.Pods != 0 || st.Endpoints != 0 || st.Slices != 1 || !st.Leader {
+	if st.Events != 4+3 || st.Pods != 0 || st.Endpoints != 0 || st.Slices != 1 || !st.Leader {
 		t.Errorf("stats %+v", st)
 	}
 }
@@ -308,5 +335,44 @@ func TestFlags(t *testing.T) {
 	f.Mode = "sometimes"
 	if _, err := f.Options(); err == nil {
 		t.Error("bad mode accepted")
+	}
+}
+
+// TestWatcherObservesPeriodically: every ObserveInterval the state of
+// every endpoint, pod, container and Service is recorded again, flagged
+// observed, with nothing having changed.
+func TestWatcherObservesPeriodically(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	p := pod("old", "1", "10.244.0.2", true)
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "ns"},
+		Spec: corev1.ServiceSpec{ClusterIPs: []string{"10.96.0.10"}, Ports: []corev1.ServicePort{{Port: 80}}}}
+	cs := fake.NewClientset(p, svc, slice("web-1", "web", "1", ep("old", "10.244.0.2", false, true, true)))
+	c := newCollector()
+	w, err := New(cs, Options{Node: "node-a", Sink: c.sink, ObserveInterval: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go w.Run(ctx)
+	count := func(evs []event.Event) map[event.Kind]int {
+		n := map[event.Kind]int{}
+		for _, e := range evs {
+			if e.Flags.Has(event.FlagObserved) {
+				n[e.Kind]++
+			}
+		}
+		return n
+	}
+	evs := c.waitFor(t, 10*time.Second, "three observations", func(evs []event.Event) bool {
+		n := count(evs)
+		return n[event.EndpointTerminating] >= 3 && n[event.PodReady] >= 3 && n[event.ContainerStarted] >= 3 && n[event.ServiceChanged] >= 3
+	})
+	for _, e := range evs {
+		if !e.Flags.Has(event.FlagObserved) {
+			t.Errorf("nothing changed, yet %s was reported without the observed flag", e.Kind)
+		}
+	}
+	if _, err := New(cs, Options{Node: "n", Sink: c.sink, ObserveInterval: -time.Second}); err == nil {
+		t.Error("a negative ObserveInterval was accepted")
 	}
 }

@@ -41,6 +41,7 @@ func runImport(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	errorLog := fs.String("error-log", "", "nginx, ingress-nginx: the proxy's error log (gzip or plain), read first: each failed access log line an entry of it explains takes its mechanism (connect refused, timed out, reset, prematurely closed)")
 	timeZone := fs.String("time-zone", "", "nginx-error, haproxy: the zone of times the log writes without one (IANA name such as Europe/Paris, or UTC; default UTC)")
 	service := fs.String("service", "", "target-health: the Kubernetes Service (namespace/name) the target group or backend service serves (default: the one each snapshot's # line names)")
+	clientTimeout := fs.Duration("client-timeout", 0, "the clients' request timeout: a timeout logged with no duration (and no timeout_ms) lasted this long, so it is aligned at its start (default: unknown)")
 	window := registerWindow(fs)
 	fs.Usage = func() {
 		w := fs.Output()
@@ -79,7 +80,11 @@ func runImport(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	if err != nil {
 		return fmt.Errorf("%w: --fail-status: %v", errUsage, err)
 	}
-	opts := ingest.Options{LogFormat: *nginxFormat, FailStatus: codes, ProxyName: *proxyName, BaselineOnly: !*baselineAdded, Service: *service}
+	if *clientTimeout < 0 {
+		return fmt.Errorf("%w: --client-timeout %v: want a positive duration", errUsage, *clientTimeout)
+	}
+	opts := ingest.Options{LogFormat: *nginxFormat, FailStatus: codes, ProxyName: *proxyName, BaselineOnly: !*baselineAdded, Service: *service,
+		ClientTimeout: *clientTimeout}
 	if *timeZone != "" {
 		loc, err := time.LoadLocation(*timeZone)
 		if err != nil {

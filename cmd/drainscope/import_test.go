@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/drainscope/drainscope/event"
 	"github.com/drainscope/drainscope/ingest"
@@ -127,5 +128,41 @@ func TestImportEnvoyClusters(t *testing.T) {
 	nodes := evs[0].Node + "," + evs[1].Node
 	if nodes != "gw-east,node-a" && nodes != "node-a,gw-east" {
 		t.Errorf("removals on %s, want gw-east and node-a", nodes)
+	}
+}
+
+// TestImportClientTimeout: --client-timeout gives a timeout logged with no
+// duration the client's timeout, so it is aligned at its start.
+func TestImportClientTimeout(t *testing.T) {
+	dir := t.TempDir()
+	in := filepath.Join(dir, "client.jsonl")
+	os.WriteFile(in, []byte(`{"time":"2026-03-01T09:00:05Z","target":"http://web/","error":"context deadline exceeded"}
+{"time":"2026-03-01T09:00:06Z","target":"http://web/","error":"EOF"}
+`), 0o644)
+	db := filepath.Join(dir, "events.db")
+	code, stdout, stderr := runCLI(t, "import", "--max-past", "0", "--format", "jsonl", "--client-timeout", "5s", "--store", db, in)
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout %s\nstderr %s", code, stdout, stderr)
+	}
+	s, err := store.Open(context.Background(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs, err := store.Events(context.Background(), s, store.Query{Kinds: []event.Kind{event.ClientFailure}})
+	s.Close()
+	if err != nil || len(evs) != 2 {
+		t.Fatalf("%d failures stored: %v", len(evs), err)
+	}
+	for _, e := range evs {
+		want := int64(0)
+		if e.Reason == event.FailTimeout {
+			want = int64(5 * time.Second)
+		}
+		if e.Duration != want {
+			t.Errorf("%s: duration %d, want %d", e.Reason, e.Duration, want)
+		}
+	}
+	if code, _, stderr := runCLI(t, "import", "--format", "jsonl", "--client-timeout", "-1s", "--dry-run", in); code == 0 || !strings.Contains(stderr, "--client-timeout") {
+		t.Errorf("a negative --client-timeout: exit %d, %s", code, stderr)
 	}
 }

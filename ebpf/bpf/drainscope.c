@@ -50,6 +50,7 @@ enum flag {
 	FLAG_TIMEWAIT = 1 << 6,    // reset sent for a TIME_WAIT or request socket
 	FLAG_SIGNALED = 1 << 7,    // process terminated by a signal (signal holds it)
 	FLAG_CORE = 1 << 8,        // ... and dumped core
+	FLAG_MAIN = 1 << 9,        // the process is its container's main one (PID 1 of a child pid namespace)
 };
 
 // struct event is decoded by the Go reader; layout_test.go pins its size and
@@ -347,13 +348,34 @@ static __always_inline __u64 probed_task_netns(struct task_struct *task)
 	return BPF_CORE_READ(task, nsproxy, net_ns, ns.inum);
 }
 
+// Whether task's process is its container's main process: the one the
+// runtime started as the container's init, which is PID 1 in its own pid
+// namespace below the host's (level > 0). A process exec'd into the
+// container later (a probe, kubectl exec) or forked by the app has another
+// number there. Read through the thread-group leader, so that any thread
+// of the main process counts, and with CO-RE probe reads, since a zombie
+// leader's pid may already be detached.
+static __always_inline int task_is_main(struct task_struct *task)
+{
+	struct pid *p = BPF_CORE_READ(task, group_leader, thread_pid);
+	if (!p)
+		return 0;
+	unsigned int level = BPF_CORE_READ(p, level);
+	if (level == 0 || level > 32) // MAX_PID_NS_LEVEL
+		return 0;
+	int nr = 0;
+	if (bpf_core_read(&nr, sizeof(nr), &p->numbers[level].nr))
+		return 0;
+	return nr == 1;
+}
+
 // Fills pid and comm from the current task, and marks it the owner when it
 // lives in the socket's cgroup (or, without one, in the socket's network
 // namespace): in softirq context the current task is whoever was running.
 static __always_inline void sock_owner(struct event *e, __u64 sk_cgid, __u64 netns)
 {
 	__u64 id = bpf_get_current_pid_tgid();
-	int owner;
+	int owner, is_main;
 	__u32 task_flags;
 	if (have_task_btf) {
 		struct task_struct *task = bpf_get_current_task_btf();
@@ -362,6 +384,7 @@ static __always_inline void sock_owner(struct event *e, __u64 sk_cgid, __u64 net
 		else
 			owner = task_netns(task) == netns;
 		task_flags = task->flags;
+		is_main = owner && task_is_main(task);
 	} else {
 		struct task_struct *task = (struct task_struct *)bpf_get_current_task();
 		if (sk_cgid)
@@ -369,6 +392,7 @@ static __always_inline void sock_owner(struct event *e, __u64 sk_cgid, __u64 net
 		else
 			owner = probed_task_netns(task) == netns;
 		task_flags = BPF_CORE_READ(task, flags);
+		is_main = owner && task_is_main(task);
 	}
 	if (!owner)
 		return;
@@ -378,6 +402,8 @@ static __always_inline void sock_owner(struct event *e, __u64 sk_cgid, __u64 net
 	bpf_get_current_comm(&e->comm, sizeof(e->comm));
 	if (task_flags & PF_EXITING)
 		e->flags |= FLAG_AT_EXIT;
+	if (is_main)
+		e->flags |= FLAG_MAIN;
 }
 
 SEC("tp_btf/signal_generate")
@@ -406,6 +432,8 @@ int BPF_PROG(signal_generate, int sig, struct kernel_siginfo *info, struct task_
 	e->code = result;
 	if (group)
 		e->flags |= FLAG_GROUP;
+	if (task_is_main(task))
+		e->flags |= FLAG_MAIN;
 	submit(e);
 	return 0;
 }
@@ -446,6 +474,8 @@ int BPF_PROG(sched_process_exit, struct task_struct *task)
 	} else {
 		e->code = (code >> 8) & 0xff;
 	}
+	if (task_is_main(task))
+		e->flags |= FLAG_MAIN;
 	submit(e);
 	return 0;
 }

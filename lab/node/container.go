@@ -21,6 +21,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/drainscope/drainscope/event"
 	"github.com/drainscope/drainscope/lab/cgroup"
 )
@@ -156,6 +158,13 @@ func (w *podWorker) startContainer(ctx context.Context, c *container) {
 		Setsid: true,
 		// Containers die with the lab even if it is killed outright.
 		Pdeathsig: syscall.SIGKILL,
+		// A pid namespace of its own, as a container runtime gives: the
+		// app is PID 1 there, which is how the kernel program tells the
+		// container's main process from one exec'd into it. As on a real
+		// node, PID 1 is not killed by a signal it has no handler for
+		// (SIGKILL aside): a Go app whose SIGTERM is at its default
+		// re-raises it, survives, and exits with status 2.
+		Cloneflags: syscall.CLONE_NEWPID,
 	}
 	g.Place(cmd.SysProcAttr)
 	if err := np.Start(cmd); err != nil {
@@ -357,7 +366,7 @@ func (w *podWorker) exec(ctx context.Context, c *container, argv []string) error
 		return errors.New("exec: empty command")
 	}
 	w.mu.Lock()
-	np, g, cmdEnv := w.net, c.group, []string(nil)
+	np, g, cmdEnv, mainPID := w.net, c.group, []string(nil), c.pid
 	if c.cmd != nil {
 		cmdEnv = c.cmd.Env
 	}
@@ -375,7 +384,35 @@ func (w *podWorker) exec(ctx context.Context, c *container, argv []string) error
 		cmd.Stdout, cmd.Stderr = c.logf, c.logf
 	}
 	w.mu.Unlock()
-	if err := np.Start(cmd); err != nil {
+	// Into the container's pid namespace too, as a runtime's exec joins
+	// the container: the process is not PID 1 there, not the main one.
+	pidns, err := os.Open(fmt.Sprintf("/proc/%d/ns/pid", mainPID))
+	if err != nil {
+		return fmt.Errorf("exec: the container's pid namespace: %w", err)
+	}
+	defer pidns.Close()
+	own, err := os.Open("/proc/self/ns/pid")
+	if err != nil {
+		return fmt.Errorf("exec: own pid namespace: %w", err)
+	}
+	defer own.Close()
+	err = np.Do(func() error {
+		// Do runs this on a locked thread: setns(CLONE_NEWPID) sets the
+		// namespace of that thread's next children only.
+		if err := unix.Setns(int(pidns.Fd()), unix.CLONE_NEWPID); err != nil {
+			return fmt.Errorf("exec: entering the container's pid namespace: %w", err)
+		}
+		startErr := cmd.Start()
+		if err := unix.Setns(int(own.Fd()), unix.CLONE_NEWPID); err != nil {
+			return errors.Join(startErr, fmt.Errorf("exec: leaving the container's pid namespace: %w", err))
+		}
+		return startErr
+	})
+	if err != nil {
+		if cmd.Process != nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
 		return err
 	}
 	return cmd.Wait()

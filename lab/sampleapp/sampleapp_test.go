@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/drainscope/drainscope/event"
+	"github.com/drainscope/drainscope/internal/testenv"
 	"github.com/drainscope/drainscope/lab/load"
 	"github.com/drainscope/drainscope/lab/sampleapp"
 )
@@ -33,8 +34,15 @@ var listening = regexp.MustCompile(`msg=listening .*addr=(\S+)`)
 // it with its address once it listens.
 func start(t *testing.T, args ...string) (*exec.Cmd, netip.AddrPort) {
 	t.Helper()
+	return startWith(t, nil, args...)
+}
+
+// startWith is start with the child's process attributes.
+func startWith(t *testing.T, attr *syscall.SysProcAttr, args ...string) (*exec.Cmd, netip.AddrPort) {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], append([]string{"-listen", "127.0.0.1:0"}, args...)...)
 	cmd.Env = append(os.Environ(), "SAMPLEAPP_CHILD=1", "POD_NAME=test-pod")
+	cmd.SysProcAttr = attr
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -255,5 +263,44 @@ func TestParseBehaviour(t *testing.T) {
 	}
 	if _, err := sampleapp.New(sampleapp.Config{Behaviour: "x"}); err == nil || errors.Is(err, nil) {
 		t.Error("New with an unknown behaviour: want an error")
+	}
+}
+
+// TestExitBehaviourAsPID1: the exit behaviour leaves SIGTERM at its
+// default. Outside a pid namespace the kernel ends the process by the
+// signal; as PID 1 of its own pid namespace, as in a container (the lab's
+// process node and a real node alike), the kernel does not kill an init by
+// a signal it has no handler for: the Go runtime re-raises it, survives,
+// and exits with status 2. The process ends at SIGTERM either way.
+func TestExitBehaviourAsPID1(t *testing.T) {
+	if os.Geteuid() != 0 {
+		testenv.Unavailable(t, "a pid namespace needs root")
+	}
+	for _, c := range []struct {
+		name     string
+		attr     *syscall.SysProcAttr
+		signaled bool
+		code     int
+	}{
+		{"host", nil, true, -1},
+		{"pid namespace", &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID}, false, 2},
+	} {
+		cmd, _ := startWith(t, c.attr, "-behaviour", "exit")
+		sent := time.Now()
+		if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		err := cmd.Wait()
+		took := time.Since(sent)
+		ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus)
+		if !ok {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if ws.Signaled() != c.signaled || (!c.signaled && ws.ExitStatus() != c.code) || (c.signaled && ws.Signal() != syscall.SIGTERM) {
+			t.Errorf("%s: wait status %v (signaled %v, exit %d), want signaled %v, exit %d", c.name, ws, ws.Signaled(), ws.ExitStatus(), c.signaled, c.code)
+		}
+		if took > 2*time.Second {
+			t.Errorf("%s: exited %v after SIGTERM, want at once", c.name, took)
+		}
 	}
 }
