@@ -142,12 +142,14 @@ const (
 	AttrProtocol    = "protocol"     // tcp, udp, sctp
 	AttrChain       = "chain"        // the proxy's chain that held the endpoint
 	AttrCluster     = "cluster"      // envoy: the cluster that held the endpoint
+	AttrFrontend    = "frontend"     // cilium: the service map's frontend address:port that held the endpoint
 )
 
 // Proxy kinds (Attrs[proxy] of the dataplane kinds).
 const (
 	ProxyNFTables = "nftables"
-	ProxyEnvoy    = "envoy" // imported from snapshots of envoy's admin /clusters
+	ProxyEnvoy    = "envoy"  // imported from snapshots of envoy's admin /clusters
+	ProxyCilium   = "cilium" // Cilium's eBPF service maps (kube-proxy replacement), package dataplane/cilium
 )
 
 // Common attribute keys.
