@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/drainscope/drainscope/agent"
+	"github.com/drainscope/drainscope/dataplane/cilium"
 	"github.com/drainscope/drainscope/store"
 	"github.com/drainscope/drainscope/watcher"
 )
@@ -54,6 +55,8 @@ func runAgent(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	shutdown := fs.Duration("shutdown-timeout", 20*time.Second, "time allowed to flush the buffer at shutdown (keep it below the pod's terminationGracePeriodSeconds)")
 	noKernel := fs.Bool("no-kernel", false, "do not load the eBPF programs; record only pod and endpoint transitions")
 	dp := fs.String("dataplane", "nftables", `record when this node's proxy rules stop sending to each endpoint: "nftables" (kube-proxy's nftables mode; needs the host network namespace and CAP_NET_ADMIN, else logs why once) or "off"`)
+	ciliumMaps := fs.String("cilium-maps", "auto", `read Cilium's service maps (its eBPF load balancer, instead of kube-proxy) and record when each backend leaves a Service: "auto" (when `+cilium.DefaultDir+` holds them at start), "off", or the bpffs directory holding them; needs the host's /sys/fs/bpf and CAP_BPF`)
+	ciliumInterval := fs.Duration("cilium-interval", 250*time.Millisecond, "how often Cilium's service maps are read (the events' time resolution)")
 	cgroupRoots := fs.String("cgroup-root", "", "comma-separated cgroup directories holding the pods (default: kubepods.slice or kubepods under the cgroup mount, found at start)")
 	cgroups := fs.String("cgroups", "", `cgroup hierarchy identifying tasks: "" (v2 when mounted, else v1 pids), "v2", or "v1:<controller>"`)
 	netnsDir := fs.String("netns-dir", "/run/netns", `directory of the pods' network namespaces (the runtime's /run/netns); "-" turns tracking them off`)
@@ -108,6 +111,7 @@ func runAgent(ctx context.Context, fs *flag.FlagSet, args []string) error {
 			NetNSGlob: *netnsGlob,
 		},
 		Dataplane:       agent.DataplaneConfig{Disabled: *dp == "off"},
+		Cilium:          agent.CiliumConfig{Dir: ciliumDir(*ciliumMaps), Interval: *ciliumInterval},
 		ShutdownTimeout: *shutdown,
 		Logger:          slog.Default(),
 		Version:         version,
@@ -170,4 +174,18 @@ func agentPrunes(f *retentionFlag, mode watcher.Mode, st store.Store, leading fu
 		return leading, true
 	}
 	return nil, false
+}
+
+// ciliumDir turns --cilium-maps into the reader's directory ("" off).
+func ciliumDir(flag string) string {
+	switch flag {
+	case "off", "":
+		return ""
+	case "auto":
+		if cilium.Present(cilium.DefaultDir) {
+			return cilium.DefaultDir
+		}
+		return ""
+	}
+	return flag
 }

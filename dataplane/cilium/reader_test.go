@@ -16,21 +16,9 @@ import (
 	"github.com/drainscope/drainscope/internal/testenv"
 )
 
-// ciliumMaps are real BPF hash maps laid out and pinned as a Cilium agent
-// (v1.15–v1.20) creates them (pkg/loadbalancer/maps/lbmaps.go: hash maps,
-// BPF_F_NO_PREALLOC, pinned by name in the bpffs directory), and written
-// the way it writes a Service: backends first, then the backend slots,
-// then the frontend's slot 0 with the count, and slots past the count
-// deleted afterwards.
-type ciliumMaps struct {
-	dir                  string
-	svc4, be4, svc6, be6 *ebpf.Map
-	nextID               uint32
-	ids                  map[netip.AddrPort]uint32
-}
-
-// newCiliumMaps mounts a bpffs of the test's own and creates the maps there.
-func newCiliumMaps(t *testing.T) *ciliumMaps {
+// newCiliumMaps mounts a bpffs of the test's own and creates Cilium's
+// maps there, as its agent does (see Writer).
+func newCiliumMaps(t *testing.T) *Writer {
 	t.Helper()
 	testenv.RequireRoot(t)
 	dir := t.TempDir()
@@ -38,69 +26,18 @@ func newCiliumMaps(t *testing.T) *ciliumMaps {
 		testenv.Unavailable(t, "mounting a bpffs: "+err.Error())
 	}
 	t.Cleanup(func() { unix.Unmount(dir, unix.MNT_DETACH) })
-	m := &ciliumMaps{dir: dir, nextID: 1, ids: map[netip.AddrPort]uint32{}}
-	mk := func(name string, key, value uint32) *ebpf.Map {
-		mp, err := ebpf.NewMapWithOptions(&ebpf.MapSpec{
-			Name: name, Type: ebpf.Hash, KeySize: key, ValueSize: value, MaxEntries: 65536,
-			Flags: unix.BPF_F_NO_PREALLOC, Pinning: ebpf.PinByName,
-		}, ebpf.MapOptions{PinPath: dir})
-		if err != nil {
-			t.Fatalf("creating %s: %v", name, err)
-		}
-		t.Cleanup(func() { mp.Close() })
-		return mp
-	}
-	m.svc4 = mk(Services4Map, 12, 12)
-	m.be4 = mk(Backends4Map, 4, 12)
-	m.svc6 = mk(Services6Map, 24, 12)
-	m.be6 = mk(Backends6Map, 4, 24)
-	return m
-}
-
-// setService writes a frontend's backends as the Cilium agent does.
-func (m *ciliumMaps) setService(t *testing.T, fe netip.AddrPort, proto uint8, backends []netip.AddrPort, oldCount int) {
-	t.Helper()
-	for _, b := range backends {
-		if _, ok := m.ids[b]; ok {
-			continue
-		}
-		id := m.nextID
-		m.nextID++
-		m.ids[b] = id
-		var err error
-		if b.Addr().Is4() {
-			err = m.be4.Put(id, Backend4Value{Address: b.Addr().As4(), Port: NetPort(b.Port()), Proto: proto})
-		} else {
-			err = m.be6.Put(id, Backend6Value{Address: b.Addr().As16(), Port: NetPort(b.Port()), Proto: proto})
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	put := func(slot uint16, v ServiceValue) error {
-		if fe.Addr().Is4() {
-			return m.svc4.Put(Service4Key{Address: fe.Addr().As4(), Port: NetPort(fe.Port()), BackendSlot: slot, Proto: proto}, v)
-		}
-		return m.svc6.Put(Service6Key{Address: fe.Addr().As16(), Port: NetPort(fe.Port()), BackendSlot: slot, Proto: proto}, v)
-	}
-	del := func(slot uint16) error {
-		if fe.Addr().Is4() {
-			return m.svc4.Delete(Service4Key{Address: fe.Addr().As4(), Port: NetPort(fe.Port()), BackendSlot: slot, Proto: proto})
-		}
-		return m.svc6.Delete(Service6Key{Address: fe.Addr().As16(), Port: NetPort(fe.Port()), BackendSlot: slot, Proto: proto})
-	}
-	for i, b := range backends {
-		if err := put(uint16(i+1), ServiceValue{BackendID: m.ids[b], RevNat: 7}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := put(0, ServiceValue{Count: uint16(len(backends)), RevNat: 7}); err != nil {
+	w, err := NewWriter(dir)
+	if err != nil {
 		t.Fatal(err)
 	}
-	for s := len(backends) + 1; s <= oldCount; s++ {
-		if err := del(uint16(s)); err != nil {
-			t.Fatal(err)
-		}
+	t.Cleanup(func() { w.Close() })
+	return w
+}
+
+func set(t *testing.T, w *Writer, fe netip.AddrPort, backends ...netip.AddrPort) {
+	t.Helper()
+	if err := w.SetService(fe, 6, backends); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -112,9 +49,9 @@ func TestReaderOnCiliumLayoutMaps(t *testing.T) {
 	nodePort := ap("192.0.2.1:30080") // a NodePort frontend: no ClusterIP
 	a, b, c := ap("10.244.0.5:8080"), ap("10.244.0.6:8080"), ap("10.244.0.7:8080")
 	a6, b6 := ap("[fd00:244::5]:8080"), ap("[fd00:244::6]:8080")
-	m.setService(t, cluster4, 6, []netip.AddrPort{a, b, c}, 0)
-	m.setService(t, nodePort, 6, []netip.AddrPort{a, b, c}, 0)
-	m.setService(t, cluster6, 6, []netip.AddrPort{a6, b6}, 0)
+	set(t, m, cluster4, a, b, c)
+	set(t, m, nodePort, a, b, c)
+	set(t, m, cluster6, a6, b6)
 
 	idx := NewServiceIndex()
 	svc := event.Event{Kind: event.ServiceChanged, Pod: event.PodRef{Namespace: "shop"}, Service: "web", Reason: event.ChangeObserved,
@@ -122,11 +59,11 @@ func TestReaderOnCiliumLayoutMaps(t *testing.T) {
 	idx.Observe(&svc)
 
 	var got []event.Event
-	r, err := New(Options{Node: "node-1", Dir: m.dir, Services: idx.Lookup, Emit: func(e event.Event) { got = append(got, e) }})
+	r, err := New(Options{Node: "node-1", Dir: m.Dir, Services: idx.Lookup, Emit: func(e event.Event) { got = append(got, e) }})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !Present(m.dir) {
+	if !Present(m.Dir) {
 		t.Fatal("Present: the maps are pinned there")
 	}
 	if err := r.Open(); err != nil {
@@ -153,9 +90,9 @@ func TestReaderOnCiliumLayoutMaps(t *testing.T) {
 
 	// b leaves the Service (its pod terminating): Cilium rewrites the
 	// slots without it; the backend entry stays while connections drain.
-	m.setService(t, cluster4, 6, []netip.AddrPort{a, c}, 3)
-	m.setService(t, nodePort, 6, []netip.AddrPort{a, c}, 3)
-	m.setService(t, cluster6, 6, []netip.AddrPort{a6}, 2)
+	set(t, m, cluster4, a, c)
+	set(t, m, nodePort, a, c)
+	set(t, m, cluster6, a6)
 	cs, err := r.Poll()
 	if err != nil {
 		t.Fatal(err)
@@ -184,7 +121,7 @@ func TestReaderOnCiliumLayoutMaps(t *testing.T) {
 	// A new pod d appears: added.
 	d := ap("10.244.0.8:8080")
 	got = nil
-	m.setService(t, cluster4, 6, []netip.AddrPort{a, c, d}, 2)
+	set(t, m, cluster4, a, c, d)
 	if _, err := r.Poll(); err != nil {
 		t.Fatal(err)
 	}
@@ -194,15 +131,15 @@ func TestReaderOnCiliumLayoutMaps(t *testing.T) {
 	// A slot past the count (left while the agent rewrites, or
 	// quarantined) takes no new connection: not in the state.
 	got = nil
-	if err := m.svc4.Put(Service4Key{Address: cluster4.Addr().As4(), Port: NetPort(80), BackendSlot: 4, Proto: 6}, ServiceValue{BackendID: m.ids[b]}); err != nil {
+	if err := m.PutSlot(cluster4, 6, 4, b); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := r.Poll(); err != nil || len(got) != 0 {
 		t.Errorf("a slot past the count: %v, events %+v", err, got)
 	}
 	// The Service is deleted: every backend of its frontend leaves.
-	for s := uint16(0); s <= 4; s++ {
-		m.svc4.Delete(Service4Key{Address: cluster4.Addr().As4(), Port: NetPort(80), BackendSlot: s, Proto: 6})
+	if err := m.SetService(cluster4, 6, nil); err != nil {
+		t.Fatal(err)
 	}
 	if _, err := r.Poll(); err != nil {
 		t.Fatal(err)
