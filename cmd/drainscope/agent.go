@@ -9,11 +9,13 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/drainscope/drainscope/agent"
 	"github.com/drainscope/drainscope/dataplane/cilium"
+	"github.com/drainscope/drainscope/ebpf"
 	"github.com/drainscope/drainscope/store"
 	"github.com/drainscope/drainscope/watcher"
 )
@@ -61,6 +63,7 @@ func runAgent(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	cgroups := fs.String("cgroups", "", `cgroup hierarchy identifying tasks: "" (v2 when mounted, else v1 pids), "v2", or "v1:<controller>"`)
 	netnsDir := fs.String("netns-dir", "/run/netns", `directory of the pods' network namespaces (the runtime's /run/netns); "-" turns tracking them off`)
 	netnsGlob := fs.String("netns-glob", "*", "track only the namespaces in --netns-dir whose names match this pattern")
+	without := fs.String("kernel-without", "", "comma-separated kernel features to act as if missing (e.g. no_socket_resets: refused connections through the fallback of kernels before 6.10; see docs/kernels.md)")
 	ringBuffer := fs.Int("ring-buffer-bytes", 0, "BPF ring buffer size, a power of two (default 8 MiB)")
 	retention := registerRetention(fs, "delete events older than `AGE` (336h, 14d; 0: never). Unset, the agent prunes only as the lease holder in leader mode or on a SQLite store; drainscope serve prunes otherwise")
 	fs.Usage = func() {
@@ -76,6 +79,10 @@ func runAgent(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	}
 	if *dp != "nftables" && *dp != "off" {
 		return fmt.Errorf("%w: --dataplane %q: want nftables or off (iptables and IPVS modes are not recorded)", errUsage, *dp)
+	}
+	withoutFeats, err := kernelFeatures(*without)
+	if err != nil {
+		return err
 	}
 	if *bufferEvents < 1 || *batch < 1 {
 		return fmt.Errorf("%w: --buffer-events and --batch-size must be positive", errUsage)
@@ -118,6 +125,7 @@ func runAgent(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	}
 	cfg.Kernel.Collector.Cgroups = *cgroups
 	cfg.Kernel.Collector.RingBufferSize = *ringBuffer
+	cfg.Kernel.Collector.WithoutFeatures = withoutFeats
 	for _, r := range strings.Split(*cgroupRoots, ",") {
 		if r = strings.TrimSpace(r); r != "" {
 			cfg.Kernel.CgroupRoots = append(cfg.Kernel.CgroupRoots, r)
@@ -188,4 +196,19 @@ func ciliumDir(flag string) string {
 		return ""
 	}
 	return flag
+}
+
+// kernelFeatures parses --kernel-without.
+func kernelFeatures(list string) ([]ebpf.Feature, error) {
+	var out []ebpf.Feature
+	for _, f := range strings.Split(list, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		if !slices.Contains(ebpf.Features, ebpf.Feature(f)) {
+			return nil, fmt.Errorf("%w: --kernel-without %q: unknown feature; known: %v", errUsage, f, ebpf.Features)
+		}
+		out = append(out, ebpf.Feature(f))
+	}
+	return out, nil
 }
