@@ -151,7 +151,8 @@ func (c *Collector) loadRefusedFallback(kernel *btf.Spec, cache *btf.Cache, filt
 			progs = append(progs, p)
 		}
 		if progs == nil {
-			// The first program failed: detach any sibling, try the next.
+			// The first program failed (nothing of this fallback is
+			// attached): try the next.
 			continue
 		}
 		c.programs = append(c.programs, progs...)
