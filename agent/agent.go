@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/drainscope/drainscope/dataplane"
+	"github.com/drainscope/drainscope/dataplane/cilium"
 	"github.com/drainscope/drainscope/ebpf"
 	"github.com/drainscope/drainscope/event"
 	"github.com/drainscope/drainscope/metrics"
@@ -51,6 +52,8 @@ type Config struct {
 
 	// Dataplane configures the recording of this node's proxy rules.
 	Dataplane DataplaneConfig
+	// Cilium configures the reading of Cilium's service maps.
+	Cilium CiliumConfig
 
 	// Metrics receives the agent's metrics; nil makes a registry of its own
 	// (see Agent.Metrics).
@@ -112,6 +115,9 @@ type Agent struct {
 	lag    *dataplane.LagMeter
 	// proxyMode is the node's proxy mode as last detected.
 	proxyMode atomic.Pointer[dataplane.Mode]
+
+	cilium         *cilium.Reader
+	ciliumServices *cilium.ServiceIndex
 
 	kernelMu sync.Mutex
 	kernel   *ebpf.Collector
@@ -189,6 +195,9 @@ func New(cfg Config) (*Agent, error) {
 		}
 		a.dp, a.lag = dp, dataplane.NewLagMeter()
 	}
+	if err := a.newCilium(); err != nil {
+		return nil, err
+	}
 	return a, nil
 }
 
@@ -201,6 +210,9 @@ func (a *Agent) Watcher() *watcher.Watcher { return a.w }
 // record takes every event: counted and queued for the store.
 func (a *Agent) record(e event.Event) {
 	a.m.Observe(&e)
+	if a.ciliumServices != nil {
+		a.ciliumServices.Observe(&e)
+	}
 	if a.lag != nil {
 		if node, lag, ok := a.lag.Observe(&e); ok {
 			a.m.ObserveDataplaneLag(node, lag)
@@ -265,6 +277,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.followProxyMode(runCtx, &wg)
 		}()
 	}
+	a.startCilium(runCtx, &wg)
 
 	wctx, wcancel := context.WithCancel(runCtx)
 	wdone := make(chan struct{})

@@ -143,6 +143,12 @@ type Collector struct {
 	release  string
 	exits    recentExits // without group_dead: exits already emitted
 
+	// The refused-connection fallback (refused.go), before Linux 6.10.
+	refusedBy      string
+	refusedFeature Feature
+	refusedErr     error
+	refusedTried   []string // fallbacks passed over, and why
+
 	duplicateExits atomic.Uint64
 
 	running      atomic.Bool
@@ -303,6 +309,7 @@ func Open(cfg Config) (*Collector, error) {
 		}
 		c.programs = append(c.programs, p)
 	}
+	c.loadRefusedFallback(kernel, cache, !cfg.TrackAll, wakeupBytes, cfg.WithoutFeatures)
 	if len(c.links) == 0 {
 		var why []string
 		for _, p := range c.programs {
@@ -311,7 +318,7 @@ func Open(cfg Config) (*Collector, error) {
 		return nil, fmt.Errorf("no kernel program could run: %s", strings.Join(why, "; "))
 	}
 
-	c.evidence = evidenceFor(feats, c.programs, c.release)
+	c.evidence = c.refusedEvidence(evidenceFor(feats, c.programs, c.release))
 
 	c.rd, err = ringbuf.NewReader(c.events)
 	if err != nil {
@@ -423,7 +430,11 @@ func (c *Collector) attach() error {
 		if c.links[name] != nil {
 			continue
 		}
-		l, err := link.AttachTracing(link.TracingOptions{Program: prog, AttachType: ebpf.AttachTraceRawTp})
+		at, ok := refusedAttach[name]
+		if !ok {
+			at = ebpf.AttachTraceRawTp
+		}
+		l, err := link.AttachTracing(link.TracingOptions{Program: prog, AttachType: at})
 		if err != nil {
 			return fmt.Errorf("attaching %s: %w", name, err)
 		}

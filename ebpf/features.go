@@ -39,7 +39,8 @@ const (
 )
 
 // Features lists every feature, in the order of the README's table.
-var Features = []Feature{FeatureTaskBTF, FeatureNoSocketResets, FeatureResetReason, FeatureExitGroupDead}
+var Features = []Feature{FeatureTaskBTF, FeatureNoSocketResets, FeatureResetReason, FeatureExitGroupDead,
+	FeatureResetFentry, FeatureDropReasonNoSocket}
 
 // Evidence names a kind of kernel evidence the analysis uses. A node whose
 // kernel cannot produce one says so (Collector.Evidence), so that its

@@ -85,11 +85,13 @@ func TestWithoutTaskBTF(t *testing.T) {
 	assertPod(t, cc, p, true)
 }
 
-// TestWithoutNoSocketResets: before Linux 6.10 a SYN to a closed port
-// leaves no trace; the collector says refused connections are missing.
+// TestWithoutNoSocketResets: before Linux 6.10, on a kernel where neither
+// refused-connection fallback runs (no fentry, kfree_skb without the drop
+// reason: arm64 before 5.17), a SYN to a closed port leaves no trace; the
+// collector says refused connections are missing.
 func TestWithoutNoSocketResets(t *testing.T) {
 	p := newTestPod(t, true)
-	c, r := degradedCollector(t, p, FeatureNoSocketResets)
+	c, r := degradedCollector(t, p, FeatureNoSocketResets, FeatureResetFentry, FeatureDropReasonNoSocket)
 	m := missing(c)
 	if !slices.Equal(m, []string{string(EvidenceRefused), string(EvidenceResetsWithoutSock)}) {
 		t.Errorf("missing evidence %v, want refused_connections and resets_without_socket", m)

@@ -166,6 +166,7 @@ const (
 	AttrProtocol    = "protocol"     // tcp, udp, sctp
 	AttrChain       = "chain"        // the proxy's chain that held the endpoint
 	AttrCluster     = "cluster"      // envoy: the cluster that held the endpoint
+	AttrFrontend    = "frontend"     // cilium: the service map's frontend address:port that held the endpoint
 )
 
 // Proxy kinds (Attrs[proxy] of the dataplane kinds).
@@ -177,7 +178,8 @@ const (
 	// ProxyIPTablesLegacy is kube-proxy's iptables mode on the legacy
 	// xtables backend, read by polling after each of its syncs.
 	ProxyIPTablesLegacy = "iptables-legacy"
-	ProxyEnvoy          = "envoy" // imported from snapshots of envoy's admin /clusters
+	ProxyEnvoy          = "envoy"  // imported from snapshots of envoy's admin /clusters
+	ProxyCilium         = "cilium" // Cilium's eBPF service maps (kube-proxy replacement), package dataplane/cilium
 )
 
 // Common attribute keys.

@@ -9,11 +9,14 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/drainscope/drainscope/agent"
 	"github.com/drainscope/drainscope/dataplane"
+	"github.com/drainscope/drainscope/dataplane/cilium"
+	"github.com/drainscope/drainscope/ebpf"
 	"github.com/drainscope/drainscope/store"
 	"github.com/drainscope/drainscope/watcher"
 )
@@ -56,10 +59,13 @@ func runAgent(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	noKernel := fs.Bool("no-kernel", false, "do not load the eBPF programs; record only pod and endpoint transitions")
 	dp := fs.String("dataplane", "auto", `record when this node's proxy rules stop sending to each endpoint: "auto" (kube-proxy's nftables mode and iptables mode on either backend, whichever the node runs; needs the host network namespace and CAP_NET_ADMIN, and for the legacy backend iptables-legacy-save, else logs why once; "nftables" is a synonym) or "off"`)
 	kpMetrics := fs.String("kube-proxy-metrics", dataplane.DefaultKubeProxyMetrics, "kube-proxy's metrics address on this node: its /proxyMode tells the proxy mode, its sync metric paces the legacy iptables backend's reads")
+	ciliumMaps := fs.String("cilium-maps", "auto", `read Cilium's service maps (its eBPF load balancer, instead of kube-proxy) and record when each backend leaves a Service: "auto" (when `+cilium.DefaultDir+` holds them at start), "off", or the bpffs directory holding them; needs the host's /sys/fs/bpf and CAP_BPF`)
+	ciliumInterval := fs.Duration("cilium-interval", 250*time.Millisecond, "how often Cilium's service maps are read (the events' time resolution)")
 	cgroupRoots := fs.String("cgroup-root", "", "comma-separated cgroup directories holding the pods (default: kubepods.slice or kubepods under the cgroup mount, found at start)")
 	cgroups := fs.String("cgroups", "", `cgroup hierarchy identifying tasks: "" (v2 when mounted, else v1 pids), "v2", or "v1:<controller>"`)
 	netnsDir := fs.String("netns-dir", "/run/netns", `directory of the pods' network namespaces (the runtime's /run/netns); "-" turns tracking them off`)
 	netnsGlob := fs.String("netns-glob", "*", "track only the namespaces in --netns-dir whose names match this pattern")
+	without := fs.String("kernel-without", "", "comma-separated kernel features to act as if missing (e.g. no_socket_resets: refused connections through the fallback of kernels before 6.10; see docs/kernels.md)")
 	ringBuffer := fs.Int("ring-buffer-bytes", 0, "BPF ring buffer size, a power of two (default 8 MiB)")
 	retention := registerRetention(fs, "delete events older than `AGE` (336h, 14d; 0: never). Unset, the agent prunes only as the lease holder in leader mode or on a SQLite store; drainscope serve prunes otherwise")
 	fs.Usage = func() {
@@ -75,6 +81,10 @@ func runAgent(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	}
 	if *dp != "auto" && *dp != "nftables" && *dp != "off" {
 		return fmt.Errorf("%w: --dataplane %q: want auto or off (IPVS mode is not recorded)", errUsage, *dp)
+	}
+	withoutFeats, err := kernelFeatures(*without)
+	if err != nil {
+		return err
 	}
 	if *bufferEvents < 1 || *batch < 1 {
 		return fmt.Errorf("%w: --buffer-events and --batch-size must be positive", errUsage)
@@ -110,12 +120,14 @@ func runAgent(ctx context.Context, fs *flag.FlagSet, args []string) error {
 			NetNSGlob: *netnsGlob,
 		},
 		Dataplane:       agent.DataplaneConfig{Disabled: *dp == "off", KubeProxyMetrics: *kpMetrics},
+		Cilium:          agent.CiliumConfig{Dir: ciliumDir(*ciliumMaps), Interval: *ciliumInterval},
 		ShutdownTimeout: *shutdown,
 		Logger:          slog.Default(),
 		Version:         version,
 	}
 	cfg.Kernel.Collector.Cgroups = *cgroups
 	cfg.Kernel.Collector.RingBufferSize = *ringBuffer
+	cfg.Kernel.Collector.WithoutFeatures = withoutFeats
 	for _, r := range strings.Split(*cgroupRoots, ",") {
 		if r = strings.TrimSpace(r); r != "" {
 			cfg.Kernel.CgroupRoots = append(cfg.Kernel.CgroupRoots, r)
@@ -172,4 +184,33 @@ func agentPrunes(f *retentionFlag, mode watcher.Mode, st store.Store, leading fu
 		return leading, true
 	}
 	return nil, false
+}
+
+// ciliumDir turns --cilium-maps into the reader's directory ("" off).
+func ciliumDir(flag string) string {
+	switch flag {
+	case "off", "":
+		return ""
+	case "auto":
+		if cilium.Present(cilium.DefaultDir) {
+			return cilium.DefaultDir
+		}
+		return ""
+	}
+	return flag
+}
+
+// kernelFeatures parses --kernel-without.
+func kernelFeatures(list string) ([]ebpf.Feature, error) {
+	var out []ebpf.Feature
+	for _, f := range strings.Split(list, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		if !slices.Contains(ebpf.Features, ebpf.Feature(f)) {
+			return nil, fmt.Errorf("%w: --kernel-without %q: unknown feature; known: %v", errUsage, f, ebpf.Features)
+		}
+		out = append(out, ebpf.Feature(f))
+	}
+	return out, nil
 }

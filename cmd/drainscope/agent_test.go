@@ -16,6 +16,7 @@ func TestAgentRefusesBadFlags(t *testing.T) {
 		{[]string{"--node="}, "--node is empty"},
 		{[]string{"stray"}, "unexpected argument"},
 		{[]string{"--dataplane=ipvs"}, "want auto or off"},
+		{[]string{"--kernel-without=no_socket_reset"}, "unknown feature"},
 	} {
 		code, _, stderr := runCLI(t, append([]string{"agent"}, tc.args...)...)
 		if code != 2 || !strings.Contains(stderr, tc.want) {

@@ -70,6 +70,9 @@ type Options struct {
 	// Binary is a statically linked drainscope binary, for the images a
 	// real node runs (the sample service and the sandbox); NodeKubelet only.
 	Binary string
+	// Shadow, when set, is a second eBPF capture beside the lab's own
+	// (process node only), see ShadowKernel.
+	Shadow *ShadowKernel
 }
 
 // Node kinds.
@@ -281,8 +284,12 @@ func Up(ctx context.Context, o Options) (c *Cluster, err error) {
 				} else {
 					_ = c.kernel.UntrackNetNS(p.NetNS)
 				}
+				c.shadowNetNS(p.NetNS, up)
 			}
 			sandboxMu.Unlock()
+			if err := c.startShadow(ctx); err != nil {
+				return c, err
+			}
 			o.progress("kernel capture on: %d programs, tracking cgroup %s", loaded(c.kernel.Programs()), c.tree.Root())
 		}
 	} else {
@@ -435,6 +442,7 @@ func (c *Cluster) Down() {
 		for _, stop := range c.watchers {
 			stop()
 		}
+		c.stopShadow()
 		if c.kernel != nil {
 			c.kernel.Close()
 			<-c.kernelCh
