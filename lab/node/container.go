@@ -377,7 +377,11 @@ func (w *podWorker) exec(ctx context.Context, c *container, argv []string) error
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Env = cmdEnv
 	cmd.Dir = "/"
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
+	// No Pdeathsig: it fires when the thread that forked the process
+	// exits, and forked from the thread that entered the container's pid
+	// namespace every probe died of it (SIGKILL) at once. The context
+	// ends the process instead.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	g.Place(cmd.SysProcAttr)
 	w.mu.Lock()
 	if c.logf != nil {

@@ -48,6 +48,9 @@ func (w *podWorker) probeLoop(ctx context.Context, c *container) {
 		pctx, cancel := context.WithTimeout(ctx, timeout)
 		err := w.probe(pctx, c, &pr.ProbeHandler)
 		cancel()
+		if err != nil {
+			w.n.log.Debug("probe failed", "container", c.spec.Name, "err", err)
+		}
 		if ctx.Err() != nil {
 			return
 		}
