@@ -302,8 +302,16 @@ func testKubeProxyRules(t *testing.T, pc proxyCase) {
 			t.Errorf("syncs %d and %d stamped %v apart, closer than kube-proxy's --min-sync-period %v allows", i-1, i, gap, minSync)
 		}
 	}
-	if len(commits) < 3 {
-		t.Errorf("%d commits with endpoint changes, want the adds and the two steps in at least 3", len(commits))
+	// The quiet wait sees commits only: a sync of kube-proxy's that wrote
+	// nothing (a periodic full sync) can still hold the first step back
+	// for up to the period, and then both steps share one sync.
+	firstGone, _ := removedAt("web", addrs[0])
+	wantCommits := 3
+	if firstGone.Sub(steps[0].at) >= minSync/2 {
+		wantCommits = 2
+	}
+	if len(commits) < wantCommits {
+		t.Errorf("%d commits with endpoint changes, want the adds and the two steps in at least %d", len(commits), wantCommits)
 	}
 	if _, ok := removedAt("web", addrs[2]); ok {
 		t.Errorf("the endpoint left ready was reported removed")
