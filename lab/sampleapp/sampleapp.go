@@ -276,6 +276,13 @@ func (s *Server) terminate(ctx context.Context) {
 		}
 		s.stopping.Store(true)
 		s.closeListener()
+		// A connection accepted between the idle check and the close (the
+		// kubelet's readiness probe goes on while a pod drains) would be
+		// cut in use by the exit: the kernel capture rightly records it as
+		// such. Let what is open finish, with Connection: close, first.
+		for s.open.Load() > 0 && ctx.Err() == nil && time.Since(start) < s.cfg.DrainMax {
+			wait(ctx, 10*time.Millisecond)
+		}
 		log.Info("exiting", "after", time.Since(start).Round(time.Millisecond), "open_connections", s.open.Load())
 	}
 }
