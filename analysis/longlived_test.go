@@ -389,3 +389,24 @@ func TestTimeoutIntoAnExitedPodInRotation(t *testing.T) {
 		t.Errorf("timeout begun after every node dropped web-a: %s, want unexplained", fs[1].Cause)
 	}
 }
+
+func TestOOMKillIsNotTheGracePeriod(t *testing.T) {
+	// The kernel's OOM killer: SIGKILL with no SIGTERM and no deletion.
+	// Its cut connections were named "SIGKILL" with the fix "raise
+	// terminationGracePeriodSeconds", which does nothing for it.
+	r := newRec()
+	p := r.pod("web-a", "10.244.0.11")
+	r.ready(p, -60*s)
+	k := r.kernel(p, 0, event.Signal)
+	k.Signal, k.Flags = 9, event.FlagMain
+	r.add(k)
+	r.mainExit(p, 1*ms, 0, 9)
+	r.connClosed(p, 2*ms, client(1), "local", event.FlagAtExit)
+	r.failure(5*ms, client(1), event.FailEOF, backend(p))
+	r.terminated(p, 1*s, "OOMKilled", 137)
+	for _, f := range decided(t, analyzeAll(t, r)) {
+		if f.Cause != CauseKilled {
+			t.Errorf("EOF at an OOM kill: %s (%s), want %s", f.Cause, f.Explanation, CauseKilled)
+		}
+	}
+}

@@ -10,7 +10,10 @@ import (
 type Cause string
 
 const (
-	CauseSIGKILL         Cause = "sigkill"
+	CauseSIGKILL Cause = "sigkill"
+	// CauseKilled is a container killed with no SIGTERM and no deletion
+	// before it: the kernel's OOM killer, not a grace period.
+	CauseKilled          Cause = "killed"
 	CauseInFlight        Cause = "inflight_cut"
 	CauseKeepAliveAtExit Cause = "keepalive_at_exit"
 	CauseEndpointRace    Cause = "endpoint_race"
@@ -74,6 +77,17 @@ var Rules = []Rule{
 		Explain: `{{.Class}} on {{.Pod}} at SIGKILL {{.FromKill}}{{if .KillAfterDeletion}}; the kill came {{.KillAfterDeletion}} after deletion with a grace period of {{.Grace}}{{end}}`,
 		Summary: `these {{.Count}} {{plural .Count "failure" "failures"}} happened because {{.PodsPhrase}} {{plural .PodCount "was" "were"}} killed by SIGKILL{{if .KillAfterDeletion}} {{.KillAfterDeletion}} after deletion, when the grace period of {{.Grace}} ran out{{end}}`,
 		Fix:     `raise terminationGracePeriodSeconds above preStop + drain + a margin{{if .Grace}} (now {{.Grace}}){{end}}, or shorten preStop and the drain`,
+	},
+	{
+		Cause: CauseKilled,
+		Title: "container killed without warning (OOM kill)",
+		Requires: []Requirement{
+			{"the connection was cut (EOF, reset or gateway error), not refused", ConnectionCut},
+			{"the pod's process was killed by SIGKILL with no SIGTERM or deletion before it", KilledUnannounced},
+		},
+		Explain: `{{.Class}} on {{.Pod}} at SIGKILL {{.FromKill}}: the container was killed with no SIGTERM before it (the kernel's OOM killer), cutting its connections`,
+		Summary: `these {{.Count}} {{plural .Count "failure" "failures"}} happened because {{.PodsPhrase}} {{plural .PodCount "was" "were"}} killed with no SIGTERM before (the kernel's OOM killer): nothing drains a container the kernel kills`,
+		Fix:     "raise the container's memory limit or find what outgrows it; the kubelet's report names OOMKilled",
 	},
 	{
 		Cause: CauseInFlight,
@@ -385,12 +399,28 @@ func InProgressAtExit(f *Facts, dst []Piece) []Piece {
 	return append(dst, piece("request started before the exit", f.Failure), piece("process exited", x))
 }
 
-// KilledNear holds when the failure came as SIGKILL ended the pod's process.
+// KilledNear holds when the failure came as SIGKILL ended the pod's
+// process after a SIGTERM or deletion: the grace period ran out.
 func KilledNear(f *Facts, dst []Piece) []Piece {
 	p := f.pod
-	if p == nil {
+	if p == nil || (p.sigterm.Time == 0 && p.deletion.Time == 0) {
 		return dst
 	}
+	return killedNear(f, dst)
+}
+
+// KilledUnannounced holds when the failure came as SIGKILL ended the
+// pod's process with no SIGTERM or deletion before it (an OOM kill).
+func KilledUnannounced(f *Facts, dst []Piece) []Piece {
+	p := f.pod
+	if p == nil || p.sigterm.Time != 0 || p.deletion.Time != 0 {
+		return dst
+	}
+	return killedNear(f, dst)
+}
+
+func killedNear(f *Facts, dst []Piece) []Piece {
+	p := f.pod
 	t := f.Failure.Time
 	near := func(x int64) bool {
 		return x != 0 && t >= x-int64(f.opts.ExitBefore) && t <= x+int64(f.opts.ExitAfter)

@@ -204,6 +204,7 @@ var causeColors = map[analysis.Cause]string{
 	analysis.CauseKeepAliveAtExit:    "#D55E00",
 	analysis.CauseInFlight:           "#CC79A7",
 	analysis.CauseSIGKILL:            "#7B1E1E",
+	analysis.CauseKilled:             "#56B4E9",
 	analysis.CauseNoReadyEndpoints:   "#0072B2",
 	analysis.CauseUnexplained:        "#7F7F7F",
 }

@@ -205,7 +205,16 @@ func checkLongLivedRollout(t *testing.T, r *analysis.Result, s scenario.Step) {
 		}
 		n++
 		causes[f.Cause]++
-		onReplaced := f.Pod != nil && slices.ContainsFunc(s.Pods, func(p scenario.PodRecord) bool { return p.UID == f.Pod.UID })
+		replaced := func(uid string) bool {
+			return slices.ContainsFunc(s.Pods, func(p scenario.PodRecord) bool { return p.UID == uid })
+		}
+		onReplaced := f.Pod != nil && replaced(f.Pod.UID)
+		// A new connection that no record ties to a pod (a connect
+		// timeout into an exited pod) is a likely endpoint race whose
+		// candidates must all be pods the rollout replaced.
+		if f.Pod == nil && f.Likely && len(f.Candidates) > 0 {
+			onReplaced = !slices.ContainsFunc(f.Candidates, func(c analysis.PodView) bool { return !replaced(c.UID) })
+		}
 		if !onReplaced || f.Cause == analysis.CauseUnexplained {
 			t.Errorf("rollout failure %s: on pod %s (replaced: %v), cause %s: want a replaced pod and a cause; %s",
 				describeFailure(f), podName(f.Pod), onReplaced, f.Cause, f.Explanation)
