@@ -193,13 +193,6 @@ func Analyze(ctx context.Context, st store.Store, q store.Query) (*Result, error
 	return AnalyzeWith(ctx, st, q, Options{})
 }
 
-// StateReader is a store that answers what every endpoint, pod, container,
-// Service and workload was at an instant, however long before it that
-// state began (the newest state event of each at or before at).
-type StateReader interface {
-	StateAt(ctx context.Context, at int64, namespace string) ([]event.Event, error)
-}
-
 // AnalyzeWith is Analyze with options.
 func AnalyzeWith(ctx context.Context, st store.Store, q store.Query, opts Options) (*Result, error) {
 	o := opts.WithDefaults()
@@ -211,8 +204,8 @@ func AnalyzeWith(ctx context.Context, st store.Store, q store.Query, opts Option
 	}
 	// The state at the read's start, however old: a pod ready for a week,
 	// an endpoint, the workload's last change.
-	if sr, ok := st.(StateReader); ok && scan.Window.From > 0 {
-		seed, err := sr.StateAt(ctx, scan.Window.From-1, "")
+	if scan.Window.From > 0 {
+		seed, err := st.StateAt(ctx, scan.Window.From-1, "")
 		if err != nil {
 			return nil, fmt.Errorf("reading the state at the window's start from %s: %w", st.Describe(), err)
 		}

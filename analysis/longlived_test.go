@@ -92,34 +92,6 @@ func decided(t *testing.T, res *Result) []AlignedFailure {
 	return fs
 }
 
-// stateStore is a store with the StateAt answer, for the analysis's read:
-// a real SQLite store, with StateAt answered by a scan of everything (the
-// stores' own indexed StateAt is tested in store/).
-type stateStore struct{ store.Store }
-
-func (s stateStore) StateAt(ctx context.Context, at int64, ns string) ([]event.Event, error) {
-	last := map[string]event.Event{}
-	err := s.Scan(ctx, store.Query{Window: event.Window{From: 0, To: at + 1}}, func(e *event.Event) error {
-		var k string
-		switch {
-		case e.Kind.IsEndpoint():
-			k = "ep " + e.Service + " " + e.Local.String() + " " + e.Node
-		case e.Kind == event.PodReady || e.Kind == event.PodNotReady:
-			k = "ready " + e.Pod.UID
-		default:
-			return nil
-		}
-		last[k] = e.Clone()
-		return nil
-	})
-	out := make([]event.Event, 0, len(last))
-	for _, e := range last {
-		out = append(out, e)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Time < out[j].Time })
-	return out, err
-}
-
 func TestLongLivedStateBeforeTheRead(t *testing.T) {
 	// Three pods ready 40 minutes before a scale-down of one: the read's
 	// lead (15 min) holds only the scale-down. A timeout to a healthy pod
@@ -145,7 +117,7 @@ func TestLongLivedStateBeforeTheRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	q := store.Query{Window: event.Window{From: r.at(-60 * s), To: r.at(60 * s)}}
-	res, err := AnalyzeWith(context.Background(), stateStore{st}, q, Options{MaxFailures: -1})
+	res, err := AnalyzeWith(context.Background(), st, q, Options{MaxFailures: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
