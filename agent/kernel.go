@@ -290,6 +290,9 @@ func (a *Agent) recordCapabilities(k *ebpf.Collector) {
 	for _, f := range k.Features() {
 		feats = append(feats, string(f))
 	}
+	// The programs mark main processes on every kernel they load on (a
+	// CO-RE read of the task's pid namespace level).
+	feats = append(feats, event.FeatureMainProcess)
 	e := event.Event{
 		Time:   time.Now().UnixNano(),
 		Kind:   event.KernelCapabilities,

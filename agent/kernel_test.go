@@ -177,7 +177,8 @@ func TestKernelEvidenceReported(t *testing.T) {
 		}
 	}
 	if caps.Node != "node-old" || caps.Reason != "refused_connections,resets_without_socket" ||
-		caps.Attrs[event.AttrKernelRelease] == "" || strings.Contains(caps.Attrs[event.AttrKernelFeatures], "no_socket_resets") {
+		caps.Attrs[event.AttrKernelRelease] == "" || strings.Contains(caps.Attrs[event.AttrKernelFeatures], "no_socket_resets") ||
+		!strings.Contains(caps.Attrs[event.AttrKernelFeatures], event.FeatureMainProcess) {
 		t.Errorf("kernel_capabilities event %+v", caps)
 	}
 	rec := httptest.NewRecorder()

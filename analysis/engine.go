@@ -174,10 +174,9 @@ func NewAligner(opts Options, onFailure func(*Decision), onPod func(*PodTimeline
 	}
 }
 
-// FeatureMainProcess is the kernel feature (kernel_capabilities'
-// Attrs[kernel_features]) of a capture that marks each container's main
-// process (event.FlagMain).
-const FeatureMainProcess = "main_process"
+// FeatureMainProcess is event.FeatureMainProcess, which the agent lists
+// in kernel_capabilities when its capture marks main processes.
+const FeatureMainProcess = event.FeatureMainProcess
 
 // Stats reports the counters so far.
 func (a *Aligner) Stats() Stats { return a.stats }

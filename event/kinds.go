@@ -107,6 +107,10 @@ var Kinds = []Kind{
 const (
 	AttrKernelRelease  = "kernel_release"  // uname -r of the node
 	AttrKernelFeatures = "kernel_features" // the probed features the programs use, comma-separated
+	// FeatureMainProcess, listed in kernel_features, says the capture marks
+	// each container's main process (FlagMain): an unmarked process event
+	// on that node is a probe's, kubectl exec's or a worker's.
+	FeatureMainProcess = "main_process"
 	// The node's proxy mode (dataplane.DetectMode): nftables, iptables,
 	// iptables-legacy, ipvs, off, or "" when no kube-proxy rules were found;
 	// whether its rule changes are recorded, and how it was told.
