@@ -382,3 +382,78 @@ func TestOOMKillIsNotTheGracePeriod(t *testing.T) {
 		}
 	}
 }
+
+func TestRefusedAfterAnOOMKillIsNotTheEndpointRace(t *testing.T) {
+	// The app was OOM-killed; its endpoint stayed ready until the
+	// readiness probe failed 4 s later, and the proxies kept sending new
+	// connections to it. They were named the endpoint race, whose fix (a
+	// longer preStop) never runs for a container that dies.
+	for _, known := range []bool{true, false} {
+		r := newRec("node-a")
+		a, b := r.pod("web-a", "10.244.0.11"), r.pod("web-b", "10.244.0.12")
+		r.ready(a, -60*s)
+		r.ready(b, -60*s)
+		k := r.kernel(a, 0, event.Signal)
+		k.Signal, k.Flags = 9, event.FlagMain
+		r.add(k)
+		r.mainExit(a, 1*ms, 0, 9)
+		r.terminated(a, 1*s, "OOMKilled", 137)
+		if known {
+			r.refused(a, 2*s, client(1))
+			r.failure(2*s+1*ms, client(1), event.FailRefused, service("web"))
+		} else {
+			// A Service-only client: nothing ties the refusal to a pod.
+			r.failure(2*s+1*ms, client(1), event.FailRefused, service("web"))
+		}
+		r.endpoint(a, 4*s, event.EndpointNotReady, "node-a")
+		// After the probe took it out: nothing routes to it.
+		r.failure(9*s, client(2), event.FailRefused, service("web"))
+		fs := decided(t, analyzeAll(t, r))
+		sort.Slice(fs, func(i, j int) bool { return fs[i].Failure.Time < fs[j].Failure.Time })
+		want := CauseDied
+		if !known {
+			want = CauseDiedLikely
+		}
+		if fs[0].Cause != want {
+			t.Errorf("known=%v: refused while the OOM-killed web-a was in rotation: %s (%s), want %s", known, fs[0].Cause, fs[0].Explanation, want)
+		}
+		if !known && (len(fs[0].Candidates) != 1 || fs[0].Candidates[0].Name != "web-a") {
+			t.Errorf("candidates %v, want web-a", fs[0].Candidates)
+		}
+		for _, rule := range Rules {
+			if rule.Cause == fs[0].Cause && strings.Contains(rule.Fix, "preStop delay") {
+				t.Errorf("known=%v: the fix is a preStop delay: %s", known, rule.Fix)
+			}
+		}
+		if fs[1].Cause != CauseUnexplained {
+			t.Errorf("known=%v: refused after the probe took web-a out: %s (%s), want unexplained", known, fs[1].Cause, fs[1].Explanation)
+		}
+	}
+}
+
+func TestRefusedAfterACrashNamedWhenTheKubeletSawIt(t *testing.T) {
+	// The app exits 3 on its own; the node does not mark main processes,
+	// so its exit is the app's only when the kubelet reports the
+	// container's termination.
+	for _, reported := range []bool{true, false} {
+		r := newRec("node-a")
+		a := r.pod("web-a", "10.244.0.11")
+		r.ready(a, -60*s)
+		e := r.kernel(a, 0, event.ProcessExit)
+		e.Code = 3
+		r.add(e)
+		if reported {
+			r.terminated(a, 1*s, "Error", 3)
+		}
+		r.refused(a, 2*s, client(1))
+		r.failure(2*s+1*ms, client(1), event.FailRefused, service("web"))
+		fs := decided(t, analyzeAll(t, r))
+		want := CauseDied
+		if !reported {
+			want = CauseUnexplained // an exit alone may be a probe's
+		}
+		if len(fs) != 1 || fs[0].Cause != want {
+			t.Fatalf("reported=%v: %v, want one %s", reported, fs, want)
+		}
+	}
+}

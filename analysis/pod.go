@@ -479,6 +479,22 @@ func (p *podState) mainExit(t int64) *event.Event {
 	return best
 }
 
+// diedAt is the app's death at or before t when nothing ended it: its
+// main process exited or was killed with no SIGTERM and no deletion of
+// the pod before (an OOM kill, a crash). Nil otherwise.
+func (p *podState) diedAt(t int64) *event.Event {
+	if p.sigterm.Time != 0 && p.sigterm.Time <= t || p.deletion.Time != 0 && p.deletion.Time <= t {
+		return nil
+	}
+	if x := p.lastMainExit(); x != nil && x.Time <= t {
+		return x
+	}
+	if p.kill.Time != 0 && p.kill.Time <= t && p.isMain(&p.kill) {
+		return &p.kill
+	}
+	return nil
+}
+
 // lastMainExit is the main process's last exit, or nil.
 func (p *podState) lastMainExit() *event.Event {
 	for i := len(p.exits) - 1; i >= 0; i-- {

@@ -21,8 +21,16 @@ const (
 	// the pod the connection reached: the Service's pods that had exited
 	// while still in rotation are its candidates.
 	CauseEndpointRaceLikely Cause = "endpoint_race_likely"
-	CauseNoReadyEndpoints   Cause = "no_ready_endpoints"
-	CauseUnexplained        Cause = "unexplained"
+	// CauseDied is a new connection refused or never answered after the
+	// pod's app died with no SIGTERM and no deletion before (an OOM kill
+	// or a crash) while its endpoint was still in rotation: no preStop
+	// runs for a container that dies, the readiness probe takes it out.
+	CauseDied Cause = "died_in_rotation"
+	// CauseDiedLikely is CauseDied where no record names the pod the
+	// connection reached: the candidates are the Service's pods that died.
+	CauseDiedLikely       Cause = "died_in_rotation_likely"
+	CauseNoReadyEndpoints Cause = "no_ready_endpoints"
+	CauseUnexplained      Cause = "unexplained"
 )
 
 // Rule is one row of the cause table: the cause it names, the evidence it
@@ -113,6 +121,17 @@ var Rules = []Rule{
 	},
 	proxyLagRule, // ingress.go
 	{
+		Cause: CauseDied,
+		Title: "container died while in rotation (OOM kill or crash)",
+		Requires: []Requirement{
+			{"the connection was refused, or made after the pod's process had exited and never answered", AnyOf(Refused, Unanswered)},
+			{"the pod's app had died with no SIGTERM or deletion before, and its endpoint was still in rotation", DiedInRotation},
+		},
+		Explain: `{{.Class}} on a new connection to {{.Pod}}: {{.Terminating}} with no SIGTERM or deletion before (an OOM kill or a crash), while {{.Rotation}}`,
+		Summary: `these {{.Count}} {{plural .Count "failure" "failures"}} were new connections sent to {{.PodsPhrase}} after {{plural .PodCount "its container" "their containers"}} died with no SIGTERM or deletion (an OOM kill or a crash), while the endpoint stayed in rotation until the readiness probe failed{{if .RotationLag}} (up to {{.RotationLag}}){{end}}`,
+		Fix:     "find why the container died: the pod's lastState names OOMKilled or the exit code. No preStop or drain runs for a container that dies; until its readiness probe fails the endpoint stays in rotation, so a shorter periodSeconds × failureThreshold shortens these refusals",
+	},
+	{
 		Cause: CauseEndpointRace,
 		Title: "endpoint removal race",
 		Requires: []Requirement{
@@ -135,6 +154,18 @@ var Rules = []Rule{
 		Explain: `{{.Class}} on a new connection to the Service while {{.Candidates}} had exited and {{plural .CandidateCount "its endpoint was" "their endpoints were"}} still in rotation: likely sent to {{plural .CandidateCount "it" "one of them"}} (no record names the pod)`,
 		Summary: `these {{.Count}} {{plural .Count "failure" "failures"}} were new connections the proxies likely still sent to pods that had exited (no record names the pod; the candidates are listed){{if .RotationLag}}, in rotation for up to {{.RotationLag}}{{end}}`,
 		Fix:     `make the preStop delay longer than the observed propagation{{if .Propagation}} ({{.Propagation}} from deletion to the last node){{end}}{{if .DataplaneLag}} and than the measured lag from the endpoint change to each node's proxy rules ({{.DataplaneLag}}){{end}}, so that no proxy sends to a pod after its process exits`,
+	},
+	{
+		Cause: CauseDiedLikely,
+		Title: "container died while in rotation (likely)",
+		Requires: []Requirement{
+			{"a new connection was refused or never answered, and no record names the pod it reached", NotTakenNoPod},
+			{"a pod of the Service had died with no SIGTERM or deletion while some node's proxy still sent new connections to it", DiedCandidateInRotation},
+		},
+		Likely:  true,
+		Explain: `{{.Class}} on a new connection to the Service while the container of {{.Candidates}} had died with no SIGTERM or deletion (an OOM kill or a crash) and {{plural .CandidateCount "its endpoint was" "their endpoints were"}} still in rotation: likely sent to {{plural .CandidateCount "it" "one of them"}} (no record names the pod)`,
+		Summary: `these {{.Count}} {{plural .Count "failure" "failures"}} were new connections the proxies likely still sent to pods whose containers had died (an OOM kill or a crash; no record names the pod, the candidates are listed){{if .RotationLag}}, in rotation for up to {{.RotationLag}}{{end}}`,
+		Fix:     "find why the container died: the pod's lastState names OOMKilled or the exit code. No preStop or drain runs for a container that dies; until its readiness probe fails the endpoint stays in rotation, so a shorter periodSeconds × failureThreshold shortens these refusals",
 	},
 	{
 		Cause: CauseNoReadyEndpoints,
@@ -492,6 +523,9 @@ func DeadPodInRotation(f *Facts, dst []Piece) []Piece {
 	out := dst
 	for _, p := range f.a.servicePods(f.svcs, t) {
 		life := p.at(t)
+		if life.diedAt(t) != nil {
+			continue // DiedCandidateInRotation's
+		}
 		x := life.lastMainExit()
 		if x == nil || x.Time > t {
 			if life.kill.Time == 0 || life.kill.Time > t {
@@ -499,13 +533,53 @@ func DeadPodInRotation(f *Facts, dst []Piece) []Piece {
 			}
 			x = &life.kill
 		}
-		r := p.rotationAt(t, f.svcs)
-		if !r.seen || !(r.in || (r.lastLeave != nil && t-r.lastLeave.Time <= r.lag)) {
-			continue
+		if p.routedAt(t, f.svcs) {
+			out = append(out, piece(candidateRole, x))
 		}
-		out = append(out, piece(candidateRole, x))
 	}
 	return out
+}
+
+// DiedInRotation holds when the pod's app died (its main process exited
+// or was killed) with no SIGTERM and no deletion before, and its endpoint
+// was still in rotation on some node when the request began.
+func DiedInRotation(f *Facts, dst []Piece) []Piece {
+	if f.pod == nil {
+		return dst
+	}
+	x := f.pod.diedAt(f.Start)
+	if x == nil {
+		return dst
+	}
+	rot := InRotation(f, nil)
+	if len(rot) == 0 {
+		return dst
+	}
+	return append(append(dst, piece("app died with no SIGTERM or deletion before", x)), rot...)
+}
+
+// DiedCandidateInRotation is DeadPodInRotation for the pods whose app
+// died with no SIGTERM and no deletion before.
+func DiedCandidateInRotation(f *Facts, dst []Piece) []Piece {
+	if len(f.svcs) == 0 {
+		return dst
+	}
+	t := f.Start
+	out := dst
+	for _, p := range f.a.servicePods(f.svcs, t) {
+		if x := p.at(t).diedAt(t); x != nil && p.routedAt(t, f.svcs) {
+			out = append(out, piece(candidateRole, x))
+		}
+	}
+	return out
+}
+
+// routedAt reports whether some node's proxy could still send new
+// connections of svcs to the pod at t: its endpoint in rotation, or out
+// for less than the proxy lag.
+func (p *podState) routedAt(t int64, svcs []string) bool {
+	r := p.rotationAt(t, svcs)
+	return r.seen && (r.in || (r.lastLeave != nil && t-r.lastLeave.Time <= r.lag))
 }
 
 // candidateRole marks the evidence of a candidate pod (Rule.Likely).

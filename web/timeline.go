@@ -205,6 +205,8 @@ var causeColors = map[analysis.Cause]string{
 	analysis.CauseInFlight:           "#CC79A7",
 	analysis.CauseSIGKILL:            "#7B1E1E",
 	analysis.CauseKilled:             "#56B4E9",
+	analysis.CauseDied:               "#009E73",
+	analysis.CauseDiedLikely:         "#7FCEB9", // #009E73 at half strength
 	analysis.CauseNoReadyEndpoints:   "#0072B2",
 	analysis.CauseUnexplained:        "#7F7F7F",
 }
