@@ -3,12 +3,15 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/drainscope/drainscope/analysis"
 	"github.com/drainscope/drainscope/event"
 	"github.com/drainscope/drainscope/ingest"
 	"github.com/drainscope/drainscope/store"
@@ -164,5 +167,90 @@ func TestImportClientTimeout(t *testing.T) {
 	}
 	if code, _, stderr := runCLI(t, "import", "--format", "jsonl", "--client-timeout", "-1s", "--dry-run", in); code == 0 || !strings.Contains(stderr, "--client-timeout") {
 		t.Errorf("a negative --client-timeout: exit %d, %s", code, stderr)
+	}
+}
+
+// TestImportedTimeoutsAtNoReadyEndpoints: an independent client logs each
+// timeout at its end with no duration. Given its timeout, the timeouts
+// that began while the Service had no ready endpoint are named so, and
+// one that began after an endpoint was back is not; without it, each is
+// judged at its end, when the Service had one again, and none is.
+func TestImportedTimeoutsAtNoReadyEndpoints(t *testing.T) {
+	ctx := context.Background()
+	t0 := time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) int64 { return t0.Add(d).UnixNano() }
+	wl := event.Workload{Kind: "Deployment", Name: "web"}
+	old := event.PodRef{Namespace: "shop", Name: "web-1", UID: "u1", Container: "app"}
+	repl := event.PodRef{Namespace: "shop", Name: "web-2", UID: "u2", Container: "app"}
+	ep := func(d time.Duration, k event.Kind, p event.PodRef, ip string, f event.Flags) event.Event {
+		return event.Event{Time: at(d), Kind: k, Node: "node-a", Source: event.SourceWatcher, Pod: p, Workload: wl,
+			Local: netip.MustParseAddrPort(ip + ":8080"), Service: "web", Slice: "web-abcde", Flags: f}
+	}
+	pod := func(d time.Duration, k event.Kind, p event.PodRef, f event.Flags) event.Event {
+		return event.Event{Time: at(d), Kind: k, Node: "node-a", Source: event.SourceWatcher, Pod: p, Workload: wl, Flags: f}
+	}
+	// One replica, ready two hours before the read; evicted at t0; its
+	// replacement ready 2.5 s later.
+	evict := pod(0, event.PodDeletion, old, 0)
+	evict.Duration = int64(30 * time.Second)
+	evict.Attrs = map[string]string{event.AttrDisruption: "EvictionByEvictionAPI"}
+	evs := []event.Event{
+		pod(-2*time.Hour, event.PodReady, old, event.FlagObserved),
+		ep(-2*time.Hour, event.EndpointReady, old, "10.244.0.11", event.FlagObserved),
+		evict,
+		ep(100*time.Millisecond, event.EndpointNotReady, old, "10.244.0.11", 0),
+		pod(2*time.Second, event.PodReady, repl, 0),
+		ep(2500*time.Millisecond, event.EndpointReady, repl, "10.244.0.12", 0),
+	}
+	for i := range evs {
+		evs[i].Seal()
+	}
+	// Logged at their ends: the first began at t0+1s (no ready endpoint),
+	// the second at t0+4s (web-2 ready).
+	dir := t.TempDir()
+	in := filepath.Join(dir, "client.jsonl")
+	os.WriteFile(in, []byte(`{"time":"2026-03-01T09:00:06Z","target":"http://web.shop.svc.cluster.local/","error":"context deadline exceeded"}
+{"time":"2026-03-01T09:00:09Z","target":"http://web.shop.svc.cluster.local/","error":"context deadline exceeded"}
+`), 0o644)
+	for _, timeout := range []string{"5s", ""} {
+		db := filepath.Join(dir, "events"+timeout+".db")
+		s, err := store.Open(ctx, db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Append(ctx, evs); err != nil {
+			t.Fatal(err)
+		}
+		s.Close()
+		args := []string{"import", "--max-past", "0", "--format", "jsonl", "--store", db}
+		if timeout != "" {
+			args = append(args, "--client-timeout", timeout)
+		}
+		if code, stdout, stderr := runCLI(t, append(args, in)...); code != 0 {
+			t.Fatalf("import: exit %d\nstdout %s\nstderr %s", code, stdout, stderr)
+		}
+		code, stdout, stderr := runCLI(t, "report", "--store", db, "--since", "2026-03-01T08:59:00Z", "--until", "2026-03-01T09:01:00Z", "--format", "json")
+		if code != 0 {
+			t.Fatalf("report: exit %d, stderr %s", code, stderr)
+		}
+		var res analysis.Result
+		if err := json.Unmarshal([]byte(stdout), &res); err != nil {
+			t.Fatalf("report's JSON: %v", err)
+		}
+		causes := map[int64]analysis.Cause{}
+		for _, f := range res.Failures {
+			causes[f.Failure.Time] = f.Cause
+		}
+		first, second := causes[at(6*time.Second)], causes[at(9*time.Second)]
+		if len(causes) != 2 {
+			t.Fatalf("--client-timeout %q: %d failures in the report, want 2: %v", timeout, len(causes), causes)
+		}
+		if timeout != "" && (first != analysis.CauseNoReadyEndpoints || second == analysis.CauseNoReadyEndpoints) {
+			t.Errorf("--client-timeout %s: begun at no ready endpoint %q, begun after web-2 was ready %q; want %q and another",
+				timeout, first, second, analysis.CauseNoReadyEndpoints)
+		}
+		if timeout == "" && (first == analysis.CauseNoReadyEndpoints || second == analysis.CauseNoReadyEndpoints) {
+			t.Errorf("no --client-timeout: %q and %q; a timeout judged at its end had a ready endpoint", first, second)
+		}
 	}
 }
