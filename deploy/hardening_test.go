@@ -481,7 +481,7 @@ func TestChartAgentDataplane(t *testing.T) {
 		}
 		want := "--dataplane=off"
 		if tc.on {
-			want = "--dataplane=nftables"
+			want = "--dataplane=auto"
 		}
 		if agent.Spec.HostNetwork != tc.on || netAdmin != tc.on || !slices.Contains(c.Args, want) {
 			t.Errorf("%v: hostNetwork %v, NET_ADMIN %v, args %v; want the dataplane %v", tc.set, agent.Spec.HostNetwork, netAdmin, c.Args, tc.on)
