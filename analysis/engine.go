@@ -556,7 +556,8 @@ func (a *Aligner) infer(e *event.Event, p *podState) {
 			proof, class = ProofRSTAfterClose, event.FailReset
 		}
 	case event.ConnClosed:
-		if e.Flags.Has(event.FlagAtExit) && e.Reason != "peer" && e.Duration > 0 && e.Duration <= int64(a.opts.InUseWithin) {
+		if e.Flags.Has(event.FlagAtExit) && e.Reason != "peer" && e.Duration > 0 && e.Duration <= int64(a.opts.InUseWithin) &&
+			(p == nil || p.servedBy(e)) {
 			proof, class = ProofInUseAtExit, event.FailEOF
 		}
 	}

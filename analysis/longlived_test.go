@@ -457,3 +457,52 @@ func TestRefusedAfterACrashNamedWhenTheKubeletSawIt(t *testing.T) {
 		}
 	}
 }
+
+func TestProbeConnectionAtItsExitIsNoInferredFailure(t *testing.T) {
+	// An exec probe (`app --check=http://127.0.0.1:8080/healthz`) is a
+	// process in the app's container: its own request's connection,
+	// closed by its exit a moment after the answer, was inferred to be a
+	// client's keep-alive connection cut at the app's exit, every 2 s of
+	// a healthy pod's life (134 in the long-lived lab's window). With
+	// main-process marks the probe is not the app; without them, its side
+	// of the connection (an ephemeral port) is not a port the pod serves.
+	for _, marks := range []bool{true, false} {
+		r := newRec()
+		p := r.pod("web-a", "10.244.0.11")
+		r.ready(p, -60*s)
+		if marks {
+			r.capabilities("lab", -120*s, "main_process")
+		}
+		probeSide := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), 42712)
+		app := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), 8080)
+		for i := int64(0); i < 5; i++ {
+			e := r.kernel(p, i*2*s, event.ConnClosed)
+			e.PID, e.Comm = p.pid+100+int32(i), "app"
+			e.Local, e.Remote, e.Reason, e.Flags, e.Duration = probeSide, app, "local", event.FlagAtExit, int64(900*time.Microsecond)
+			r.add(e)
+			x := r.kernel(p, i*2*s, event.ProcessExit)
+			x.PID, x.Comm = e.PID, "app"
+			r.add(x)
+		}
+		// The app's own at-exit close of a client's connection, in use:
+		// still inferred.
+		r.mainSignal(p, 20*s, 15)
+		r.mainExit(p, 20*s+1*ms, 0, 0)
+		e := r.kernel(p, 20*s+1*ms, event.ConnClosed)
+		e.Local, e.Remote, e.Reason, e.Flags, e.Duration = p.addr(), client(1), "local", event.FlagAtExit|event.FlagMain, int64(2*ms)
+		r.add(e)
+		n := 0
+		for _, f := range analyzeAll(t, r).Failures {
+			if !f.Inferred {
+				continue
+			}
+			n++
+			if f.Failure.Local != client(1).String() {
+				t.Errorf("marks=%v: inferred %s on %s ↔ %s (%s); a probe's own connection is no client's", marks, f.Cause, f.Failure.Local, f.Failure.Remote, f.Explanation)
+			}
+		}
+		if n != 1 {
+			t.Errorf("marks=%v: %d inferred failures, want the app's one", marks, n)
+		}
+	}
+}

@@ -479,6 +479,37 @@ func (p *podState) mainExit(t int64) *event.Event {
 	return best
 }
 
+// servedBy reports whether a connection event of the pod's is one the
+// app served: the process that held it is the app (an exec probe's or a
+// worker's connection ends nothing a client had), and, where the pod's
+// served ports are known (its endpoints, its listener), the pod's side is
+// one of them, not the client side of a connection the pod made itself
+// (a probe's request to 127.0.0.1:8080).
+func (p *podState) servedBy(e *event.Event) bool {
+	if !p.isMain(e) {
+		return false
+	}
+	known := false
+	port := e.Local.Port()
+	if p.listener.Time != 0 && p.listener.Local.IsValid() {
+		known = true
+		if p.listener.Local.Port() == port {
+			return true
+		}
+	}
+	for _, v := range p.ep {
+		for i := range v.trans {
+			if l := v.trans[i].ev.Local; l.IsValid() && l.Port() != 0 {
+				known = true
+				if l.Port() == port {
+					return true
+				}
+			}
+		}
+	}
+	return !known
+}
+
 // diedAt is the app's death at or before t when nothing ended it: its
 // main process exited or was killed with no SIGTERM and no deletion of
 // the pod before (an OOM kill, a crash). Nil otherwise.

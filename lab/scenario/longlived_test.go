@@ -239,11 +239,10 @@ func checkNoCauseOffTermination(t *testing.T, r *analysis.Result, steps []scenar
 		start := f.Failure.Time - f.Failure.Duration // a timeout is logged at its end
 		return f.Failure.Time >= s.Start.Add(-time.Second).UnixNano() && start <= s.End.Add(slack).UnixNano()
 	}
-	off := 0
+	off, offInferred := 0, 0
 	for _, f := range r.Failures {
-		if f.Inferred {
-			continue
-		}
+		// Inferred failures too: an exec probe's connection closed at
+		// its exit is no client's connection cut.
 		terminating := false
 		for _, s := range steps {
 			if !during(f, s) {
@@ -257,12 +256,19 @@ func checkNoCauseOffTermination(t *testing.T, r *analysis.Result, steps []scenar
 		if terminating {
 			continue
 		}
-		off++
+		if f.Inferred {
+			offInferred++
+		} else {
+			off++
+		}
 		if f.Cause != analysis.CauseUnexplained {
 			t.Errorf("failure %s on pod %s, which was not terminating, named %s: %s", describeFailure(f), podName(f.Pod), f.Cause, f.Explanation)
 		}
 	}
-	t.Logf("%d client failures on pods that were not terminating", off)
+	t.Logf("%d client failures and %d inferred on pods that were not terminating", off, offInferred)
+	if r.Truncated {
+		t.Errorf("the result lists only some failures: the check above saw %d", len(r.Failures))
+	}
 }
 
 func describeFailure(f analysis.AlignedFailure) string {
