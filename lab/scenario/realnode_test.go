@@ -352,4 +352,5 @@ func checkServerOnRealNode(ctx context.Context, t *testing.T, c *scenario.Cluste
 			t.Errorf("the server's pod lists no rollout of %s: %+v", r.Deployment, list.Rollouts)
 		}
 	}
+	t.Logf("--keep's server on the real node (store %s mounted from the host): %d rollouts listed", dbPath, len(list.Rollouts))
 }
