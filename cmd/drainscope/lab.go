@@ -303,20 +303,10 @@ func labKeep(ctx context.Context, c *scenario.Cluster, p scenario.Profile, dsn, 
 	// drops requests shows up in kubectl describe, 20 s after its last pod.
 	defer c.ExportEvents(ctx, 20*time.Second, nil)()
 	// drainscope serve in the cluster, as the chart runs it, for kubectl
-	// drainscope to find.
-	serverDSN := dsn
-	if backend, target, err := store.Backend(dsn); err == nil && backend == store.BackendSQLite {
-		if abs, err := filepath.Abs(target); err == nil {
-			target = abs // the pod's process runs elsewhere
-		}
-		if !strings.Contains(target, "?") {
-			target += "?mode=ro" // the lab writes it
-		}
-		serverDSN = "sqlite:" + target
-	}
+	// drainscope to find; it reads the lab's store on either node.
 	plugin := fmt.Sprintf("KUBECONFIG=%s kubectl drainscope report deploy/%s -n %s --server-namespace %s\n"+
 		"            (kubectl-drainscope on PATH: ln -s %s kubectl-drainscope)", c.CP.Kubeconfig(), own.Deployment, scenario.Namespace, scenario.Namespace, exe)
-	if _, err := scenario.DeployServer(ctx, c, serverDSN); err != nil {
+	if _, err := scenario.DeployServer(ctx, c, dsn); err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}

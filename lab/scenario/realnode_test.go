@@ -2,7 +2,10 @@ package scenario_test
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,6 +23,7 @@ import (
 	"github.com/drainscope/drainscope/lab/kubelet"
 	"github.com/drainscope/drainscope/lab/scenario"
 	"github.com/drainscope/drainscope/store"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // buildStatic builds drainscope as deploy/Dockerfile does (static, no C
@@ -94,7 +98,8 @@ func TestLabRealNode(t *testing.T) {
 	bin := buildStatic(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute) // the lab lock may be held for a while
 	defer cancel()
-	st, err := store.Open(ctx, filepath.Join(t.TempDir(), "events.db"))
+	dbPath := filepath.Join(t.TempDir(), "events.db")
+	st, err := store.Open(ctx, dbPath)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,6 +160,7 @@ func TestLabRealNode(t *testing.T) {
 		}
 		checkRealCauses(ctx, t, st, r)
 	}
+	checkServerOnRealNode(ctx, t, c, dbPath, results)
 
 	c.Down()
 	downed = true
@@ -296,4 +302,55 @@ func checkRealCauses(ctx context.Context, t *testing.T, st store.Store, r scenar
 				offset(keepAlive.FromExit.P10NS), offset(keepAlive.FromExit.P90NS))
 		}
 	}
+}
+
+// checkServerOnRealNode deploys --keep's server (drainscope serve in a pod,
+// as the chart runs it) over the lab's own SQLite store, which the lab is
+// still writing, and asks it for the runs' rollouts: the container must
+// open the host's file, and not restart.
+func checkServerOnRealNode(ctx context.Context, t *testing.T, c *scenario.Cluster, dbPath string, results []scenario.RunResult) {
+	t.Helper()
+	token, err := scenario.DeployServer(ctx, c, dbPath)
+	if err != nil {
+		t.Errorf("--keep's server on the real node: %v", err)
+		return
+	}
+	pod, err := c.Client.CoreV1().Pods(scenario.Namespace).Get(ctx, scenario.ServerName+"-0", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.RestartCount != 0 {
+			t.Errorf("the server's container restarted %d times", cs.RestartCount)
+		}
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+net.JoinHostPort(pod.Status.PodIP, "8080")+"/api/v1/rollouts?since=all", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("asking the server's pod for the rollouts: %v", err)
+	}
+	defer resp.Body.Close()
+	var list struct {
+		Rollouts []struct {
+			WorkloadName string `json:"workload_name"`
+			Failures     int    `json:"failures"`
+		} `json:"rollouts"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("the server's pod answered %s, %v", resp.Status, err)
+	}
+	for _, r := range results {
+		found := false
+		for _, ro := range list.Rollouts {
+			found = found || ro.WorkloadName == r.Deployment
+		}
+		if !found {
+			t.Errorf("the server's pod lists no rollout of %s: %+v", r.Deployment, list.Rollouts)
+		}
+	}
+	t.Logf("--keep's server on the real node (store %s mounted from the host): %d rollouts listed", dbPath, len(list.Rollouts))
 }

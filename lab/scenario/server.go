@@ -5,7 +5,13 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
 	"time"
+
+	"github.com/drainscope/drainscope/store"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -20,13 +26,19 @@ const ServerImage = "drainscope.dev/drainscope:lab"
 // the Helm chart names them for a release called drainscope.
 const ServerName = "drainscope-server"
 
-// DeployServer runs `drainscope serve` over the store dsn in the lab as the
-// Helm chart runs it: a pod with the chart's labels listening on its port
-// named http, its token (DRAINSCOPE_AUTH_TOKEN) and store
+// DeployServer runs `drainscope serve` over the lab's store dsn in the lab
+// as the Helm chart runs it: a pod with the chart's labels listening on its
+// port named http, its token (DRAINSCOPE_AUTH_TOKEN) and store
 // (DRAINSCOPE_STORE) from Secrets, behind a Service with the chart's
 // labels. kubectl drainscope finds it there. It returns the token once the
-// pod is ready.
+// pod is ready. An SQLite store is opened read-only (the lab writes it) and
+// on a real node reached as serverStore says.
 func DeployServer(ctx context.Context, c *Cluster, dsn string) (string, error) {
+	ss, err := serverStore(dsn, c.opts.Node == NodeKubelet)
+	if err != nil {
+		return "", err
+	}
+	dsn = ss.DSN
 	var b [32]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return "", err
@@ -56,20 +68,29 @@ func DeployServer(ctx context.Context, c *Cluster, dsn string) (string, error) {
 		return "", fmt.Errorf("creating the server's Service: %w", err)
 	}
 	pod := ServerName + "-0"
+	spec := corev1.PodSpec{Containers: []corev1.Container{{
+		Name: "server", Image: ServerImage,
+		// The lab records into the store; the server only reads it.
+		Args: []string{"serve", "--listen=0.0.0.0:8080", "--retention=0"},
+		Env: []corev1.EnvVar{
+			{Name: "DRAINSCOPE_AUTH_TOKEN", ValueFrom: fromSecret(ServerName, "auth-token")},
+			{Name: "DRAINSCOPE_STORE", ValueFrom: fromSecret(ServerName, "dsn")},
+		},
+		Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
+		ReadinessProbe: &corev1.Probe{PeriodSeconds: 1, ProbeHandler: corev1.ProbeHandler{
+			HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromString("http")}}},
+	}}}
+	if ss.Dir != "" {
+		dirType := corev1.HostPathDirectory
+		spec.Volumes = []corev1.Volume{{Name: "store", VolumeSource: corev1.VolumeSource{
+			HostPath: &corev1.HostPathVolumeSource{Path: ss.Dir, Type: &dirType}}}}
+		ct := &spec.Containers[0]
+		ct.VolumeMounts = []corev1.VolumeMount{{Name: "store", MountPath: ss.Dir}}
+		ct.SecurityContext = &corev1.SecurityContext{RunAsUser: &ss.UID, RunAsGroup: &ss.GID}
+	}
 	if _, err := core.Pods(Namespace).Create(ctx, &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: pod, Labels: podLabels},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{
-			Name: "server", Image: ServerImage,
-			// The lab records into the store; the server only reads it.
-			Args: []string{"serve", "--listen=0.0.0.0:8080", "--retention=0"},
-			Env: []corev1.EnvVar{
-				{Name: "DRAINSCOPE_AUTH_TOKEN", ValueFrom: fromSecret(ServerName, "auth-token")},
-				{Name: "DRAINSCOPE_STORE", ValueFrom: fromSecret(ServerName, "dsn")},
-			},
-			Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
-			ReadinessProbe: &corev1.Probe{PeriodSeconds: 1, ProbeHandler: corev1.ProbeHandler{
-				HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromString("http")}}},
-		}}},
+		Spec:       spec,
 	}, metav1.CreateOptions{}); err != nil {
 		return "", fmt.Errorf("creating the server's pod: %w", err)
 	}
@@ -98,4 +119,57 @@ func DeployServer(ctx context.Context, c *Cluster, dsn string) (string, error) {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// podStore is where the server's pod finds the lab's store.
+type podStore struct {
+	DSN string
+	// Dir, on a real node, is the SQLite file's directory, mounted from
+	// the host at the same path, and UID and GID the file's owner, whom
+	// the container runs as.
+	Dir      string
+	UID, GID int64
+}
+
+// serverStore is how the server's pod opens the lab's store dsn. Postgres
+// is passed on as it is. SQLite is opened by absolute path with mode=ro:
+// the lab writes it. The process node's pods are host processes and see
+// the file; a real node's containers do not, so there the file's directory
+// is mounted read-write from the host and the container runs as the file's
+// owner: a reader of a WAL database still writes the -shm index beside it
+// (mode=ro only keeps it from writing the database), so neither a
+// read-only mount nor the image's unprivileged user can open it.
+func serverStore(dsn string, realNode bool) (podStore, error) {
+	backend, target, err := store.Backend(dsn)
+	if err != nil || backend != store.BackendSQLite {
+		return podStore{DSN: dsn}, err
+	}
+	path, params, _ := strings.Cut(strings.TrimPrefix(target, "file:"), "?")
+	if path, err = filepath.Abs(path); err != nil {
+		return podStore{}, fmt.Errorf("the lab's store %s: %w", dsn, err)
+	}
+	switch {
+	case params == "":
+		params = "mode=ro"
+	case !strings.Contains(params, "mode=ro"):
+		params += "&mode=ro"
+	}
+	ps := podStore{DSN: "sqlite:" + path + "?" + params}
+	if !realNode {
+		return ps, nil
+	}
+	if path, err = filepath.EvalSymlinks(path); err != nil {
+		return podStore{}, fmt.Errorf("the lab's store %s: %w", dsn, err)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return podStore{}, fmt.Errorf("the lab's store %s: %w", dsn, err)
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return podStore{}, fmt.Errorf("the lab's store %s: no owner in its file status", dsn)
+	}
+	ps.DSN = "sqlite:" + path + "?" + params
+	ps.Dir, ps.UID, ps.GID = filepath.Dir(path), int64(st.Uid), int64(st.Gid)
+	return ps, nil
 }
