@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/nftables/expr"
@@ -247,5 +248,87 @@ func TestReadRuleRegisters(t *testing.T) {
 	}
 	if readRule(&msg{exprs: []expr.Any{&expr.Verdict{Kind: expr.VerdictAccept}}}) != nil {
 		t.Error("an accept rule was read as sending somewhere")
+	}
+}
+
+// The same sequence with kube-proxy v1.37.2 in iptables mode on the
+// nf_tables backend (iptables-nft 1.8.9): KUBE-SVC-/KUBE-SEP- chains whose
+// comments, statistic and recent matches and DNAT targets are xtables
+// compat expressions. Replayed, it must give each endpoint's entry and
+// exit once, in order, with proxy=iptables, and end with what
+// iptables-nft-save listed at the end of the same run.
+func TestReplayKubeProxyIPTablesCapture(t *testing.T) {
+	dgrams := loadCapture(t, "testdata/"+captureFileIPT)
+	f := &follower{md: newModel()}
+	type ch struct {
+		commit int
+		Change
+	}
+	var got []ch
+	commits := 0
+	for _, msgs := range dgrams {
+		for _, nm := range msgs {
+			if _, err := decode(nm); err != nil {
+				t.Errorf("message type %#x: %v", uint16(nm.Header.Type), err)
+			}
+		}
+		for _, cs := range f.feed(msgs, quiet) {
+			commits++
+			for _, c := range cs {
+				got = append(got, ch{commits, c})
+			}
+		}
+	}
+	addedAt := map[Endpoint]int{}
+	removedAt := map[Endpoint]int{}
+	for _, c := range got {
+		t.Logf("commit %d: added=%v %s %s (%s, %s)", c.commit, c.Added, c.ServicePort, c.Addr, c.Chain, c.Proxy)
+		if c.Proxy != "iptables" || !strings.HasPrefix(c.Chain, "KUBE-SVC-") {
+			t.Errorf("%s %s: proxy %q, chain %q", c.ServicePort, c.Addr, c.Proxy, c.Chain)
+		}
+		m := removedAt
+		if c.Added {
+			m = addedAt
+		}
+		if _, dup := m[c.Endpoint]; dup {
+			t.Errorf("%s %s reported twice (added=%v)", c.ServicePort, c.Addr, c.Added)
+		}
+		m[c.Endpoint] = c.commit
+	}
+	ep := func(svc, addr string) Endpoint {
+		return Endpoint{ServicePort{"dp", svc, "tcp", "http"}, netip.MustParseAddrPort(addr)}
+	}
+	for _, svc := range []string{"web", "sticky"} {
+		for _, a := range []string{"10.244.0.11:8080", "10.244.0.12:8080", "10.244.0.13:8080"} {
+			if _, ok := addedAt[ep(svc, a)]; !ok {
+				t.Errorf("%s %s: no entry reported", svc, a)
+			}
+		}
+		first, ok1 := removedAt[ep(svc, "10.244.0.11:8080")]
+		second, ok2 := removedAt[ep(svc, "10.244.0.12:8080")]
+		if !ok1 || !ok2 {
+			t.Errorf("%s: removals of .11 and .12: %v %v", svc, ok1, ok2)
+		} else if first > second {
+			t.Errorf("%s: .11 left in commit %d, after .12 in %d; .11 was marked terminating first", svc, first, second)
+		}
+		if first <= addedAt[ep(svc, "10.244.0.11:8080")] {
+			t.Errorf("%s: .11 left before or as it entered", svc)
+		}
+		if _, ok := removedAt[ep(svc, "10.244.0.13:8080")]; ok {
+			t.Errorf("%s: .13 stayed ready and was reported removed", svc)
+		}
+	}
+	if len(removedAt) != 4 {
+		t.Errorf("%d removals, want 4", len(removedAt))
+	}
+	if len(f.md.flat()) != 0 {
+		t.Errorf("nftables-mode endpoints in an iptables-mode capture: %v", keys(f.md.flat()))
+	}
+	listing, err := os.ReadFile("testdata/kube-proxy-v1.37.2-iptables.save")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := keys(f.md.xt.current), endpointsFromSave(t, listing, "testdata/kube-proxy-v1.37.2-iptables.save"); !slices.Equal(got, want) || len(want) != 2 {
+		t.Errorf("after the replay: %v\niptables-nft-save: %v (want the two endpoints left)", got, want)
 	}
 }
