@@ -40,6 +40,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/drainscope/drainscope/event"
+	"github.com/drainscope/drainscope/internal/duration"
 	"github.com/drainscope/drainscope/store"
 	"github.com/drainscope/drainscope/web"
 )
@@ -196,7 +197,7 @@ func (pf *pluginFlags) run(ctx context.Context, sub string, args []string, stdou
 		return fmt.Errorf("%w: --format %q: want text or json", errUsage, pf.format)
 	}
 	now := time.Now()
-	from, err := parseSince(pf.since, now)
+	from, err := duration.Before(pf.since, now)
 	if err != nil {
 		return fmt.Errorf("%w: --since: %v", errUsage, err)
 	}
@@ -880,23 +881,4 @@ func seconds(ns int64) string {
 // plugin: under the name kubectl looks for.
 func IsPlugin(argv0 string) bool {
 	return strings.TrimSuffix(filepath.Base(argv0), ".exe") == Name
-}
-
-// parseSince reads --since as drainscope report does: an RFC 3339 time,
-// or a duration before now ("90m", "2h", and "1d" or "1.5d" for days,
-// which time.ParseDuration lacks).
-func parseSince(s string, now time.Time) (time.Time, error) {
-	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
-		return t, nil
-	}
-	if d, ok := strings.CutSuffix(s, "d"); ok {
-		if n, err := strconv.ParseFloat(d, 64); err == nil && n >= 0 {
-			return now.Add(-time.Duration(n * float64(24*time.Hour))), nil
-		}
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil || d < 0 {
-		return time.Time{}, fmt.Errorf("%q is neither a duration before now (90m, 2h, 1d) nor an RFC 3339 time (2026-03-14T12:00:00Z)", s)
-	}
-	return now.Add(-d), nil
 }
