@@ -15,7 +15,6 @@ import (
 	"github.com/drainscope/drainscope/event"
 	"github.com/drainscope/drainscope/export"
 	"github.com/drainscope/drainscope/store"
-	"github.com/drainscope/drainscope/web"
 )
 
 // fixture is a recorded lab run (the web package's): the exit run's
@@ -59,13 +58,13 @@ func fixtureStore(t *testing.T) (store.Store, []event.Event) {
 type recorder struct {
 	name       string
 	idempotent bool
-	got        []*export.Disruption
+	got        []*analysis.Disruption
 	err        error // returned once, then cleared
 }
 
 func (r *recorder) Name() string     { return r.name }
 func (r *recorder) Idempotent() bool { return r.idempotent }
-func (r *recorder) Deliver(_ context.Context, d *export.Disruption) error {
+func (r *recorder) Deliver(_ context.Context, d *analysis.Disruption) error {
 	if err := r.err; err != nil {
 		r.err = nil
 		return err
@@ -123,7 +122,7 @@ func TestFeedDeliversEachFinishedDisruptionOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, d := range events.got {
-		if d.ID == export.ID(exit.Namespace, exit.Workload.Kind, exit.Workload.Name, exit.From) {
+		if d.ID == analysis.KeyOf(exit).ID() {
 			t.Fatalf("delivered %s %v after its last pod ended, before the quiet time %v", d.ID, quiet/2, quiet)
 		}
 	}
@@ -132,7 +131,7 @@ func TestFeedDeliversEachFinishedDisruptionOnce(t *testing.T) {
 	if err := f.Poll(ctx); err != nil {
 		t.Fatal(err)
 	}
-	var d *export.Disruption
+	var d *analysis.Disruption
 	for _, g := range events.got {
 		if g.Kind == "Deployment" && g.Name == "sample-exit" && g.Trigger == event.ChangeTemplate {
 			d = g
@@ -176,7 +175,7 @@ func TestFeedDeliversEachFinishedDisruptionOnce(t *testing.T) {
 	if d.ByCause[analysis.CauseKeepAliveAtExit] == 0 || !strings.Contains(d.CountsByCause(false), "keep-alive connection cut at exit") {
 		t.Errorf("an exit at SIGTERM cuts keep-alive connections: %v (%s)", d.ByCause, d.CountsByCause(false))
 	}
-	want := web.RolloutKey{Namespace: exit.Namespace, Kind: exit.Workload.Kind, Name: exit.Workload.Name, Start: exit.From}.ID()
+	want := analysis.KeyOf(exit).ID()
 	if d.ID != want || d.Link != "https://drainscope.example/rollouts/"+want {
 		t.Errorf("id %q link %q; want the web UI's %q", d.ID, d.Link, want)
 	}
