@@ -80,8 +80,8 @@ func (b badRequest) Unwrap() error        { return b.err }
 func bad(err error) error { return badRequest{err} }
 
 // rolloutKey reads the route's rollout.
-func rolloutKey(r *http.Request) (RolloutKey, error) {
-	k, err := parseKey(chi.URLParam(r, "ns"), chi.URLParam(r, "kind"), chi.URLParam(r, "name"), chi.URLParam(r, "start"))
+func rolloutKey(r *http.Request) (analysis.DisruptionKey, error) {
+	k, err := analysis.ParseDisruptionKey(chi.URLParam(r, "ns"), chi.URLParam(r, "kind"), chi.URLParam(r, "name"), chi.URLParam(r, "start"))
 	if err != nil {
 		return k, bad(err)
 	}
