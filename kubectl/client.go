@@ -131,23 +131,16 @@ func (c *apiClient) get(ctx context.Context, path string, q url.Values, into any
 	return nil
 }
 
-// listAnswer is the part of GET /api/v1/rollouts the plugin reads.
-type listAnswer struct {
-	Rollouts []web.RolloutSummary `json:"rollouts"`
-	Total    int                  `json:"total"`
-	Pending  int                  `json:"pending"`
-}
-
 // rolloutList asks for the disruptions of the window, waiting a while for
 // those whose analysis the server is still reading.
-func (c *apiClient) rolloutList(ctx context.Context, q url.Values) (listAnswer, json.RawMessage, error) {
+func (c *apiClient) rolloutList(ctx context.Context, q url.Values) (web.Rollouts, json.RawMessage, error) {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		var raw json.RawMessage
 		if err := c.get(ctx, "/api/v1/rollouts", q, &raw); err != nil {
-			return listAnswer{}, nil, err
+			return web.Rollouts{}, nil, err
 		}
-		var l listAnswer
+		var l web.Rollouts
 		if err := json.Unmarshal(raw, &l); err != nil {
 			return l, nil, fmt.Errorf("%s's rollouts list: %w", c.where, err)
 		}

@@ -5,34 +5,16 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/drainscope/drainscope/analysis"
 	"github.com/drainscope/drainscope/event"
 	"github.com/drainscope/drainscope/web"
 )
-
-// alignmentAnswer is the part of GET …/alignment the report prints.
-type alignmentAnswer struct {
-	Rollout        web.RolloutSummary `json:"rollout"`
-	Causes         []causeAnswer      `json:"causes"`
-	InferredCauses []causeAnswer      `json:"inferred_causes"`
-	Legend         []causeAnswer      `json:"legend"` // every cause's title and fix
-}
-
-type causeAnswer struct {
-	Cause       string `json:"cause"`
-	Title       string `json:"title"`
-	Count       int    `json:"count"`
-	Explanation string `json:"explanation"`
-	Fix         string `json:"fix"`
-	Pods        []struct {
-		Pod   string `json:"pod"`
-		Count int    `json:"count"`
-	} `json:"pods"`
-}
 
 func pluginReport(ctx context.Context, api *apiClient, ns string, ref workloadRef, exists string, from, to time.Time, format string, w io.Writer) error {
 	q := windowQuery(from, to)
@@ -46,13 +28,13 @@ func pluginReport(ctx context.Context, api *apiClient, ns string, ref workloadRe
 		return fmt.Errorf("no %s %q in namespace %s, and drainscope recorded no disruption of one since %s", strings.ToLower(ref.Kind), ref.Name, ns, from.UTC().Format(time.RFC3339))
 	}
 	var raws []json.RawMessage
-	var als []alignmentAnswer
+	var als []web.Alignment
 	for _, r := range list.Rollouts {
 		var raw json.RawMessage
 		if err := api.get(ctx, r.Links.API+"/alignment", nil, &raw); err != nil {
 			return err
 		}
-		var a alignmentAnswer
+		var a web.Alignment
 		if err := json.Unmarshal(raw, &a); err != nil {
 			return fmt.Errorf("%s's alignment of %s: %w", api.where, r.ID, err)
 		}
@@ -92,22 +74,9 @@ func pluginReport(ctx context.Context, api *apiClient, ns string, ref workloadRe
 	return nil
 }
 
-// triggers says what began a disruption, in words.
-var triggers = map[string]string{
-	"template": "rollout (new pod template)", "scale": "scale-down (change of replicas)", "deleted": "deletion of the workload",
-	"eviction": "eviction", "preemption": "preemption", "taint": "taint eviction", "node-pressure": "node-pressure eviction",
-	"pod-deleted": "pod deletion", "oom": "OOM kill", "restart": "container restart",
-}
-
-func writeDisruption(w io.Writer, a alignmentAnswer) {
+func writeDisruption(w io.Writer, a web.Alignment) {
 	s := a.Rollout
-	trig := triggers[s.Trigger]
-	if trig == "" {
-		trig = "disruption"
-		if s.Trigger != "" {
-			trig = s.Trigger
-		}
-	}
+	trig := analysis.WordsFor(s.Trigger).Heading
 	start := time.Unix(0, s.From).UTC()
 	fmt.Fprintf(w, "\n%s at %s", trig, start.Format("2006-01-02 15:04:05.000 MST"))
 	if s.To > s.From {
@@ -147,15 +116,15 @@ func writeDisruption(w io.Writer, a alignmentAnswer) {
 // whole window the server analysed, which may hold a neighbouring
 // disruption of the same workload, so their explanation (which names
 // pods and offsets) is printed only where its count is the disruption's.
-func writeCauses[K ~string](w io.Writer, title string, counts map[K]int, causes []causeAnswer, legend []causeAnswer) {
+func writeCauses(w io.Writer, title string, counts map[analysis.Cause]int, causes []analysis.CauseSummary, legend []web.CauseInfo) {
 	type row struct {
-		cause string
+		cause analysis.Cause
 		n     int
 	}
 	var rows []row
 	for c, n := range counts {
 		if n > 0 {
-			rows = append(rows, row{string(c), n})
+			rows = append(rows, row{c, n})
 		}
 	}
 	if len(rows) == 0 {
@@ -164,25 +133,13 @@ func writeCauses[K ~string](w io.Writer, title string, counts map[K]int, causes 
 	sort.Slice(rows, func(i, j int) bool {
 		return rows[i].n > rows[j].n || rows[i].n == rows[j].n && rows[i].cause < rows[j].cause
 	})
-	find := func(cs []causeAnswer, cause string) *causeAnswer {
-		for i := range cs {
-			if cs[i].Cause == cause {
-				return &cs[i]
-			}
-		}
-		return nil
-	}
 	fmt.Fprintf(w, "  %s:\n", title)
 	for _, r := range rows {
-		c := find(causes, r.cause)
-		if c == nil || c.Count != r.n {
-			c = find(legend, r.cause)
-			if c != nil {
-				c = &causeAnswer{Cause: c.Cause, Title: c.Title, Fix: c.Fix}
-			}
-		}
-		if c == nil {
-			c = &causeAnswer{Cause: r.cause, Title: r.cause}
+		c := analysis.CauseSummary{Cause: r.cause, Title: string(r.cause)}
+		if i := slices.IndexFunc(causes, func(c analysis.CauseSummary) bool { return c.Cause == r.cause }); i >= 0 && causes[i].Count == r.n {
+			c = causes[i]
+		} else if i := slices.IndexFunc(legend, func(l web.CauseInfo) bool { return l.Cause == string(r.cause) }); i >= 0 {
+			c.Title, c.Fix = legend[i].Title, legend[i].Fix
 		}
 		fmt.Fprintf(w, "    %5d  %s", r.n, c.Title)
 		if len(c.Pods) > 0 {
