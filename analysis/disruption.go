@@ -171,19 +171,11 @@ type Disruption struct {
 	Analysed bool      `json:"analysed"`
 	Replaced []PodView `json:"replaced"`
 	NewPods  []NewPod  `json:"new_pods"`
-	// Failures are the client-reported failures on the replaced pods,
-	// Inferred those their kernel events alone prove or make likely
-	// (Likely of them); each by cause.
-	Failures        int           `json:"failures"`
-	ByCause         map[Cause]int `json:"by_cause"`
-	Inferred        int           `json:"inferred_failures"`
-	Likely          int           `json:"likely_failures"`
-	InferredByCause map[Cause]int `json:"inferred_by_cause"`
-	// Unattributed failures happened meanwhile but were tied to no pod.
-	Unattributed int `json:"unattributed_failures"`
-	// The worst gaps among the replaced pods (Rollout's).
-	WorstSigtermAfterRotation *int64 `json:"worst_sigterm_after_rotation_ns,omitempty"`
-	LongestExitAfterSigterm   *int64 `json:"longest_exit_after_sigterm_ns,omitempty"`
+	// The failures on the replaced pods, the sum of the analysed
+	// rollouts'; Likely of the Inferred ones rest on evidence that makes
+	// a failure likely, not on a packet that proves it.
+	FailureCounts
+	Likely int `json:"likely"`
 	// Causes lists each cause of its failures with its counts and its fix,
 	// in the rule table's order.
 	Causes []DisruptionCause `json:"causes"`
@@ -196,6 +188,53 @@ type Disruption struct {
 	// disruption: filled in by those who need them.
 	UID  string `json:"workload_uid,omitempty"`
 	Link string `json:"link,omitempty"`
+}
+
+// FailureCounts are the failures of some pods (an analysed Rollout's
+// replaced pods, a Disruption's) by cause, and the worst gaps among them.
+type FailureCounts struct {
+	// Failures were reported by clients, Inferred proven or made likely
+	// by the pods' kernel events alone.
+	Failures        int           `json:"failures"`
+	ByCause         map[Cause]int `json:"by_cause"`
+	Inferred        int           `json:"inferred"`
+	InferredByCause map[Cause]int `json:"inferred_by_cause"`
+	// Unattributed counts failures no pod was found for that happened
+	// meanwhile (they may belong to another workload).
+	Unattributed int `json:"unattributed"`
+
+	// The worst gaps among the pods.
+	WorstSigtermAfterRotation *int64 `json:"worst_sigterm_after_rotation_ns,omitempty"`
+	LongestExitAfterSigterm   *int64 `json:"longest_exit_after_sigterm_ns,omitempty"`
+}
+
+func newFailureCounts() FailureCounts {
+	return FailureCounts{ByCause: map[Cause]int{}, InferredByCause: map[Cause]int{}}
+}
+
+// add adds o's counts to c's and keeps the worse of each gap.
+func (c *FailureCounts) add(o *FailureCounts) {
+	c.Failures += o.Failures
+	c.Inferred += o.Inferred
+	c.Unattributed += o.Unattributed
+	for k, n := range o.ByCause {
+		c.ByCause[k] += n
+	}
+	for k, n := range o.InferredByCause {
+		c.InferredByCause[k] += n
+	}
+	c.keepWorst(o.WorstSigtermAfterRotation, o.LongestExitAfterSigterm)
+}
+
+// keepWorst keeps the most negative SIGTERM-after-rotation gap and the
+// longest exit after SIGTERM; nil is no measure.
+func (c *FailureCounts) keepWorst(sigtermAfterRotation, exitAfterSigterm *int64) {
+	if g := sigtermAfterRotation; g != nil && (c.WorstSigtermAfterRotation == nil || *g < *c.WorstSigtermAfterRotation) {
+		c.WorstSigtermAfterRotation = ptr(*g)
+	}
+	if g := exitAfterSigterm; g != nil && (c.LongestExitAfterSigterm == nil || *g > *c.LongestExitAfterSigterm) {
+		c.LongestExitAfterSigterm = ptr(*g)
+	}
 }
 
 // DisruptionCause is one cause of a disruption's failures.
@@ -258,8 +297,7 @@ func NewDisruption(r event.Rollout, res *Result) *Disruption {
 	d := &Disruption{
 		ID: k.ID(), Namespace: r.Namespace, Kind: r.Workload.Kind, Name: r.Workload.Name,
 		From: r.From, To: r.To, Until: r.To, Trigger: r.Trigger, Terminations: len(r.Terminations),
-		ByCause: map[Cause]int{}, InferredByCause: map[Cause]int{},
-		Replaced: []PodView{}, NewPods: []NewPod{}, Causes: []DisruptionCause{}, Explained: []AlignedFailure{},
+		FailureCounts: newFailureCounts(), Replaced: []PodView{}, NewPods: []NewPod{}, Causes: []DisruptionCause{}, Explained: []AlignedFailure{},
 	}
 	for _, t := range r.Terminations {
 		d.Events += t.Events
@@ -284,26 +322,12 @@ func (d *Disruption) analysed(res *Result) {
 		}
 		d.Until = max(d.Until, ro.To)
 		d.NewPods = append(d.NewPods, ro.NewPods...)
-		d.Failures += ro.Failures
-		d.Inferred += ro.Inferred
-		d.Unattributed += ro.Unattributed
-		for c, n := range ro.ByCause {
-			d.ByCause[c] += n
-		}
-		for c, n := range ro.InferredByCause {
-			d.InferredByCause[c] += n
-		}
+		d.add(&ro.FailureCounts)
 		for _, p := range ro.Replaced {
 			if !replaced[p.UID] {
 				replaced[p.UID] = true
 				d.Replaced = append(d.Replaced, p)
 			}
-		}
-		if g := ro.WorstSigtermAfterRotation; g != nil && (d.WorstSigtermAfterRotation == nil || *g < *d.WorstSigtermAfterRotation) {
-			d.WorstSigtermAfterRotation = ptr(*g)
-		}
-		if g := ro.LongestExitAfterSigterm; g != nil && (d.LongestExitAfterSigterm == nil || *g > *d.LongestExitAfterSigterm) {
-			d.LongestExitAfterSigterm = ptr(*g)
 		}
 	}
 	for _, af := range res.Failures {

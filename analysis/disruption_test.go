@@ -71,14 +71,14 @@ func TestNewDisruption(t *testing.T) {
 	res := &Result{
 		Rollouts: []Rollout{
 			{Namespace: "shop", Kind: "Deployment", Name: "web", From: 90, To: 150, Trigger: TriggerPodDeleted,
-				Replaced: []PodView{a}, NewPods: []NewPod{{Ready: 140}}, Failures: 3, ByCause: map[Cause]int{CauseEndpointRace: 3},
-				Inferred: 2, InferredByCause: map[Cause]int{CauseKeepAliveAtExit: 2}, WorstSigtermAfterRotation: gap(-5), LongestExitAfterSigterm: gap(10)},
+				Replaced: []PodView{a}, NewPods: []NewPod{{Ready: 140}}, FailureCounts: FailureCounts{Failures: 3, ByCause: map[Cause]int{CauseEndpointRace: 3},
+					Inferred: 2, InferredByCause: map[Cause]int{CauseKeepAliveAtExit: 2}, WorstSigtermAfterRotation: gap(-5), LongestExitAfterSigterm: gap(10)}},
 			{Namespace: "shop", Kind: "Deployment", Name: "web", From: 160, To: 260,
-				Replaced: []PodView{a, b}, Failures: 1, ByCause: map[Cause]int{CauseEndpointRace: 1}, Unattributed: 4,
-				WorstSigtermAfterRotation: gap(-9), LongestExitAfterSigterm: gap(7)},
+				Replaced: []PodView{a, b}, FailureCounts: FailureCounts{Failures: 1, ByCause: map[Cause]int{CauseEndpointRace: 1}, Unattributed: 4,
+					WorstSigtermAfterRotation: gap(-9), LongestExitAfterSigterm: gap(7)}},
 			// Another workload, and the same one later: not this disruption's.
-			{Namespace: "shop", Kind: "Deployment", Name: "api", From: 100, To: 200, Failures: 50, ByCause: map[Cause]int{CauseEndpointRace: 50}},
-			{Namespace: "shop", Kind: "Deployment", Name: "web", From: 300, To: 400, Failures: 60, ByCause: map[Cause]int{CauseEndpointRace: 60}},
+			{Namespace: "shop", Kind: "Deployment", Name: "api", From: 100, To: 200, FailureCounts: FailureCounts{Failures: 50, ByCause: map[Cause]int{CauseEndpointRace: 50}}},
+			{Namespace: "shop", Kind: "Deployment", Name: "web", From: 300, To: 400, FailureCounts: FailureCounts{Failures: 60, ByCause: map[Cause]int{CauseEndpointRace: 60}}},
 		},
 		Failures: []AlignedFailure{
 			{Pod: &a, Cause: CauseEndpointRace},
@@ -102,9 +102,10 @@ func TestNewDisruption(t *testing.T) {
 		ID: "shop/Deployment/web/100", Namespace: "shop", Kind: "Deployment", Name: "web",
 		From: 100, To: 200, Until: 260, Trigger: TriggerPodDeleted, Terminations: 2, Events: 7, Analysed: true,
 		Replaced: []PodView{a, b}, NewPods: []NewPod{{Ready: 140}},
-		Failures: 4, ByCause: map[Cause]int{CauseEndpointRace: 4}, Inferred: 2, Likely: 1,
-		InferredByCause: map[Cause]int{CauseKeepAliveAtExit: 2}, Unattributed: 4,
-		WorstSigtermAfterRotation: gap(-9), LongestExitAfterSigterm: gap(10),
+		FailureCounts: FailureCounts{Failures: 4, ByCause: map[Cause]int{CauseEndpointRace: 4}, Inferred: 2,
+			InferredByCause: map[Cause]int{CauseKeepAliveAtExit: 2}, Unattributed: 4,
+			WorstSigtermAfterRotation: gap(-9), LongestExitAfterSigterm: gap(10)},
+		Likely: 1,
 		Causes: []DisruptionCause{
 			{Cause: CauseEndpointRace, Title: "endpoint removal race", Failures: 4, Fix: "a preStop delay over 1.2 s"},
 			{Cause: CauseKeepAliveAtExit, Title: "keep-alive connection cut at exit", Inferred: 2, Fix: "Connection: close"},

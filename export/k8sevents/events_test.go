@@ -32,7 +32,7 @@ const fixture = "../../web/testdata/lab-run.jsonl"
 func TestMessage(t *testing.T) {
 	d := &analysis.Disruption{
 		ID: "shop/Deployment/web/1", Namespace: "shop", Kind: "Deployment", Name: "web", Trigger: "template",
-		Replaced: make([]analysis.PodView, 4), Failures: 37, Inferred: 32, Likely: 14,
+		Replaced: make([]analysis.PodView, 4), FailureCounts: analysis.FailureCounts{Failures: 37, Inferred: 32}, Likely: 14,
 		Causes: []analysis.DisruptionCause{
 			{Cause: analysis.CauseKeepAliveAtExit, Title: "keep-alive connection cut at exit", Failures: 32, Inferred: 30, Fix: "answer with Connection: close while draining"},
 			{Cause: analysis.CauseEndpointRace, Title: "endpoint removal race", Failures: 5, Inferred: 2, Fix: "a preStop delay longer than the propagation."},
@@ -199,7 +199,7 @@ func TestRateLimit(t *testing.T) {
 	s := k8sevents.New(k8sevents.Options{Client: cp.Client(), Every: time.Minute, Burst: 2, PerWorkload: 10 * time.Minute, Now: func() time.Time { return now }})
 	dis := func(name string, start int64) *analysis.Disruption {
 		return &analysis.Disruption{ID: analysis.DisruptionKey{Namespace: "rl", Kind: "Deployment", Name: name, Start: start}.ID(), Namespace: "rl", Kind: "Deployment", Name: name,
-			From: start, To: start + 1e9, Until: start + 1e9, Failures: 1, Causes: []analysis.DisruptionCause{{Cause: analysis.CauseEndpointRace, Title: "endpoint removal race", Failures: 1}}}
+			From: start, To: start + 1e9, Until: start + 1e9, FailureCounts: analysis.FailureCounts{Failures: 1}, Causes: []analysis.DisruptionCause{{Cause: analysis.CauseEndpointRace, Title: "endpoint removal race", Failures: 1}}}
 	}
 	if err := s.Deliver(ctx, dis("a", 1)); err != nil {
 		t.Fatal(err)
@@ -277,7 +277,7 @@ func TestMessageHostileNames(t *testing.T) {
 	const hostile = "\x1b]0;owned\x07\x1b[2J\u009b31m\r\nFORGED"
 	d := &analysis.Disruption{
 		ID: "shop/Deployment/web/1", Namespace: "shop" + hostile, Kind: "Deployment", Name: "web" + hostile, Trigger: "template",
-		Replaced: make([]analysis.PodView, 1), Failures: 3,
+		Replaced: make([]analysis.PodView, 1), FailureCounts: analysis.FailureCounts{Failures: 3},
 		Causes: []analysis.DisruptionCause{{Cause: analysis.CauseEndpointRace, Title: "endpoint removal race" + hostile, Failures: 3, Fix: "wait" + hostile}},
 		Link:   "https://drainscope.example/rollouts/shop/Deployment/web/1",
 	}
