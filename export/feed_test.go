@@ -141,8 +141,7 @@ func TestFeedDeliversEachFinishedDisruptionOnce(t *testing.T) {
 		t.Fatalf("the exit run's rollout was not delivered; got %v", events.ids())
 	}
 	// What the report says about the same rollout is what the feed says.
-	res, err := analysis.Analyze(ctx, st, store.Query{Window: event.Window{From: exit.From - int64(analysis.RolloutLead), To: exit.To + int64(30*time.Second)},
-		Namespace: exit.Namespace, Workload: exit.Workload})
+	res, err := analysis.Analyze(ctx, st, analysis.DisruptionQuery(exit))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +183,7 @@ func TestFeedDeliversEachFinishedDisruptionOnce(t *testing.T) {
 	}
 	for _, af := range d.Explained {
 		if af.Cause == analysis.CauseUnexplained || af.Pod == nil || !strings.HasPrefix(af.Pod.Name, "sample-exit-") ||
-			af.Failure.Time < d.From || af.Failure.Time > d.To+int64(30*time.Second) {
+			af.Failure.Time < d.From || af.Failure.Time > d.To+int64(analysis.DisruptionPad) {
 			t.Errorf("explained failure %+v: want a cause, a replaced pod and a time in the disruption", af)
 		}
 	}
