@@ -2,11 +2,12 @@
 // rollout, scale-down, eviction or deletion of one workload, from its
 // trigger until it has been quiet for a while — each with its failures by
 // cause, the kernel evidence of them and the fix, computed from the store
-// as the web UI computes them (analysis.Disruption). Sinks (Kubernetes Events in k8sevents,
-// OpenTelemetry logs in otlp) hang off one Feed, and the feed hands each
-// disruption to each sink once per server: a sink that recognises what it
-// was given before (an Event's name) also gets, after a restart, what
-// finished while the server was down.
+// as the web UI computes them (analysis.AnalyzeDisruption). Sinks
+// (Kubernetes Events in k8sevents, OpenTelemetry logs in otlp) hang off
+// one Feed, and the feed hands each disruption to each sink once per
+// server: a sink that recognises what it was given before (an Event's
+// name) also gets, after a restart, what finished while the server was
+// down.
 package export
 
 import (
