@@ -4,6 +4,10 @@
 // the Helm chart labels, reaches it through the API server as kubectl
 // port-forward does, and prints what the server's JSON API answers; or it
 // serves that API in process over a store named with --dsn.
+//
+// plugin.go runs a command; flags.go reads the command line, discovery.go
+// finds the server in the cluster and port-forwards to it, client.go asks
+// its API (decoding web's own answer types), and output.go prints them.
 package kubectl
 
 import (
