@@ -155,17 +155,7 @@ type Rollout struct {
 	Replaced  []PodView `json:"replaced"`
 	NewPods   []NewPod  `json:"new_pods"`
 
-	Failures        int           `json:"failures"`
-	ByCause         map[Cause]int `json:"by_cause"`
-	Inferred        int           `json:"inferred"`
-	InferredByCause map[Cause]int `json:"inferred_by_cause"`
-	// Unattributed counts failures no pod was found for that happened
-	// during the rollout (they may belong to another workload).
-	Unattributed int `json:"unattributed"`
-
-	// The worst gaps among the replaced pods.
-	WorstSigtermAfterRotation *int64 `json:"worst_sigterm_after_rotation_ns,omitempty"`
-	LongestExitAfterSigterm   *int64 `json:"longest_exit_after_sigterm_ns,omitempty"`
+	FailureCounts
 }
 
 // NewPod is a pod of the workload created since the rollout's trigger (or,
@@ -613,8 +603,7 @@ func (c *collector) rollouts() []Rollout {
 		r := Rollout{
 			Namespace: g.Namespace, Workload: g.Workload.String(), Kind: g.Workload.Kind, Name: g.Workload.Name,
 			From: g.From, To: g.To, Trigger: g.Trigger, TriggerAt: g.TriggerAt,
-			ByCause: map[Cause]int{}, InferredByCause: map[Cause]int{},
-			Replaced: []PodView{}, NewPods: []NewPod{},
+			FailureCounts: newFailureCounts(), Replaced: []PodView{}, NewPods: []NewPod{},
 		}
 		if r.Trigger == "" {
 			r.Trigger = podTrigger(g, c.tls)
@@ -636,12 +625,7 @@ func (c *collector) rollouts() []Rollout {
 				r.InferredByCause[cause] += n
 				r.Inferred += n
 			}
-			if g := tl.Gaps.SigtermAfterRotation; g != nil && (r.WorstSigtermAfterRotation == nil || *g < *r.WorstSigtermAfterRotation) {
-				r.WorstSigtermAfterRotation = ptr(*g)
-			}
-			if g := tl.Gaps.ExitAfterSigterm; g != nil && (r.LongestExitAfterSigterm == nil || *g > *r.LongestExitAfterSigterm) {
-				r.LongestExitAfterSigterm = ptr(*g)
-			}
+			r.keepWorst(tl.Gaps.SigtermAfterRotation, tl.Gaps.ExitAfterSigterm)
 		}
 		for _, tl := range c.order {
 			k := podKey(tl.Pod.UID, tl.Pod.Namespace, tl.Pod.Name)

@@ -738,29 +738,8 @@ func InferenceLines(inf Inference) []string {
 
 // triggerNote says what began a rollout, when it was recorded.
 func triggerNote(trigger string) string {
-	switch trigger {
-	case "":
+	if trigger == "" {
 		return ""
-	case event.ChangeTemplate:
-		return ", begun by a pod template change"
-	case event.ChangeScale:
-		return ", begun by a change of replicas"
-	case event.ChangeDeleted:
-		return ", begun by the workload's deletion"
-	case TriggerEviction:
-		return ", begun by an eviction (a node drain, or the Eviction API)"
-	case TriggerPreemption:
-		return ", begun by the scheduler's preemption"
-	case TriggerTaint:
-		return ", begun by a NoExecute taint"
-	case TriggerNodePressure:
-		return ", begun by the kubelet's node-pressure eviction"
-	case TriggerPodDeleted:
-		return ", begun by the pods' deletion (kubectl delete, or a controller)"
-	case TriggerOOM:
-		return ", begun by an OOM kill"
-	case TriggerRestart:
-		return ", begun by a container's end and restart (a failed liveness probe, a crash)"
 	}
-	return ", begun by a workload change: " + trigger
+	return ", begun by " + WordsFor(trigger).BegunBy
 }

@@ -2,11 +2,12 @@
 // rollout, scale-down, eviction or deletion of one workload, from its
 // trigger until it has been quiet for a while — each with its failures by
 // cause, the kernel evidence of them and the fix, computed from the store
-// as the report computes them. Sinks (Kubernetes Events in k8sevents,
-// OpenTelemetry logs in otlp) hang off one Feed, and the feed hands each
-// disruption to each sink once per server: a sink that recognises what it
-// was given before (an Event's name) also gets, after a restart, what
-// finished while the server was down.
+// as the web UI computes them (analysis.AnalyzeDisruption). Sinks
+// (Kubernetes Events in k8sevents, OpenTelemetry logs in otlp) hang off
+// one Feed, and the feed hands each disruption to each sink once per
+// server: a sink that recognises what it was given before (an Event's
+// name) also gets, after a restart, what finished while the server was
+// down.
 package export
 
 import (
@@ -14,8 +15,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
-	"strconv"
 	"strings"
 	"time"
 
@@ -23,64 +22,6 @@ import (
 	"github.com/drainscope/drainscope/event"
 	"github.com/drainscope/drainscope/store"
 )
-
-// Disruption is one finished disruption of a workload.
-type Disruption struct {
-	// ID is the disruption's key as the web UI links it:
-	// namespace/kind/name/start, each segment path-escaped, "-" when
-	// empty. It is the same on every server reading the same store.
-	ID        string
-	Namespace string
-	Kind      string // Deployment, StatefulSet, DaemonSet …; empty when the pods had no known workload
-	Name      string
-	// UID is the workload's metadata.uid as its last recorded change
-	// named it; empty when none was recorded.
-	UID string
-	// Trigger is what began it: template, scale, deleted (a workload
-	// change), eviction, preemption, pod-deleted, oom, restart (what the
-	// pods show).
-	Trigger  string
-	From, To int64 // UTC ns: the trigger (else the first pod's end), the last pod's end
-	Replaced []analysis.PodView
-	NewPods  int
-
-	// Failures are the client-reported failures on the replaced pods,
-	// Inferred those the pods' kernel events alone prove or make likely
-	// (Likely of them); each by cause.
-	Failures        int
-	ByCause         map[analysis.Cause]int
-	Inferred        int
-	Likely          int
-	InferredByCause map[analysis.Cause]int
-	// Unattributed failures happened meanwhile but were tied to no pod.
-	Unattributed int
-	// Causes lists each cause with its counts and its fix, in the rule
-	// table's order.
-	Causes []CauseCount
-	// Explained are the failures with a cause (not unexplained), client
-	// reported first, each with its pod and evidence.
-	Explained []analysis.AlignedFailure
-	// Link is the timeline's URL when Options.BaseURL is set.
-	Link string
-}
-
-// CauseCount is one cause of a disruption's failures.
-type CauseCount struct {
-	Cause    analysis.Cause
-	Title    string
-	Failures int // client-reported
-	Inferred int // from kernel evidence alone
-	Fix      string
-}
-
-// HasFailures tells whether clients reported failures on the replaced
-// pods or kernel evidence shows some.
-func (d *Disruption) HasFailures() bool { return d.Failures > 0 || d.Inferred > 0 }
-
-// Workload is Kind/Name, or "" when unknown.
-func (d *Disruption) Workload() string {
-	return event.Workload{Kind: d.Kind, Name: d.Name}.String()
-}
 
 // Sink takes finished disruptions.
 type Sink interface {
@@ -91,7 +32,7 @@ type Sink interface {
 	// business; ErrDeferred (wrapped or not) to be asked again at a later
 	// poll (a rate limit); any other error is logged and retried at later
 	// polls until the disruption is older than Options.Backfill.
-	Deliver(ctx context.Context, d *Disruption) error
+	Deliver(ctx context.Context, d *analysis.Disruption) error
 	// Idempotent tells whether a second Deliver of a disruption already
 	// delivered (before a restart, or by another server) is harmless and
 	// recognised: such a sink is also given the disruptions that finished
@@ -145,7 +86,7 @@ type Feed struct {
 	// done marks each (disruption, sink) delivered; built holds the
 	// disruptions some sink still waits for.
 	done  map[doneKey]bool
-	built map[string]*Disruption
+	built map[string]*analysis.Disruption
 	fails map[doneKey]int
 }
 
@@ -174,7 +115,7 @@ func New(st store.Store, sinks []Sink, o Options) *Feed {
 	}
 	o.BaseURL = strings.TrimRight(o.BaseURL, "/")
 	return &Feed{st: st, sinks: sinks, o: o, start: o.Now().UnixNano(),
-		done: map[doneKey]bool{}, built: map[string]*Disruption{}, fails: map[doneKey]int{}}
+		done: map[doneKey]bool{}, built: map[string]*analysis.Disruption{}, fails: map[doneKey]int{}}
 }
 
 // Run polls until ctx ends; it returns ctx's error.
@@ -203,7 +144,7 @@ func (f *Feed) Poll(ctx context.Context) error {
 	}
 	live := map[string]bool{}
 	for _, r := range rs {
-		id := ID(r.Namespace, r.Workload.Kind, r.Workload.Name, r.From)
+		id := analysis.KeyOf(r).ID()
 		live[id] = true
 		finished := r.To + int64(f.o.Quiet)
 		if finished > now {
@@ -287,136 +228,18 @@ func (f *Feed) observe(sink, outcome string) {
 	}
 }
 
-// analysisPad is how long after a disruption's last pod end its failures
-// are still read (as the web timeline reads them).
-const analysisPad = 30 * time.Second
-
-// build analyses one disruption as the web UI's summary does: its
-// workload's events from analysis.RolloutLead before it to analysisPad
-// after, and the analysed rollouts of that workload that overlap it.
-func (f *Feed) build(ctx context.Context, r event.Rollout) (*Disruption, error) {
-	d := &Disruption{
-		ID: ID(r.Namespace, r.Workload.Kind, r.Workload.Name, r.From), Namespace: r.Namespace,
-		Kind: r.Workload.Kind, Name: r.Workload.Name, Trigger: r.Trigger, From: r.From, To: r.To,
-		ByCause: map[analysis.Cause]int{}, InferredByCause: map[analysis.Cause]int{},
+// build analyses one disruption as the web UI's summary does
+// (analysis.AnalyzeDisruption), with its workload's uid and its link.
+func (f *Feed) build(ctx context.Context, r event.Rollout) (*analysis.Disruption, error) {
+	d, _, err := analysis.AnalyzeDisruption(ctx, f.st, r, f.o.Analysis)
+	if err != nil {
+		return nil, err
 	}
 	if f.o.BaseURL != "" {
 		d.Link = f.o.BaseURL + "/rollouts/" + d.ID
 	}
-	q := store.Query{
-		Window:    event.Window{From: r.From - int64(analysis.RolloutLead), To: r.To + int64(analysisPad)},
-		Namespace: r.Namespace, Workload: r.Workload,
-	}
-	res, err := analysis.AnalyzeWith(ctx, f.st, q, f.o.Analysis)
-	if err != nil {
-		return nil, err
-	}
-	replaced := map[string]bool{}
-	for _, ro := range res.Rollouts {
-		if ro.Namespace != r.Namespace || ro.Kind != r.Workload.Kind || ro.Name != r.Workload.Name || ro.To < r.From || ro.From > r.To {
-			continue
-		}
-		if d.Trigger == "" {
-			d.Trigger = ro.Trigger
-		}
-		d.To = max(d.To, ro.To)
-		d.NewPods += len(ro.NewPods)
-		d.Failures += ro.Failures
-		d.Inferred += ro.Inferred
-		d.Unattributed += ro.Unattributed
-		for c, n := range ro.ByCause {
-			d.ByCause[c] += n
-		}
-		for c, n := range ro.InferredByCause {
-			d.InferredByCause[c] += n
-		}
-		for _, p := range ro.Replaced {
-			if !replaced[p.UID] {
-				replaced[p.UID] = true
-				d.Replaced = append(d.Replaced, p)
-			}
-		}
-	}
-	for _, af := range res.Failures {
-		if af.Pod == nil || !replaced[af.Pod.UID] {
-			continue
-		}
-		if af.Inferred && analysis.LikelyProof(af.Proof) {
-			d.Likely++
-		}
-		if af.Cause != analysis.CauseUnexplained {
-			d.Explained = append(d.Explained, af)
-		}
-	}
-	fixes := map[analysis.Cause]string{}
-	for _, rv := range res.Rules {
-		fixes[rv.Cause] = rv.Fix
-	}
-	// The rendered fix names what was measured (the propagation seen, the
-	// longest request); the rule's own when the cause had no summary.
-	for _, cs := range append(append([]analysis.CauseSummary(nil), res.InferredCauses...), res.Causes...) {
-		if cs.Fix != "" {
-			fixes[cs.Cause] = cs.Fix
-		}
-	}
-	for _, rv := range res.Rules {
-		c := rv.Cause
-		if d.ByCause[c] == 0 && d.InferredByCause[c] == 0 {
-			continue
-		}
-		d.Causes = append(d.Causes, CauseCount{Cause: c, Title: rv.Title, Failures: d.ByCause[c], Inferred: d.InferredByCause[c], Fix: fixes[c]})
-	}
-	d.UID, err = f.workloadUID(ctx, r)
-	if err != nil {
+	if d.UID, err = analysis.WorkloadUID(ctx, f.st, r); err != nil {
 		return nil, err
 	}
 	return d, nil
-}
-
-// workloadUID is the uid the workload's last recorded change before the
-// disruption's end named.
-func (f *Feed) workloadUID(ctx context.Context, r event.Rollout) (string, error) {
-	if r.Workload.IsZero() {
-		return "", nil
-	}
-	uid := ""
-	q := store.Query{Window: event.Window{To: r.To + 1}, Kinds: []event.Kind{event.WorkloadChanged}, Namespace: r.Namespace, Workload: r.Workload}
-	err := f.st.Scan(ctx, q, func(e *event.Event) error {
-		if v := e.Attrs[event.AttrWorkloadUID]; v != "" && e.Workload == r.Workload {
-			uid = v
-		}
-		return nil
-	})
-	if err != nil {
-		return "", fmt.Errorf("reading the workload's changes: %w", err)
-	}
-	return uid, nil
-}
-
-// ID renders a disruption's key as web.RolloutKey.ID does.
-func ID(ns, kind, name string, start int64) string {
-	seg := func(s string) string {
-		if s == "" {
-			return "-"
-		}
-		return url.PathEscape(s)
-	}
-	return seg(ns) + "/" + seg(kind) + "/" + seg(name) + "/" + strconv.FormatInt(start, 10)
-}
-
-// CountsByCause is one line of counts by cause in the rule table's order,
-// "32 keep-alive connection cut at exit, 5 endpoint removal race": the
-// client-reported counts, or with inferred the kernel evidence's.
-func (d *Disruption) CountsByCause(inferred bool) string {
-	var parts []string
-	for _, c := range d.Causes {
-		n := c.Failures
-		if inferred {
-			n = c.Inferred
-		}
-		if n > 0 {
-			parts = append(parts, fmt.Sprintf("%d %s", n, c.Title))
-		}
-	}
-	return strings.Join(parts, ", ")
 }

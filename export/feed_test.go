@@ -15,7 +15,6 @@ import (
 	"github.com/drainscope/drainscope/event"
 	"github.com/drainscope/drainscope/export"
 	"github.com/drainscope/drainscope/store"
-	"github.com/drainscope/drainscope/web"
 )
 
 // fixture is a recorded lab run (the web package's): the exit run's
@@ -59,13 +58,13 @@ func fixtureStore(t *testing.T) (store.Store, []event.Event) {
 type recorder struct {
 	name       string
 	idempotent bool
-	got        []*export.Disruption
+	got        []*analysis.Disruption
 	err        error // returned once, then cleared
 }
 
 func (r *recorder) Name() string     { return r.name }
 func (r *recorder) Idempotent() bool { return r.idempotent }
-func (r *recorder) Deliver(_ context.Context, d *export.Disruption) error {
+func (r *recorder) Deliver(_ context.Context, d *analysis.Disruption) error {
 	if err := r.err; err != nil {
 		r.err = nil
 		return err
@@ -123,7 +122,7 @@ func TestFeedDeliversEachFinishedDisruptionOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, d := range events.got {
-		if d.ID == export.ID(exit.Namespace, exit.Workload.Kind, exit.Workload.Name, exit.From) {
+		if d.ID == analysis.KeyOf(exit).ID() {
 			t.Fatalf("delivered %s %v after its last pod ended, before the quiet time %v", d.ID, quiet/2, quiet)
 		}
 	}
@@ -132,7 +131,7 @@ func TestFeedDeliversEachFinishedDisruptionOnce(t *testing.T) {
 	if err := f.Poll(ctx); err != nil {
 		t.Fatal(err)
 	}
-	var d *export.Disruption
+	var d *analysis.Disruption
 	for _, g := range events.got {
 		if g.Kind == "Deployment" && g.Name == "sample-exit" && g.Trigger == event.ChangeTemplate {
 			d = g
@@ -142,8 +141,7 @@ func TestFeedDeliversEachFinishedDisruptionOnce(t *testing.T) {
 		t.Fatalf("the exit run's rollout was not delivered; got %v", events.ids())
 	}
 	// What the report says about the same rollout is what the feed says.
-	res, err := analysis.Analyze(ctx, st, store.Query{Window: event.Window{From: exit.From - int64(analysis.RolloutLead), To: exit.To + int64(30*time.Second)},
-		Namespace: exit.Namespace, Workload: exit.Workload})
+	res, err := analysis.Analyze(ctx, st, analysis.DisruptionQuery(exit))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +174,7 @@ func TestFeedDeliversEachFinishedDisruptionOnce(t *testing.T) {
 	if d.ByCause[analysis.CauseKeepAliveAtExit] == 0 || !strings.Contains(d.CountsByCause(false), "keep-alive connection cut at exit") {
 		t.Errorf("an exit at SIGTERM cuts keep-alive connections: %v (%s)", d.ByCause, d.CountsByCause(false))
 	}
-	want := web.RolloutKey{Namespace: exit.Namespace, Kind: exit.Workload.Kind, Name: exit.Workload.Name, Start: exit.From}.ID()
+	want := analysis.KeyOf(exit).ID()
 	if d.ID != want || d.Link != "https://drainscope.example/rollouts/"+want {
 		t.Errorf("id %q link %q; want the web UI's %q", d.ID, d.Link, want)
 	}
@@ -185,7 +183,7 @@ func TestFeedDeliversEachFinishedDisruptionOnce(t *testing.T) {
 	}
 	for _, af := range d.Explained {
 		if af.Cause == analysis.CauseUnexplained || af.Pod == nil || !strings.HasPrefix(af.Pod.Name, "sample-exit-") ||
-			af.Failure.Time < d.From || af.Failure.Time > d.To+int64(30*time.Second) {
+			af.Failure.Time < d.From || af.Failure.Time > d.To+int64(analysis.DisruptionPad) {
 			t.Errorf("explained failure %+v: want a cause, a replaced pod and a time in the disruption", af)
 		}
 	}

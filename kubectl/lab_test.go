@@ -21,6 +21,7 @@ import (
 	"github.com/drainscope/drainscope/lab/node"
 	"github.com/drainscope/drainscope/lab/scenario"
 	"github.com/drainscope/drainscope/store"
+	"github.com/drainscope/drainscope/web"
 )
 
 // TestKubectlPluginOnTheLab runs the lab's exit run on the real cluster,
@@ -130,8 +131,8 @@ func TestKubectlPluginOnTheLab(t *testing.T) {
 		t.Fatalf("report -o json: exit %d: %s", code, stderr)
 	}
 	var rep struct {
-		Exists      string            `json:"exists"`
-		Disruptions []alignmentAnswer `json:"disruptions"`
+		Exists      string          `json:"exists"`
+		Disruptions []web.Alignment `json:"disruptions"`
 	}
 	if err := json.Unmarshal([]byte(jsonOut), &rep); err != nil {
 		t.Fatalf("report -o json: %v\n%s", err, jsonOut)
@@ -144,7 +145,7 @@ func TestKubectlPluginOnTheLab(t *testing.T) {
 	if rep.Exists != "no" || !strings.Contains(text, "no longer exists") {
 		t.Errorf("the run deleted its Deployment: exists %q, and the text should say so", rep.Exists)
 	}
-	var rollout *alignmentAnswer
+	var rollout *web.Alignment
 	for i, d := range rep.Disruptions {
 		if d.Rollout.Trigger == "template" {
 			rollout = &rep.Disruptions[i]

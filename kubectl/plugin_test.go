@@ -11,6 +11,7 @@ import (
 
 	"github.com/drainscope/drainscope/event"
 	"github.com/drainscope/drainscope/store"
+	"github.com/drainscope/drainscope/web"
 )
 
 func runPluginCLI(args ...string) (code int, stdout, stderr string) {
@@ -97,7 +98,7 @@ func TestPluginReportFromStore(t *testing.T) {
 		t.Fatalf("exit %d, stderr %q", code, stderr)
 	}
 	t.Logf("report:\n%s", stdout)
-	for _, want := range []string{"Deployment shop/web: 1 disruption", "1 pod replaced", "1 failure reported by clients",
+	for _, want := range []string{"Deployment shop/web: 1 disruption", "\npod deletion at ", "1 pod replaced", "1 failure reported by clients",
 		"keep-alive connection cut at exit (shop/web-1 1)", "fix: while draining"} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("report lacks %q:\n%s", want, stdout)
@@ -105,7 +106,7 @@ func TestPluginReportFromStore(t *testing.T) {
 	}
 	code, stdout, stderr = runPluginCLI("report", "deployment.apps/web", "--namespace=shop", "--dsn", path, "-o", "json")
 	var out struct {
-		Disruptions []alignmentAnswer `json:"disruptions"`
+		Disruptions []web.Alignment `json:"disruptions"`
 	}
 	if err := json.Unmarshal([]byte(stdout), &out); code != 0 || err != nil {
 		t.Fatalf("json: exit %d, %v, stderr %q:\n%s", code, err, stderr, stdout)

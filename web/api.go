@@ -80,8 +80,8 @@ func (b badRequest) Unwrap() error        { return b.err }
 func bad(err error) error { return badRequest{err} }
 
 // rolloutKey reads the route's rollout.
-func rolloutKey(r *http.Request) (RolloutKey, error) {
-	k, err := parseKey(chi.URLParam(r, "ns"), chi.URLParam(r, "kind"), chi.URLParam(r, "name"), chi.URLParam(r, "start"))
+func rolloutKey(r *http.Request) (analysis.DisruptionKey, error) {
+	k, err := analysis.ParseDisruptionKey(chi.URLParam(r, "ns"), chi.URLParam(r, "kind"), chi.URLParam(r, "name"), chi.URLParam(r, "start"))
 	if err != nil {
 		return k, bad(err)
 	}
@@ -142,7 +142,7 @@ type PodDetail struct {
 // detail lists limit pods from offset; their lifecycle events only when
 // events is set (up to 512 a pod).
 func (m *model) detail(offset, limit int, events bool) RolloutDetail {
-	d := RolloutDetail{Rollout: m.summary, Pods: []PodDetail{}, NewPods: []analysis.NewPod{}, Stats: m.result.Stats, Causes: m.causeInfos()}
+	d := RolloutDetail{Rollout: m.summary, Pods: []PodDetail{}, Stats: m.result.Stats, Causes: m.causeInfos()}
 	d.PodsTotal = len(m.lanes)
 	d.PodOffset = min(offset, len(m.lanes))
 	for _, l := range m.lanes[d.PodOffset:min(d.PodOffset+limit, len(m.lanes))] {
@@ -154,11 +154,7 @@ func (m *model) detail(offset, limit int, events bool) RolloutDetail {
 		}
 		d.Pods = append(d.Pods, pd)
 	}
-	for _, ro := range m.result.Rollouts {
-		if ro.Namespace == m.key.Namespace && ro.Kind == m.key.Kind && ro.Name == m.key.Name && ro.To >= m.rollout.From && ro.From <= m.rollout.To {
-			d.NewPods = append(d.NewPods, ro.NewPods...)
-		}
-	}
+	d.NewPods = analysis.NewDisruption(m.rollout, m.result).NewPods
 	return d
 }
 

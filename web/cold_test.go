@@ -19,6 +19,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/drainscope/drainscope/analysis"
 	"github.com/drainscope/drainscope/event"
 	"github.com/drainscope/drainscope/internal/eventgen"
 	"github.com/drainscope/drainscope/internal/pgtest"
@@ -124,7 +125,7 @@ func waitDigest(tb testing.TB, s *Server, ro RolloutSummary) {
 	if len(seg) != 4 {
 		tb.Fatalf("rollout id %q", ro.ID)
 	}
-	k, err := parseKey(seg[0], seg[1], seg[2], seg[3])
+	k, err := analysis.ParseDisruptionKey(seg[0], seg[1], seg[2], seg[3])
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -43,7 +43,7 @@ const digestVersion = 3
 // itself (an image built without .git reads "(devel)", and a changed
 // aligner changes the binary), every rule's text (its requirements,
 // templates and fix, which options may replace) and the options.
-func (s *Server) digestKey(key RolloutKey) string {
+func (s *Server) digestKey(key analysis.DisruptionKey) string {
 	o := s.opts.Analysis.WithDefaults()
 	var rules []string
 	for _, r := range o.Rules {
@@ -100,18 +100,17 @@ var binaryHash = sync.OnceValue(func() string {
 // within which another termination would have extended it.
 func digestWindow(r event.Rollout, o analysis.Options) event.Window {
 	o = o.WithDefaults()
-	from := r.From - int64(analysis.RolloutLead) - int64(o.Lead)
-	from = min(from, r.From-int64(event.TriggerLead))
-	to := max(r.To+int64(tailPad)+int64(o.Lookahead)+1, r.To+int64(event.RolloutGap)+1)
+	w := analysis.DisruptionWindow(r)
+	from := min(w.From-int64(o.Lead), r.From-int64(event.TriggerLead))
+	to := max(w.To+int64(o.Lookahead)+1, r.To+int64(event.RolloutGap)+1)
 	return event.Window{From: max(from, 0), To: to}
 }
 
 // scanWindow is the window buildModel's analysis reads (AnalyzeWith's).
 func scanWindow(r event.Rollout, o analysis.Options) event.Window {
 	o = o.WithDefaults()
-	w := event.Window{From: max(r.From-int64(analysis.RolloutLead)-int64(o.Lead), 0)}
-	w.To = r.To + int64(tailPad) + int64(o.Lookahead) + 1
-	return w
+	w := analysis.DisruptionWindow(r)
+	return event.Window{From: max(w.From-int64(o.Lead), 0), To: w.To + int64(o.Lookahead) + 1}
 }
 
 type digestView struct {
@@ -260,7 +259,7 @@ func encodeDigest(m *model) (view, full []byte, err error) {
 
 // decodeDigest makes a model from a digest. Without the whole analysis
 // (full empty) the model answers the timeline only (partial).
-func decodeDigest(key RolloutKey, view, full []byte) (*model, error) {
+func decodeDigest(key analysis.DisruptionKey, view, full []byte) (*model, error) {
 	var v digestView
 	if err := gob.NewDecoder(bytes.NewReader(view)).Decode(&v); err != nil {
 		return nil, fmt.Errorf("decoding the timeline: %w", err)
@@ -331,7 +330,7 @@ func digestsOf(opts Options) store.Digests {
 
 // loadDigest reads key's model from its digest, or returns nil when there
 // is none or it no longer matches the store's events.
-func (s *Server) loadDigest(ctx context.Context, key RolloutKey, full bool) (*model, error) {
+func (s *Server) loadDigest(ctx context.Context, key analysis.DisruptionKey, full bool) (*model, error) {
 	began := time.Now()
 	d, ok, err := s.digests.GetDigest(ctx, s.digestKey(key), full)
 	if err != nil || !ok {

@@ -11,7 +11,7 @@ import (
 // never served. A rule whose text changed, or a rule added, changes the
 // key without a version bump; the running binary's hash is part of it.
 func TestDigestKeyFollowsTheAnalysis(t *testing.T) {
-	k := RolloutKey{Namespace: "default", Kind: "Deployment", Name: "web", Start: 1}
+	k := analysis.DisruptionKey{Namespace: "default", Kind: "Deployment", Name: "web", Start: 1}
 	base := (&Server{}).digestKey(k)
 	if base != (&Server{}).digestKey(k) {
 		t.Fatal("the same build and options gave two keys")

@@ -58,7 +58,7 @@ func recordLabRun(ctx context.Context, dsn string) ([]event.Event, error) {
 		return nil, fmt.Errorf("%s holds no rollout of %s begun by a template change", dsn, labRunWorkload)
 	}
 	r := rs[i]
-	win := event.Window{From: r.From - int64(analysis.RolloutLead), To: r.To + int64(tailPad)}
+	win := analysis.DisruptionWindow(r)
 	var out []event.Event
 	err = st.Scan(ctx, store.Query{Window: win}, func(e *event.Event) error {
 		if e.Pod.Namespace == r.Namespace || e.Pod.Namespace == "" {

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/drainscope/drainscope/analysis"
 	"github.com/drainscope/drainscope/event"
 	"github.com/drainscope/drainscope/store"
 )
@@ -146,8 +147,8 @@ func (s *Server) rollouts(ctx context.Context, f listFilter) (*Rollouts, error) 
 	s.mu.Lock()
 	for _, r := range listed {
 		live := now.UnixNano()-r.To < int64(event.RolloutGap)
-		base := baseSummary(r, live)
-		ks, ok := s.sums[keyOf(r)]
+		base := summaryOf(analysis.NewDisruption(r, nil), live)
+		ks, ok := s.sums[analysis.KeyOf(r)]
 		sum := ks.sum
 		if !ok || sum.To != base.To || sum.Events != base.Events || (live && !s.freshAt(ks.built, ks.took, true)) {
 			if ok {

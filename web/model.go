@@ -16,7 +16,7 @@ import (
 // per pod, the events the timeline draws in compact form. Every timeline
 // request for the rollout, at any zoom, is answered from it.
 type model struct {
-	key     RolloutKey
+	key     analysis.DisruptionKey
 	rollout event.Rollout
 	live    bool // the rollout may still grow
 	built   time.Time
@@ -265,30 +265,26 @@ func (c *capture) add(e *event.Event) {
 	l.marks = append(l.marks, landmark{t: e.Time, id: e.ID, kind: e.Kind, signal: e.Signal, node: e.Node, summary: analysis.Describe(e)})
 }
 
-// tailPad is how long after the rollout's last termination the timeline
-// keeps reading: late endpoint removals, late client failures.
-const tailPad = 30 * time.Second
-
 // buildModel reads one rollout from the store.
 func buildModel(ctx context.Context, st store.Store, analyze AnalyzeFunc, opts analysis.Options, r event.Rollout, now time.Time) (*model, error) {
 	began := time.Now()
 	found := r
 	found.Terminations = slices.Clone(r.Terminations)
-	win := event.Window{From: r.From - int64(analysis.RolloutLead), To: r.To + int64(tailPad)}
+	q := analysis.DisruptionQuery(r)
+	win := q.Window
 	c := newCapture(r, win, opts.WithDefaults().ExitSlack)
-	q := store.Query{Window: win, Namespace: r.Namespace, Workload: r.Workload}
 	scanned := 0
 	res, err := analyze(ctx, tee{st, func(e *event.Event) { scanned++; c.add(e) }}, q, opts)
 	if err != nil {
 		return nil, err
 	}
 	m := &model{
-		key: keyOf(r), rollout: r, capture: win, result: res, events: c.events,
+		key: analysis.KeyOf(r), rollout: r, capture: win, result: res, events: c.events,
 		live:    now.UnixNano()-r.To < int64(event.RolloutGap),
 		scanned: scanned, found: found,
 	}
 	m.attach(c)
-	m.summary = summarize(r, res, m.live)
+	m.summary = summaryOf(analysis.NewDisruption(r, res), m.live)
 	m.summary.Analysed = true
 	m.summary.Lanes = len(m.lanes)
 	m.built = now

@@ -89,13 +89,13 @@ type Server struct {
 	limits Limits
 
 	mu      sync.Mutex
-	models  map[RolloutKey]*cached
+	models  map[analysis.DisruptionKey]*cached
 	tick    uint64
-	flight  map[RolloutKey]*flight
-	sums    map[RolloutKey]keptSummary
+	flight  map[analysis.DisruptionKey]*flight
+	sums    map[analysis.DisruptionKey]keptSummary
 	lists   map[listFilter]*listEntry
 	queue   []event.Rollout
-	queued  map[RolloutKey]bool
+	queued  map[analysis.DisruptionKey]bool
 	working bool
 	builds  chan struct{} // one token per concurrent build
 	digests store.Digests // nil: none kept
@@ -186,9 +186,9 @@ func New(opts Options) *Server {
 	}
 	s := &Server{
 		opts: opts, st: opts.Store, log: opts.Log, limits: opts.Limits.withDefaults(),
-		models: map[RolloutKey]*cached{}, flight: map[RolloutKey]*flight{},
-		sums: map[RolloutKey]keptSummary{}, lists: map[listFilter]*listEntry{},
-		queued: map[RolloutKey]bool{}, builds: make(chan struct{}, 1), digests: digestsOf(opts),
+		models: map[analysis.DisruptionKey]*cached{}, flight: map[analysis.DisruptionKey]*flight{},
+		sums: map[analysis.DisruptionKey]keptSummary{}, lists: map[listFilter]*listEntry{},
+		queued: map[analysis.DisruptionKey]bool{}, builds: make(chan struct{}, 1), digests: digestsOf(opts),
 		statics: loadStatics(), failures: opts.AuthFailures, streamsBy: map[string]int{},
 	}
 	s.pages = mustTemplates(s.staticVersion)
@@ -265,13 +265,13 @@ func NewServer(addr string, h http.Handler) *http.Server {
 
 // model returns the rollout's model, reading it if it is not cached or has
 // expired. Concurrent requests for one rollout share one read.
-func (s *Server) model(ctx context.Context, key RolloutKey, refresh bool) (*model, error) {
+func (s *Server) model(ctx context.Context, key analysis.DisruptionKey, refresh bool) (*model, error) {
 	return s.modelFor(ctx, key, refresh, false)
 }
 
 // modelFor is model; a model that answers only the timeline will do when
 // timeline is set.
-func (s *Server) modelFor(ctx context.Context, key RolloutKey, refresh, timeline bool) (*model, error) {
+func (s *Server) modelFor(ctx context.Context, key analysis.DisruptionKey, refresh, timeline bool) (*model, error) {
 	for range 2 {
 		s.mu.Lock()
 		if c := s.models[key]; c != nil && !refresh && s.fresh(c.m) && (timeline || !c.m.partial) {
@@ -324,7 +324,7 @@ var errNoRollout = errors.New("no such rollout")
 // fly reads one rollout (r when the caller already has it) and lands it in
 // the caches. keep says whether the model may push others out of the cache
 // (background summaries only fill free room).
-func (s *Server) fly(key RolloutKey, f *flight, r *event.Rollout, keep bool) {
+func (s *Server) fly(key analysis.DisruptionKey, f *flight, r *event.Rollout, keep bool) {
 	defer close(f.done)
 	ctx, cancel := context.WithTimeout(s.ctx, s.opts.BuildTimeout)
 	defer cancel()
@@ -377,7 +377,7 @@ func (s *Server) fly(key RolloutKey, f *flight, r *event.Rollout, keep bool) {
 	s.land(key, f, keep)
 }
 
-func (s *Server) land(key RolloutKey, f *flight, keep bool) {
+func (s *Server) land(key analysis.DisruptionKey, f *flight, keep bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.flight, key)
@@ -407,7 +407,7 @@ func (s *Server) land(key RolloutKey, f *flight, keep bool) {
 func (s *Server) evict() {
 	for {
 		total := 0
-		var lru RolloutKey
+		var lru analysis.DisruptionKey
 		var lruUsed uint64
 		found := false
 		for k, c := range s.models {
@@ -424,7 +424,7 @@ func (s *Server) evict() {
 }
 
 // findRollout asks the store for the rollout that starts at key.Start.
-func (s *Server) findRollout(ctx context.Context, key RolloutKey) (event.Rollout, error) {
+func (s *Server) findRollout(ctx context.Context, key analysis.DisruptionKey) (event.Rollout, error) {
 	// A rollout ends after a quiet RolloutGap; read ahead in growing steps
 	// until the one found ends well inside what was read.
 	for span := 6 * time.Hour; ; span *= 4 {
@@ -455,7 +455,7 @@ func (s *Server) enqueue(rs []event.Rollout) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, r := range rs {
-		k := keyOf(r)
+		k := analysis.KeyOf(r)
 		if s.queued[k] || s.flight[k] != nil || len(s.queue) >= 256 {
 			continue
 		}
@@ -485,7 +485,7 @@ func (s *Server) work() {
 		}
 		r := s.queue[0]
 		s.queue = s.queue[1:]
-		k := keyOf(r)
+		k := analysis.KeyOf(r)
 		delete(s.queued, k)
 		if s.flight[k] != nil {
 			s.mu.Unlock()

@@ -2,7 +2,6 @@ package web
 
 import (
 	"github.com/drainscope/drainscope/analysis"
-	"github.com/drainscope/drainscope/event"
 )
 
 // RolloutSummary is one row of the rollouts list. Counts that need the
@@ -45,59 +44,20 @@ type Links struct {
 	API       string `json:"api"`
 }
 
-func linksFor(k RolloutKey) Links {
+func linksFor(k analysis.DisruptionKey) Links {
 	id := k.ID()
 	return Links{Timeline: "/rollouts/" + id, Alignment: "/rollouts/" + id + "/alignment", API: "/api/v1/rollouts/" + id}
 }
 
-// baseSummary is what the store alone says about a rollout.
-func baseSummary(r event.Rollout, live bool) RolloutSummary {
-	k := keyOf(r)
-	s := RolloutSummary{
-		ID: k.ID(), Namespace: r.Namespace, WorkloadKind: r.Workload.Kind, WorkloadName: r.Workload.Name,
-		From: r.From, To: r.To, Live: live, Trigger: r.Trigger, PodsReplaced: len(r.Terminations),
-		ByCause: map[analysis.Cause]int{}, InferredByCause: map[analysis.Cause]int{},
-		Links: linksFor(k),
+// summaryOf is d as the rollouts list shows it; live says it may still
+// grow.
+func summaryOf(d *analysis.Disruption, live bool) RolloutSummary {
+	return RolloutSummary{
+		ID: d.ID, Namespace: d.Namespace, WorkloadKind: d.Kind, WorkloadName: d.Name,
+		From: d.From, To: d.To, Live: live, Trigger: d.Trigger, PodsReplaced: d.Terminations, Events: d.Events,
+		NewPods: len(d.NewPods), Failures: d.Failures, ByCause: d.ByCause,
+		Inferred: d.Inferred, InferredByCause: d.InferredByCause, Unattributed: d.Unattributed,
+		WorstGap: d.WorstSigtermAfterRotation, LongestExitWait: d.LongestExitAfterSigterm,
+		Links: linksFor(d.Key()),
 	}
-	for _, t := range r.Terminations {
-		s.Events += t.Events
-	}
-	return s
-}
-
-// summarize adds the analysis's counts for the rollout: those of the
-// analysed rollouts of the same workload that overlap it (the analysis
-// groups from its own timelines, so its boundaries may differ slightly).
-func summarize(r event.Rollout, res *analysis.Result, live bool) RolloutSummary {
-	s := baseSummary(r, live)
-	for _, ro := range res.Rollouts {
-		if ro.Namespace != r.Namespace || ro.Kind != r.Workload.Kind || ro.Name != r.Workload.Name {
-			continue
-		}
-		if ro.To < r.From || ro.From > r.To {
-			continue
-		}
-		if s.Trigger == "" {
-			s.Trigger = ro.Trigger // what the pods show, when no workload change was recorded
-		}
-		s.NewPods += len(ro.NewPods)
-		s.Failures += ro.Failures
-		s.Inferred += ro.Inferred
-		s.Unattributed += ro.Unattributed
-		for c, n := range ro.ByCause {
-			s.ByCause[c] += n
-		}
-		for c, n := range ro.InferredByCause {
-			s.InferredByCause[c] += n
-		}
-		if g := ro.WorstSigtermAfterRotation; g != nil && (s.WorstGap == nil || *g < *s.WorstGap) {
-			v := *g
-			s.WorstGap = &v
-		}
-		if g := ro.LongestExitAfterSigterm; g != nil && (s.LongestExitWait == nil || *g > *s.LongestExitWait) {
-			v := *g
-			s.LongestExitWait = &v
-		}
-	}
-	return s
 }

@@ -5,12 +5,12 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/drainscope/drainscope/analysis"
 	"github.com/drainscope/drainscope/event"
+	"github.com/drainscope/drainscope/internal/duration"
 	"github.com/drainscope/drainscope/store"
 )
 
@@ -45,13 +45,13 @@ func runReport(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		return err
 	}
 	now := time.Now()
-	from, err := parseWhen(*since, now)
+	from, err := duration.Before(*since, now)
 	if err != nil {
 		return fmt.Errorf("%w: --since: %v", errUsage, err)
 	}
 	to := now
 	if *until != "" {
-		if to, err = parseWhen(*until, now); err != nil {
+		if to, err = duration.Before(*until, now); err != nil {
 			return fmt.Errorf("%w: --until: %v", errUsage, err)
 		}
 	}
@@ -86,24 +86,6 @@ func reportWriter(format string) (func(w *os.File, r *analysis.Result) error, er
 		return func(w *os.File, r *analysis.Result) error { return analysis.WriteMarkdown(w, r) }, nil
 	}
 	return nil, fmt.Errorf("%w: --format %q: want text, json or markdown", errUsage, format)
-}
-
-// parseWhen reads an RFC 3339 time, or a duration before now ("90m", "2h",
-// and "1d" or "1.5d" for days, which time.ParseDuration lacks).
-func parseWhen(s string, now time.Time) (time.Time, error) {
-	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
-		return t, nil
-	}
-	if d, ok := strings.CutSuffix(s, "d"); ok {
-		if n, err := strconv.ParseFloat(d, 64); err == nil && n >= 0 {
-			return now.Add(-time.Duration(n * float64(24*time.Hour))), nil
-		}
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil || d < 0 {
-		return time.Time{}, fmt.Errorf("%q is neither a duration before now (90m, 2h, 1d) nor an RFC 3339 time (2026-03-14T12:00:00Z)", s)
-	}
-	return now.Add(-d), nil
 }
 
 // parseWorkload reads NAMESPACE/NAME or NAMESPACE/KIND/NAME.

@@ -5,10 +5,10 @@ import (
 	"errors"
 	"flag"
 	"log/slog"
-	"strconv"
 	"strings"
 	"time"
 
+	"github.com/drainscope/drainscope/internal/duration"
 	"github.com/drainscope/drainscope/metrics"
 	"github.com/drainscope/drainscope/store"
 )
@@ -33,9 +33,10 @@ func (f *retentionFlag) String() string {
 }
 
 func (f *retentionFlag) Set(s string) error {
-	d, err := parseDays(s)
+	d, err := duration.Parse(s)
 	if err != nil {
-		return err // the flag package names the flag and the value
+		// The flag package names the flag and the value.
+		return errors.New("want a duration such as 336h or 14d (0 keeps everything)")
 	}
 	f.keep, f.set = d, true
 	return nil
@@ -46,24 +47,6 @@ func registerRetention(fs *flag.FlagSet, usage string) *retentionFlag {
 	f := &retentionFlag{keep: store.DefaultRetention}
 	fs.Var(f, "retention", usage)
 	return f
-}
-
-// parseDays reads a non-negative duration, in time.ParseDuration's form or
-// as days with a "d" suffix ("14d", "1.5d"), which it lacks.
-func parseDays(s string) (time.Duration, error) {
-	bad := errors.New("want a duration such as 336h or 14d (0 keeps everything)")
-	if n, ok := strings.CutSuffix(s, "d"); ok {
-		days, err := strconv.ParseFloat(n, 64)
-		if err != nil || days < 0 || days > 100*365 {
-			return 0, bad
-		}
-		return time.Duration(days * float64(24*time.Hour)), nil
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil || d < 0 {
-		return 0, bad
-	}
-	return d, nil
 }
 
 // startRetention prunes st in the background until the returned stop is

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,23 +16,30 @@ import (
 	"github.com/drainscope/drainscope/watcher"
 )
 
-func TestParseDays(t *testing.T) {
-	for in, want := range map[string]time.Duration{
-		"336h": 336 * time.Hour, "14d": 14 * 24 * time.Hour, "1.5d": 36 * time.Hour, "90m": 90 * time.Minute,
-		"0": 0, "0d": 0,
-	} {
-		if got, err := parseDays(in); err != nil || got != want {
-			t.Errorf("parseDays(%q) = %v, %v; want %v", in, got, err, want)
-		}
-	}
-	for _, in := range []string{"", "x", "14days", "-1h", "-2d", "d", "1e9d"} {
-		if got, err := parseDays(in); err == nil {
-			t.Errorf("parseDays(%q) = %v, want an error", in, got)
-		}
-	}
+// TestDurationFlags checks that --retention and --max-past read days as
+// internal/duration does, and that a bad value's error names the flag and
+// the value (the flag package's part) and what the flag wants.
+func TestDurationFlags(t *testing.T) {
 	var f retentionFlag
 	if f.Set("14d"); f.String() != "336h" || !f.set {
 		t.Errorf("--retention 14d reads back as %q (set %v)", f.String(), f.set)
+	}
+	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	r := registerRetention(fs, "keep")
+	w := registerWindow(fs)
+	if err := fs.Parse([]string{"-retention", "1.5d", "-max-past", "30d"}); err != nil || r.keep != 36*time.Hour || w.past.d != 30*24*time.Hour || w.past.String() != "30d" {
+		t.Errorf("--retention 1.5d --max-past 30d: %v, %v, %v", err, r.keep, w.past.d)
+	}
+	for _, tc := range []struct{ flag, value, want string }{
+		{"retention", "2weeks", "0 keeps everything"},
+		{"max-past", "-1d", "0 lifts the bound"},
+		{"max-ahead", "NaNd", "0 lifts the bound"},
+	} {
+		err := fs.Parse([]string{"-" + tc.flag, tc.value})
+		if err == nil || !strings.Contains(err.Error(), tc.flag) || !strings.Contains(err.Error(), tc.value) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("-%s %s: error %v; want one naming the flag, the value and %q", tc.flag, tc.value, err, tc.want)
+		}
 	}
 }
 

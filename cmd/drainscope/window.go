@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/drainscope/drainscope/ingest"
+	"github.com/drainscope/drainscope/internal/duration"
 )
 
 // dayFlag is a duration flag that also takes days (30d); 0 lifts the bound
@@ -17,14 +18,14 @@ func (f *dayFlag) String() string {
 	if f == nil {
 		return ""
 	}
-	if f.d%(24*time.Hour) == 0 {
-		return fmt.Sprintf("%dd", f.d/(24*time.Hour))
+	if f.d%duration.Day == 0 {
+		return fmt.Sprintf("%dd", f.d/duration.Day)
 	}
 	return f.d.String()
 }
 
 func (f *dayFlag) Set(s string) error {
-	d, err := parseDays(s)
+	d, err := duration.Parse(s)
 	if err != nil {
 		return errors.New("want a duration such as 720h or 30d (0 lifts the bound)")
 	}

@@ -96,7 +96,7 @@ var apiVersions = map[string]string{
 
 // Deliver implements export.Sink: one Event per disruption with failures
 // or kernel evidence of them, on its workload.
-func (s *Sink) Deliver(ctx context.Context, d *export.Disruption) error {
+func (s *Sink) Deliver(ctx context.Context, d *analysis.Disruption) error {
 	if !d.HasFailures() {
 		return nil
 	}
@@ -125,7 +125,7 @@ func (s *Sink) Deliver(ctx context.Context, d *export.Disruption) error {
 		Type:           corev1.EventTypeWarning,
 		Source:         corev1.EventSource{Component: Component, Host: s.o.Host},
 		FirstTimestamp: metav1.NewTime(time.Unix(0, d.From)),
-		LastTimestamp:  metav1.NewTime(time.Unix(0, d.To)),
+		LastTimestamp:  metav1.NewTime(time.Unix(0, d.Until)),
 		Count:          1,
 	}
 	_, err := s.o.Client.CoreV1().Events(d.Namespace).Create(ctx, ev, metav1.CreateOptions{})
@@ -151,7 +151,7 @@ func (s *Sink) Deliver(ctx context.Context, d *export.Disruption) error {
 // Name is the Event's name for a disruption: the workload's name and a
 // hash of the disruption's key, the same on every server and after a
 // restart.
-func Name(d *export.Disruption) string {
+func Name(d *analysis.Disruption) string {
 	h := fnv.New64a()
 	h.Write([]byte(d.ID))
 	suffix := fmt.Sprintf(".drainscope.%016x", h.Sum64())
@@ -162,26 +162,14 @@ func Name(d *export.Disruption) string {
 	return name + suffix
 }
 
-// triggers name what began a disruption (export.Disruption.Trigger) in a
-// message.
-var triggers = map[string]string{
-	event.ChangeTemplate: "rollout", event.ChangeScale: "scale-down", event.ChangeDeleted: "deletion",
-	analysis.TriggerEviction: "eviction", analysis.TriggerPreemption: "preemption", analysis.TriggerTaint: "taint eviction",
-	analysis.TriggerNodePressure: "node-pressure eviction", analysis.TriggerPodDeleted: "pod deletion",
-	analysis.TriggerOOM: "OOM kill", analysis.TriggerRestart: "container restart",
-}
-
 // MaxMessage bounds the message (the events.k8s.io note's limit).
 const MaxMessage = 1024
 
 // Message says what the disruption cost, by cause, and the fix of each
 // cause, with the timeline's link.
-func Message(d *export.Disruption) string {
+func Message(d *analysis.Disruption) string {
 	var b strings.Builder
-	what, ok := triggers[d.Trigger]
-	if !ok {
-		what = "disruption"
-	}
+	what := d.Words().Noun
 	pods := fmt.Sprintf("%d pods replaced", len(d.Replaced))
 	if len(d.Replaced) == 1 {
 		pods = "1 pod replaced"

@@ -30,10 +30,10 @@ import (
 const fixture = "../../web/testdata/lab-run.jsonl"
 
 func TestMessage(t *testing.T) {
-	d := &export.Disruption{
+	d := &analysis.Disruption{
 		ID: "shop/Deployment/web/1", Namespace: "shop", Kind: "Deployment", Name: "web", Trigger: "template",
-		Replaced: make([]analysis.PodView, 4), Failures: 37, Inferred: 32, Likely: 14,
-		Causes: []export.CauseCount{
+		Replaced: make([]analysis.PodView, 4), FailureCounts: analysis.FailureCounts{Failures: 37, Inferred: 32}, Likely: 14,
+		Causes: []analysis.DisruptionCause{
 			{Cause: analysis.CauseKeepAliveAtExit, Title: "keep-alive connection cut at exit", Failures: 32, Inferred: 30, Fix: "answer with Connection: close while draining"},
 			{Cause: analysis.CauseEndpointRace, Title: "endpoint removal race", Failures: 5, Inferred: 2, Fix: "a preStop delay longer than the propagation."},
 		},
@@ -54,11 +54,11 @@ func TestMessage(t *testing.T) {
 	if got := k8sevents.Message(d); len(got) > k8sevents.MaxMessage || !utf8.ValidString(got) || !strings.HasSuffix(got, " Timeline: "+d.Link) {
 		t.Errorf("a long message: %d bytes (max %d), valid UTF-8 %v, ends %q", len(got), k8sevents.MaxMessage, utf8.ValidString(got), got[max(0, len(got)-80):])
 	}
-	long := &export.Disruption{ID: "a/Deployment/x/1", Name: strings.Repeat("x", 253)}
-	if n := k8sevents.Name(long); len(n) > 253 || !strings.HasSuffix(n, k8sevents.Name(&export.Disruption{ID: "a/Deployment/x/1", Name: "x"})[1:]) {
+	long := &analysis.Disruption{ID: "a/Deployment/x/1", Name: strings.Repeat("x", 253)}
+	if n := k8sevents.Name(long); len(n) > 253 || !strings.HasSuffix(n, k8sevents.Name(&analysis.Disruption{ID: "a/Deployment/x/1", Name: "x"})[1:]) {
 		t.Errorf("name of a long workload: %q (%d)", n, len(n))
 	}
-	if k8sevents.Name(d) == k8sevents.Name(&export.Disruption{ID: "shop/Deployment/web/2", Name: "web"}) {
+	if k8sevents.Name(d) == k8sevents.Name(&analysis.Disruption{ID: "shop/Deployment/web/2", Name: "web"}) {
 		t.Error("two disruptions of one workload share an Event name")
 	}
 }
@@ -197,9 +197,9 @@ func TestRateLimit(t *testing.T) {
 	}
 	now := time.Unix(1_800_000_000, 0)
 	s := k8sevents.New(k8sevents.Options{Client: cp.Client(), Every: time.Minute, Burst: 2, PerWorkload: 10 * time.Minute, Now: func() time.Time { return now }})
-	dis := func(name string, start int64) *export.Disruption {
-		return &export.Disruption{ID: export.ID("rl", "Deployment", name, start), Namespace: "rl", Kind: "Deployment", Name: name,
-			From: start, To: start + 1e9, Failures: 1, Causes: []export.CauseCount{{Cause: analysis.CauseEndpointRace, Title: "endpoint removal race", Failures: 1}}}
+	dis := func(name string, start int64) *analysis.Disruption {
+		return &analysis.Disruption{ID: analysis.DisruptionKey{Namespace: "rl", Kind: "Deployment", Name: name, Start: start}.ID(), Namespace: "rl", Kind: "Deployment", Name: name,
+			From: start, To: start + 1e9, Until: start + 1e9, FailureCounts: analysis.FailureCounts{Failures: 1}, Causes: []analysis.DisruptionCause{{Cause: analysis.CauseEndpointRace, Title: "endpoint removal race", Failures: 1}}}
 	}
 	if err := s.Deliver(ctx, dis("a", 1)); err != nil {
 		t.Fatal(err)
@@ -220,7 +220,7 @@ func TestRateLimit(t *testing.T) {
 		t.Errorf("a minute later: %v", err)
 	}
 	// A disruption without failures makes none; one already made is none.
-	if err := s.Deliver(ctx, &export.Disruption{ID: "rl/Deployment/d/1", Namespace: "rl", Kind: "Deployment", Name: "d"}); err != nil {
+	if err := s.Deliver(ctx, &analysis.Disruption{ID: "rl/Deployment/d/1", Namespace: "rl", Kind: "Deployment", Name: "d"}); err != nil {
 		t.Error(err)
 	}
 	now = now.Add(time.Hour)
@@ -275,10 +275,10 @@ func fixtureStore(t *testing.T) (store.Store, int64) {
 // sequences or a newline is shown escaped, never raw.
 func TestMessageHostileNames(t *testing.T) {
 	const hostile = "\x1b]0;owned\x07\x1b[2J\u009b31m\r\nFORGED"
-	d := &export.Disruption{
+	d := &analysis.Disruption{
 		ID: "shop/Deployment/web/1", Namespace: "shop" + hostile, Kind: "Deployment", Name: "web" + hostile, Trigger: "template",
-		Replaced: make([]analysis.PodView, 1), Failures: 3,
-		Causes: []export.CauseCount{{Cause: analysis.CauseEndpointRace, Title: "endpoint removal race" + hostile, Failures: 3, Fix: "wait" + hostile}},
+		Replaced: make([]analysis.PodView, 1), FailureCounts: analysis.FailureCounts{Failures: 3},
+		Causes: []analysis.DisruptionCause{{Cause: analysis.CauseEndpointRace, Title: "endpoint removal race" + hostile, Failures: 3, Fix: "wait" + hostile}},
 		Link:   "https://drainscope.example/rollouts/shop/Deployment/web/1",
 	}
 	got := k8sevents.Message(d)

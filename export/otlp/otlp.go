@@ -184,7 +184,7 @@ const (
 
 // workloadAttrs are the semantic conventions' k8s.namespace.name and
 // k8s.deployment.name (statefulset, daemonset, replicaset, job).
-func workloadAttrs(d *export.Disruption) []attribute.KeyValue {
+func workloadAttrs(d *analysis.Disruption) []attribute.KeyValue {
 	kv := []attribute.KeyValue{shown("k8s.namespace.name", d.Namespace), shown(AttrWorkload, d.Workload()),
 		shown(AttrDisruption, d.ID)}
 	if d.Kind != "" {
@@ -201,7 +201,7 @@ func workloadAttrs(d *export.Disruption) []attribute.KeyValue {
 
 // Deliver emits a record per explained failure and one for the
 // disruption; the batch processor sends them.
-func (s logSink) Deliver(ctx context.Context, d *export.Disruption) error {
+func (s logSink) Deliver(ctx context.Context, d *analysis.Disruption) error {
 	now := s.e.now()
 	base := workloadAttrs(d)
 	fixes := map[analysis.Cause]string{}
@@ -241,7 +241,7 @@ func (s logSink) Deliver(ctx context.Context, d *export.Disruption) error {
 	}
 	var r log.Record
 	r.SetEventName(EventDisruption)
-	r.SetTimestamp(time.Unix(0, d.To))
+	r.SetTimestamp(time.Unix(0, d.Until))
 	r.SetObservedTimestamp(now)
 	sev, text := log.SeverityInfo, "INFO"
 	if d.HasFailures() {
@@ -266,7 +266,7 @@ func (s logSink) Deliver(ctx context.Context, d *export.Disruption) error {
 	r.AddAttributes(
 		shown(AttrTrigger, d.Trigger),
 		shown(AttrStart, time.Unix(0, d.From).UTC().Format(time.RFC3339Nano)),
-		shown(AttrEnd, time.Unix(0, d.To).UTC().Format(time.RFC3339Nano)),
+		shown(AttrEnd, time.Unix(0, d.Until).UTC().Format(time.RFC3339Nano)),
 		attribute.Int(AttrFailures, d.Failures), attribute.Int(AttrInferredN, d.Inferred), attribute.Int(AttrLikely, d.Likely),
 		attribute.Int(AttrUnattributed, d.Unattributed), attribute.Int(AttrReplaced, len(d.Replaced)),
 		attribute.Map(AttrByCause, byCause...), attribute.Map(AttrInfByCause, infByCause...), attribute.Map(AttrFixes, fixKV...),
@@ -275,7 +275,7 @@ func (s logSink) Deliver(ctx context.Context, d *export.Disruption) error {
 	return nil
 }
 
-func summary(d *export.Disruption) string {
+func summary(d *analysis.Disruption) string {
 	what := d.Trigger
 	if what == "" {
 		what = "disruption"

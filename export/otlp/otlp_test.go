@@ -24,6 +24,7 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/drainscope/drainscope/analysis"
 	"github.com/drainscope/drainscope/event"
 	"github.com/drainscope/drainscope/export"
 	"github.com/drainscope/drainscope/export/otlp"
@@ -94,11 +95,11 @@ func fixtureEvents(t *testing.T) []event.Event {
 }
 
 // keep is a sink that remembers what the feed handed out.
-type keep struct{ got []*export.Disruption }
+type keep struct{ got []*analysis.Disruption }
 
 func (k *keep) Name() string     { return "keep" }
 func (k *keep) Idempotent() bool { return false }
-func (k *keep) Deliver(_ context.Context, d *export.Disruption) error {
+func (k *keep) Deliver(_ context.Context, d *analysis.Disruption) error {
 	k.got = append(k.got, d)
 	return nil
 }
@@ -159,7 +160,7 @@ func TestLogsReachACollector(t *testing.T) {
 	if err := exp.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	var exit *export.Disruption
+	var exit *analysis.Disruption
 	wantRecords := 0
 	for _, d := range k.got {
 		wantRecords += len(d.Explained) + 1
