@@ -20,7 +20,7 @@ const module = "github.com/drainscope/drainscope/"
 // must be given its floor here, where the import it needs says.
 var floors = [][]string{
 	// 0, the ground: the event model and what imports nothing of drainscope.
-	{"event", "controlplane", "deploy", "internal/httpauth", "internal/memtest", "internal/testenv", "internal/repocheck",
+	{"event", "controlplane", "deploy", "internal/duration", "internal/httpauth", "internal/memtest", "internal/testenv", "internal/repocheck",
 		"lab/cgroup", "lab/kubelet", "lab/lock", "lab/netns", "lab/sampleapp"},
 	// 1, recording: the store and each source of events.
 	{"store", "watcher", "ebpf", "dataplane", "dataplane/cilium", "internal/eventgen", "internal/pgtest", "lab/load"},
