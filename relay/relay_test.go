@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -156,7 +157,10 @@ func TestAgentWritesOnlyItsNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	reviewer := &relay.TokenReviewer{Client: c.cs.AuthenticationV1(), Namespace: ns, ServiceAccount: agentSA}
+	var mu sync.Mutex
+	now := time.Now()
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	reviewer := &relay.TokenReviewer{Client: c.cs.AuthenticationV1(), Namespace: ns, ServiceAccount: agentSA, Now: clock}
 	srv := httptest.NewServer(&relay.Handler{Store: st, Auth: reviewer})
 	defer srv.Close()
 	base := time.Now().Add(-time.Minute)
@@ -227,6 +231,13 @@ func TestAgentWritesOnlyItsNode(t *testing.T) {
 	}
 	if got := reviewer.Reviews(); got != before {
 		t.Errorf("5 more batches with a known token sent %d token reviews, want 0", got-before)
+	}
+	mu.Lock()
+	now = now.Add(relay.DefaultReviewTTL + time.Second)
+	mu.Unlock()
+	post(t, srv.URL, c.tokens["agent-a"], events("node-a", base, 1, "web-1"))
+	if got := reviewer.Reviews(); got != before+1 {
+		t.Errorf("a batch past the review's TTL sent %d token reviews, want 1", got-before)
 	}
 
 	// End to end: the agent's client behind a store.Writer, as
