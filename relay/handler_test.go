@@ -51,7 +51,7 @@ func (g *gate) Append(ctx context.Context, b []event.Event) error {
 	return g.Store.Append(ctx, b)
 }
 
-func sqlite(t *testing.T) store.Store {
+func sqlite(t testing.TB) store.Store {
 	t.Helper()
 	st, err := store.Open(context.Background(), filepath.Join(t.TempDir(), "events.db"))
 	if err != nil {
