@@ -82,8 +82,8 @@ func startCluster(t *testing.T, ctx context.Context) *cluster {
 		}
 		return p
 	}
-	token := func(sa string, bound *corev1.Pod) string {
-		tr := &authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(3600))}}
+	token := func(sa string, bound *corev1.Pod, audiences ...string) string {
+		tr := &authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(3600)), Audiences: audiences}}
 		if bound != nil {
 			tr.Spec.BoundObjectRef = &authnv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: bound.Name, UID: bound.UID}
 		}
@@ -93,7 +93,9 @@ func startCluster(t *testing.T, ctx context.Context) *cluster {
 		}
 		return got.Status.Token
 	}
-	c.tokens["agent-a"] = token(agentSA, pod("agent-a", "node-a", agentSA))
+	agentA := pod("agent-a", "node-a", agentSA)
+	c.tokens["agent-a"] = token(agentSA, agentA)
+	c.tokens["agent-a-drainscope"] = token(agentSA, agentA, "drainscope")
 	c.tokens["agent-b"] = token(agentSA, pod("agent-b", "node-b", agentSA))
 	c.tokens["unbound"] = token(agentSA, nil)
 	c.tokens["other-a"] = token("other", pod("other-a", "node-a", "other"))
@@ -240,6 +242,26 @@ func TestAgentWritesOnlyItsNode(t *testing.T) {
 		t.Errorf("a batch past the review's TTL sent %d token reviews, want 1", got-before)
 	}
 
+	// A token for the audience "drainscope" (a projected volume's
+	// audience), which the API server itself would not take: accepted
+	// by a reviewer of that audience, refused by one of the API
+	// server's, and the API server's own token refused by the former.
+	aud := httptest.NewServer(&relay.Handler{Store: st, Auth: &relay.TokenReviewer{Client: c.cs.AuthenticationV1(),
+		Namespace: ns, ServiceAccount: agentSA, Audiences: []string{"drainscope"}}})
+	defer aud.Close()
+	if code, _ := post(t, aud.URL, c.tokens["agent-a-drainscope"], events("node-a", base.Add(4*time.Second), 1, "web-7")); code != http.StatusOK {
+		t.Errorf("audience drainscope, reviewed for it: %d, want 200", code)
+	}
+	if code, _ := post(t, srv.URL, c.tokens["agent-a-drainscope"], events("node-a", base.Add(5*time.Second), 1, "web-7")); code != http.StatusUnauthorized {
+		t.Errorf("audience drainscope, reviewed for the API server: %d, want 401", code)
+	}
+	if code, _ := post(t, aud.URL, c.tokens["agent-a"], events("node-a", base.Add(5*time.Second), 1, "web-7")); code != http.StatusUnauthorized {
+		t.Errorf("the API server's audience, reviewed for drainscope: %d, want 401", code)
+	}
+	if n := count(t, st, "node-a"); n != 4 {
+		t.Errorf("node-a has %d events after the audience checks, want 4", n)
+	}
+
 	// End to end: the agent's client behind a store.Writer, as
 	// drainscope agent --server runs it. The one forged event is isolated
 	// and dropped; the others are stored.
@@ -265,8 +287,8 @@ func TestAgentWritesOnlyItsNode(t *testing.T) {
 	if ws.Written != 299 || ws.Rejected != 1 || ws.Dropped != 0 {
 		t.Errorf("writer stats %+v: want 299 written, 1 rejected", ws)
 	}
-	if n := count(t, st, "node-a"); n != 3+299 {
-		t.Errorf("node-a has %d events, want %d", n, 3+299)
+	if n := count(t, st, "node-a"); n != 4+299 {
+		t.Errorf("node-a has %d events, want %d", n, 4+299)
 	}
 	if n := count(t, st, "node-b"); n != 1 {
 		t.Errorf("node-b has %d events, want 1 (its own)", n)
