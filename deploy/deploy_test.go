@@ -73,6 +73,7 @@ var variants = []variant{
 	{"watches only", []string{"agent.kernel=false", "server.enabled=false", "postgres.enabled=false", "store.dsn=postgres://drainscope@db:5432/drainscope"}},
 	{"extras", []string{"agent.mountBPFFS=true", "agent.extraCapabilities={DAC_READ_SEARCH}", "agent.netnsDir=", "postgres.persistence.enabled=false"}},
 	{"monitoring extras", []string{"metrics.serviceMonitor.enabled=true", "logFormat=json", "metrics.grafanaDashboard.enabled=true"}},
+	{"agents through the server", []string{"agent.server=true"}},
 }
 
 func (v variant) args() []string {
@@ -110,6 +111,7 @@ func TestHelmRefusesBadValues(t *testing.T) {
 	}{
 		{[]string{"agent.endpointsMode=some-nodes"}, "at '/agent/endpointsMode': value must be one of 'all-nodes', 'leader'"},
 		{[]string{"postgres.enabled=false"}, "no store"},
+		{[]string{"agent.server=true", "server.enabled=false"}, "it needs server.enabled"},
 	} {
 		_, err := run(t, helm, append([]string{"template", "drainscope", chart}, variant{set: tc.set}.args()...)...)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -234,6 +236,17 @@ func checkRBAC(t *testing.T, where string, o objects, leader bool) {
 		}
 		delete(o.roles, name)
 	}
+	// With agent.server: create on tokenreviews, nothing else.
+	for name, r := range o.roles {
+		if !strings.HasSuffix(name, "-server-tokenreviews") {
+			continue
+		}
+		if len(r.Rules) != 1 || !slices.Equal(r.Rules[0].APIGroups, []string{"authentication.k8s.io"}) || !slices.Equal(r.Rules[0].Resources, []string{"tokenreviews"}) ||
+			!slices.Equal(r.Rules[0].Verbs, []string{"create"}) || len(r.Rules[0].ResourceNames) > 0 {
+			t.Errorf("%s: %s grants %+v, want create on tokenreviews only", where, name, r.Rules)
+		}
+		delete(o.roles, name)
+	}
 	if len(o.roles) != 1 {
 		t.Fatalf("%s: ClusterRoles %v", where, o.kinds["ClusterRole"])
 	}
@@ -275,6 +288,49 @@ func TestChartPrivileges(t *testing.T) {
 		}
 		checkAgentPod(t, v.name, o.daemonSet, kernel, extra...)
 		checkRBAC(t, v.name, o, slices.Contains(v.set, "agent.endpointsMode=leader"))
+	}
+}
+
+// TestChartAgentsThroughServer: with agent.server the agents post to the
+// server with a projected token of audience drainscope and hold no store
+// credentials; the server reviews that audience for the agents' service
+// account.
+func TestChartAgentsThroughServer(t *testing.T) {
+	helm := tool(t, "helm")
+	for _, on := range []bool{false, true} {
+		var set []string
+		if on {
+			set = []string{"agent.server=true"}
+		}
+		out := render(t, helm, variant{set: set})
+		o := parse(t, out)
+		agent := o.daemonSet.Spec.Template.Spec
+		args := strings.Join(agent.Containers[0].Args, " ")
+		var store bool
+		for _, e := range agent.Containers[0].Env {
+			store = store || e.Name == "DRAINSCOPE_STORE"
+		}
+		var aud string
+		for _, v := range agent.Volumes {
+			if v.Projected != nil {
+				for _, src := range v.Projected.Sources {
+					if src.ServiceAccountToken != nil {
+						aud = src.ServiceAccountToken.Audience
+					}
+				}
+			}
+		}
+		server := strings.Contains(string(out), "--agent-service-account=drainscope/drainscope-agent") &&
+			strings.Contains(string(out), "--agent-audiences=drainscope")
+		through := strings.Contains(args, "--server=http://drainscope-server.drainscope.svc:80") &&
+			strings.Contains(args, "--token-file=/var/run/secrets/drainscope/token")
+		if on && (!through || store || aud != "drainscope" || !server || agent.ServiceAccountName != "drainscope-agent") {
+			t.Errorf("agent.server=true: agent through the server %v, store credentials %v, token audience %q, server reviewing %v, agent account %s",
+				through, store, aud, server, agent.ServiceAccountName)
+		}
+		if !on && (through || !store || aud != "" || server) {
+			t.Errorf("agent.server=false: agent through the server %v, store credentials %v, token audience %q, server reviewing %v", through, store, aud, server)
+		}
 	}
 }
 

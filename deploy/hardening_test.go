@@ -191,6 +191,8 @@ func TestChartNetworkPolicies(t *testing.T) {
 	helm := tool(t, "helm")
 	for _, v := range variants {
 		m := parseManifest(t, render(t, helm, v))
+		// With agent.server the agents reach the server, not the store.
+		through := slices.Contains(v.set, "agent.server=true")
 		for name, p := range m.pods {
 			var types []networkingv1.PolicyType
 			for _, np := range m.policies {
@@ -213,7 +215,7 @@ func TestChartNetworkPolicies(t *testing.T) {
 					t.Fatalf("%s: postgres policy %+v", v.name, np.Spec)
 				}
 				sel, _ := metav1.LabelSelectorAsSelector(np.Spec.Ingress[0].From[0].PodSelector)
-				for comp, want := range map[string]bool{"agent": true, "server": true, "migrate": true, "other": false} {
+				for comp, want := range map[string]bool{"agent": !through, "server": true, "migrate": true, "other": false} {
 					if got := sel.Matches(labels.Set{"app.kubernetes.io/instance": "drainscope", "app.kubernetes.io/component": comp}); got != want {
 						t.Errorf("%s: postgres reachable from %s: %v", v.name, comp, got)
 					}
@@ -228,10 +230,17 @@ func TestChartNetworkPolicies(t *testing.T) {
 						ports = append(ports, p.Port.IntVal)
 					}
 				}
-				for _, want := range []int32{443, 5432, 53} {
+				want, not := []int32{443, 5432, 53}, int32(8080)
+				if through {
+					want, not = []int32{443, 8080, 53}, 5432
+				}
+				for _, want := range want {
 					if !slices.Contains(ports, want) {
 						t.Errorf("%s: the agents may not reach port %d (egress ports %v)", v.name, want, ports)
 					}
+				}
+				if slices.Contains(ports, not) {
+					t.Errorf("%s: the agents may reach port %d (egress ports %v)", v.name, not, ports)
 				}
 			}
 		}

@@ -13,6 +13,12 @@ import (
 // because one of its events does not validate.
 var errInvalidEvent = errors.New("invalid event")
 
+// ErrRefused marks an error of a Store that refused a batch for what its
+// events say, so that the same batch is refused again however often it is
+// retried (a server that takes agents' events answering 400 or 403).
+// RowLevel reports it; a Writer then isolates the events refused.
+var ErrRefused = errors.New("events refused")
+
 // RowLevel reports whether err says the store refused a batch for what is
 // in its rows, so that the same rows fail again however often they are
 // retried: an event that does not validate; in Postgres a data exception
@@ -25,7 +31,7 @@ func RowLevel(err error) bool {
 	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return false
 	}
-	if errors.Is(err, errInvalidEvent) {
+	if errors.Is(err, errInvalidEvent) || errors.Is(err, ErrRefused) {
 		return true
 	}
 	var pe *pgconn.PgError

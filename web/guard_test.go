@@ -407,3 +407,37 @@ func TestUpdatesLifetime(t *testing.T) {
 		}
 	}
 }
+
+// TestAgentEventsMounted: the agents' endpoint is reached without the UI's
+// token (agents carry their own), and its 401s count as wrong tokens.
+func TestAgentEventsMounted(t *testing.T) {
+	st := fixtureStore(t)
+	s := newTestServer(t, st, func(o *Options) {
+		o.AuthToken = "ui-token-of-thirty-two-characters"
+		o.AgentEvents = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Header.Get("Authorization") != "Bearer agent" {
+				w.WriteHeader(http.StatusUnauthorized)
+				return
+			}
+			w.WriteHeader(http.StatusOK)
+		})
+		o.AuthFailures = &httpauth.FailureLimiter{Burst: 2, Every: time.Hour}
+	})
+	post := func(tok string) int {
+		req := httptest.NewRequest("POST", "/api/v1/agent/events", strings.NewReader("{}"))
+		req.RemoteAddr = "198.51.100.20:1"
+		req.Header.Set("Authorization", "Bearer "+tok)
+		rec := httptest.NewRecorder()
+		s.ServeHTTP(rec, req)
+		return rec.Code
+	}
+	if code := post("agent"); code != http.StatusOK {
+		t.Fatalf("agent's token: %d, want 200", code)
+	}
+	for range 2 {
+		post("wrong")
+	}
+	if code := post("agent"); code != http.StatusTooManyRequests {
+		t.Errorf("after 2 wrong tokens with a burst of 2: %d, want 429", code)
+	}
+}

@@ -29,6 +29,10 @@ type Options struct {
 	// Ingest, when set, is mounted at POST /api/v1/client-failures. It
 	// checks its own bearer token, so the UI's token does not guard it.
 	Ingest http.Handler
+	// AgentEvents, when set, is mounted at POST /api/v1/agent/events
+	// (relay.Handler): agents' events, each agent authenticated by its
+	// own service account token, so the UI's token does not guard it.
+	AgentEvents http.Handler
 	// AuthToken, when set, is required of every other request except
 	// /healthz: as "Authorization: Bearer TOKEN", or as the cookie that
 	// /login (or any page opened with ?token=TOKEN) sets.
@@ -221,6 +225,9 @@ func (s *Server) routes() chi.Router {
 	})
 	if s.opts.Ingest != nil {
 		r.Post("/api/v1/client-failures", s.guardIngest(s.opts.Ingest))
+	}
+	if s.opts.AgentEvents != nil {
+		r.Post("/api/v1/agent/events", s.guardIngest(s.opts.AgentEvents))
 	}
 	r.Get("/login", s.loginPage)
 	r.Post("/login", s.login)

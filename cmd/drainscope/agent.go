@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -17,11 +19,12 @@ import (
 	"github.com/drainscope/drainscope/dataplane"
 	"github.com/drainscope/drainscope/dataplane/cilium"
 	"github.com/drainscope/drainscope/ebpf"
+	"github.com/drainscope/drainscope/relay"
 	"github.com/drainscope/drainscope/store"
 	"github.com/drainscope/drainscope/watcher"
 )
 
-const agentUsage = `usage: drainscope agent [--store DSN] [--node NAME] [--endpoints-mode all-nodes|leader]
+const agentUsage = `usage: drainscope agent [--store DSN | --server URL] [--node NAME] [--endpoints-mode all-nodes|leader]
                        [--kubeconfig FILE] [--context NAME] [--metrics-listen ADDR] [--no-kernel] ...
 
 Records, on this node, the transitions of the node's pods and of the
@@ -37,6 +40,11 @@ dropped and counted (drainscope_events_dropped_total{reason="buffer_full"}).
 SIGTERM stops the watches and the capture and flushes the buffer within
 --shutdown-timeout.
 
+--server URL writes through drainscope serve (its --agent-service-account)
+instead of to the store: the agent sends its pod's projected service
+account token (--token-file), and the server stores only this node's
+events; the server holds the only database pool (docs/agent-server.md).
+
 Pruning old events is drainscope serve's job (--retention there); an agent
 prunes only when given --retention, on a SQLite store, or in leader mode
 while it holds the lease.
@@ -51,6 +59,9 @@ func runAgent(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	var wf watcher.Flags
 	wf.Register(fs)
 	dsn := fs.String("store", os.Getenv("DRAINSCOPE_STORE"), "store DSN: postgres://… (in a cluster) or a SQLite file path (default: "+store.DefaultPath()+"; env DRAINSCOPE_STORE)")
+	server := fs.String("server", os.Getenv("DRAINSCOPE_SERVER"), "write through drainscope serve at this URL, http(s)://host:port, instead of --store (env DRAINSCOPE_SERVER)")
+	tokenFile := fs.String("token-file", relay.DefaultTokenFile, "with --server: the pod's projected service account token, read at each batch (kubelet rotates it)")
+	serverCA := fs.String("server-ca", "", "with --server https://…: PEM file of the CA that signed the server's certificate (default: the system's)")
 	listen := fs.String("metrics-listen", ":9090", "address for /healthz, /readyz and /metrics; empty turns it off")
 	bufferEvents := fs.Int("buffer-events", 1_000_000, "events held in memory while the store is slow or down; past this they are dropped and counted")
 	batch := fs.Int("batch-size", 5000, "most events one store write carries")
@@ -94,12 +105,15 @@ func runAgent(ctx context.Context, fs *flag.FlagSet, args []string) error {
 			return fmt.Errorf("%w: --metrics-listen %q: want host:port, e.g. :9090", errUsage, *listen)
 		}
 	}
+	if err := checkAgentWrite(*dsn, *server, retention); err != nil {
+		return err
+	}
 	cs, err := wf.Client.Clientset()
 	if err != nil {
 		return err
 	}
 
-	st, err := store.Open(ctx, *dsn)
+	st, err := openAgentStore(ctx, *dsn, *server, *tokenFile, *serverCA, retention)
 	if err != nil {
 		return err
 	}
@@ -162,12 +176,61 @@ func runAgent(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	}
 	slog.Info("agent starting", "node", wopts.Node, "endpointslices", wopts.Mode, "store", st.Describe(),
 		"kernel", !*noKernel, "buffer_events", *bufferEvents)
-	if active, ok := agentPrunes(retention, wopts.Mode, st, func() bool { return a.Watcher().Stats().Leader }); ok {
+	if _, remote := st.(*relay.Client); remote {
+		slog.Info("retention left to drainscope serve: this agent writes through it")
+	} else if active, ok := agentPrunes(retention, wopts.Mode, st, func() bool { return a.Watcher().Stats().Leader }); ok {
 		defer startRetention(ctx, st, a.Metrics(), retention.keep, active)() // stops before the store closes
 	} else {
 		slog.Info("retention left to drainscope serve; set --retention to prune from this agent")
 	}
 	return a.Run(ctx)
+}
+
+// openAgentStore opens --store, or with --server the server's endpoint.
+func openAgentStore(ctx context.Context, dsn, server, tokenFile, serverCA string, retention *retentionFlag) (store.Store, error) {
+	if err := checkAgentWrite(dsn, server, retention); err != nil {
+		return nil, err
+	}
+	if server == "" {
+		return store.Open(ctx, dsn)
+	}
+	hc := &http.Client{Timeout: 30 * time.Second}
+	if serverCA != "" {
+		pem, err := os.ReadFile(serverCA)
+		if err != nil {
+			return nil, fmt.Errorf("--server-ca: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--server-ca %s: no PEM certificate in it", serverCA)
+		}
+		hc.Transport = &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}
+	}
+	c, err := relay.NewClient(server, tokenFile, hc)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat(tokenFile); err != nil {
+		return nil, fmt.Errorf("--token-file: %w", err)
+	}
+	return c, nil
+}
+
+// checkAgentWrite refuses --server with --store or --retention, and a
+// --server that is no http(s) URL.
+func checkAgentWrite(dsn, server string, retention *retentionFlag) error {
+	switch {
+	case server == "":
+		return nil
+	case dsn != "":
+		return fmt.Errorf("%w: --server and --store (or DRAINSCOPE_STORE) both set: choose one", errUsage)
+	case retention.set:
+		return fmt.Errorf("%w: --retention with --server: drainscope serve prunes the store", errUsage)
+	}
+	if _, err := relay.NewClient(server, "", nil); err != nil {
+		return fmt.Errorf("%w: --server: %w", errUsage, err)
+	}
+	return nil
 }
 
 // agentPrunes tells whether an agent prunes the store, and when: always

@@ -17,6 +17,9 @@ func TestAgentRefusesBadFlags(t *testing.T) {
 		{[]string{"stray"}, "unexpected argument"},
 		{[]string{"--dataplane=ipvs"}, "want auto or off"},
 		{[]string{"--kernel-without=no_socket_reset"}, "unknown feature"},
+		{[]string{"--server=http://127.0.0.1:8080", "--store=/tmp/x.db"}, "choose one"},
+		{[]string{"--server=http://127.0.0.1:8080", "--retention=1d"}, "drainscope serve prunes"},
+		{[]string{"--server=127.0.0.1:8080"}, "want http(s)://host"},
 	} {
 		code, _, stderr := runCLI(t, append([]string{"agent"}, tc.args...)...)
 		if code != 2 || !strings.Contains(stderr, tc.want) {

@@ -17,6 +17,7 @@ import (
 	"github.com/drainscope/drainscope/ingest"
 	"github.com/drainscope/drainscope/internal/httpauth"
 	"github.com/drainscope/drainscope/metrics"
+	"github.com/drainscope/drainscope/relay"
 	"github.com/drainscope/drainscope/store"
 	"github.com/drainscope/drainscope/web"
 )
@@ -38,6 +39,12 @@ Ingest takes client-failure formats only (--ingest-formats); a proxy's
 routing snapshots (envoy-clusters) feed the measured lag and "out of
 rotation", and are taken only when --ingest-formats names them and only
 with --ingest-dataplane-token, a third token of their own.
+
+--agent-service-account NAMESPACE/NAME takes agents' events at POST
+/api/v1/agent/events (drainscope agent --server): each agent sends its
+pod's projected service account token, which the server checks with a
+TokenReview (it needs create on tokenreviews), and may store only the
+events of the node its pod is bound to (docs/agent-server.md).
 
 --retention (default 14 days) deletes older events at start and then every
 hour (Postgres: whole day partitions, and the older rows of the day the cut
@@ -78,6 +85,9 @@ func runServe(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	window := registerWindow(fs)
 	ingestMax := fs.Int64("ingest-max-bytes", ingest.DefaultMaxBytes, "largest body POST /api/v1/client-failures takes, before and after gzip decompression")
 	ingestConc := fs.Int("ingest-concurrency", ingest.DefaultMaxConcurrent, "client-failure posts served at once; more are answered 503 with Retry-After")
+	agentSA := fs.String("agent-service-account", os.Getenv("DRAINSCOPE_AGENT_SERVICE_ACCOUNT"), "NAMESPACE/NAME of the agents' service account: take their events at POST "+relay.EventsPath+", each agent's own node's only, authenticated by TokenReview with --kubeconfig/--context or the pod's service account (env DRAINSCOPE_AGENT_SERVICE_ACCOUNT; empty: off)")
+	agentAud := fs.String("agent-audiences", "", "comma-separated audiences the agents' tokens must carry (default: the API server's own, as the default projected token has)")
+	agentConc := fs.Int("agent-concurrency", relay.DefaultMaxConcurrent, "agent batches stored at once; more are answered 429 with Retry-After and the agents retry")
 	exp := registerExport(fs)
 	if err := parseFlags(fs, args, false); err != nil {
 		return err
@@ -102,6 +112,13 @@ func runServe(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	}
 	if err := exp.check(); err != nil {
 		return err
+	}
+	agentNS, agentName, err := parseServiceAccount(*agentSA)
+	if err != nil {
+		return err
+	}
+	if *agentConc < 1 {
+		return fmt.Errorf("%w: --agent-concurrency must be positive", errUsage)
 	}
 
 	opened, err := store.Open(ctx, *dsn)
@@ -167,6 +184,15 @@ func runServe(ctx context.Context, fs *flag.FlagSet, args []string) error {
 			MaxBytes: *ingestMax, MaxConcurrent: *ingestConc, Window: window.window()},
 		Log:     slog.Default(),
 		Context: ctx,
+	}
+	if agentName != "" {
+		cs, err := exp.client.Clientset()
+		if err != nil {
+			return fmt.Errorf("--agent-service-account: %w", err)
+		}
+		opts.AgentEvents = &relay.Handler{Store: st, Log: slog.Default(), MaxConcurrent: *agentConc,
+			Auth: &relay.TokenReviewer{Client: cs.AuthenticationV1(), Namespace: agentNS, ServiceAccount: agentName, Audiences: splitList(*agentAud)}}
+		slog.Info("taking agents' events", "path", relay.EventsPath, "service_account", agentNS+"/"+agentName)
 	}
 	if loopback && *token == "" {
 		// Without a token the Host header is the only thing keeping a web
@@ -245,6 +271,30 @@ func checkIngestFormats(list, token, ingestToken, dataplaneToken string) ([]stri
 		return nil, fmt.Errorf("%w: --ingest-dataplane-token equals another token: give it one of its own", errUsage)
 	}
 	return out, nil
+}
+
+// parseServiceAccount reads --agent-service-account: empty, or
+// NAMESPACE/NAME.
+func parseServiceAccount(v string) (ns, name string, err error) {
+	if v == "" {
+		return "", "", nil
+	}
+	ns, name, ok := strings.Cut(v, "/")
+	if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+		return "", "", fmt.Errorf("%w: --agent-service-account %q: want NAMESPACE/NAME, e.g. drainscope/drainscope-agent", errUsage, v)
+	}
+	return ns, name, nil
+}
+
+// splitList splits a comma-separated flag, dropping empty items.
+func splitList(v string) []string {
+	var out []string
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // isLoopback reports whether host names only this machine: a loopback IP

@@ -230,3 +230,12 @@ func TestCheckIngestFormats(t *testing.T) {
 		}
 	}
 }
+
+func TestServeRefusesABadAgentServiceAccount(t *testing.T) {
+	for _, v := range []string{"drainscope", "/agent", "drainscope/", "a/b/c"} {
+		code, _, stderr := runCLI(t, "serve", "--agent-service-account="+v)
+		if code != 2 || !strings.Contains(stderr, "want NAMESPACE/NAME") {
+			t.Errorf("--agent-service-account=%s: exit %d, stderr %q; want exit 2 naming the form", v, code, stderr)
+		}
+	}
+}

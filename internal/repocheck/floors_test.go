@@ -25,7 +25,7 @@ var floors = [][]string{
 	// 1, recording: the store and each source of events.
 	{"store", "watcher", "ebpf", "dataplane", "dataplane/cilium", "internal/eventgen", "internal/pgtest", "lab/load"},
 	// 2, making sense: the analysis, the importers, the simulated kubelet.
-	{"analysis", "ingest", "lab/node"},
+	{"analysis", "ingest", "lab/node", "relay"},
 	// 3, presenting: the web UI, metrics, the export feed, the lab's ingress.
 	{"web", "metrics", "export", "lab/ingress"},
 	// 4, delivering: the export sinks, the kubectl plugin, the node agent.

@@ -1,0 +1,260 @@
+package relay
+
+import (
+	"compress/gzip"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/drainscope/drainscope/event"
+	"github.com/drainscope/drainscope/internal/httpauth"
+	"github.com/drainscope/drainscope/store"
+)
+
+// EventsPath is where the web server mounts Handler.
+const EventsPath = "/api/v1/agent/events"
+
+// Defaults of Handler.
+const (
+	DefaultMaxBytes      = 16 << 20 // a body, before and after gzip
+	DefaultMaxEvents     = 20000    // events in one batch
+	DefaultMaxConcurrent = 8        // batches written at once
+	DefaultBodyTimeout   = 30 * time.Second
+)
+
+// Batch is the body an agent posts: events as package event defines them,
+// in encoding/json's form of event.Event.
+type Batch struct {
+	Events []event.Event `json:"events"`
+}
+
+// Result answers a stored batch.
+type Result struct {
+	Stored int `json:"stored"`
+}
+
+// Refusal answers a refused batch. Event is the index of the event
+// refused, when one was.
+type Refusal struct {
+	Error string `json:"error"`
+	Event *int   `json:"event,omitempty"`
+}
+
+// agentSources are the sources an agent records. Client failures have
+// their own endpoint and token (ingest), the lab's events are the lab's.
+var agentSources = map[event.Source]bool{
+	event.SourceWatcher: true, event.SourceKernel: true, event.SourceDataplane: true,
+}
+
+// Handler takes agents' events: POST Batch as JSON (gzip allowed) with
+// "Authorization: Bearer TOKEN", the agent pod's service account token.
+//
+// Each event's node must be the token's node: an event naming another node
+// refuses the whole batch (403, naming the event and both nodes) and
+// nothing of it is stored, since an agent that sends one is broken or
+// forging. An event with no node is stamped with the token's. Every event
+// is then sealed again, so its ID is that of what it says, node included:
+// an agent cannot send another node's ID to pre-empt its event.
+//
+// What the node check cannot tell: a watcher event (an endpoint
+// transition, a pod's readiness) is about the cluster, not the node, and
+// every agent may record any, as each does in all-nodes mode and the lease
+// holder does in leader mode; it carries the recording agent's node. So a
+// compromised node's agent can still write watcher events about pods
+// elsewhere, under its own node's name, never under another's.
+//
+// The store is written by this process only. At most MaxConcurrent batches
+// are stored at once; past that, batches are answered 429 with Retry-After
+// (the store is behind), and the agent keeps them and retries.
+type Handler struct {
+	Store         store.Store
+	Auth          Authenticator
+	MaxBytes      int64 // 0: DefaultMaxBytes
+	MaxEvents     int   // 0: DefaultMaxEvents
+	MaxConcurrent int   // 0: DefaultMaxConcurrent
+	BodyTimeout   time.Duration
+	Log           *slog.Logger
+
+	semOnce sync.Once
+	sem     chan struct{}
+}
+
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	log := h.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		writeJSON(w, http.StatusMethodNotAllowed, Refusal{Error: "use POST"})
+		return
+	}
+	if h.Auth == nil || h.Store == nil {
+		writeJSON(w, http.StatusServiceUnavailable, Refusal{Error: "agent writes are not configured on this server"})
+		return
+	}
+	agent, err := h.Auth.Authenticate(r.Context(), httpauth.Bearer(r))
+	if err != nil {
+		if ae, ok := asAuthError(err); ok {
+			if ae.Status == http.StatusUnauthorized {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="drainscope"`)
+			}
+			writeJSON(w, ae.Status, Refusal{Error: ae.Msg})
+			return
+		}
+		log.Warn("agent events: authenticating", "err", err)
+		w.Header().Set("Retry-After", "5")
+		writeJSON(w, http.StatusServiceUnavailable, Refusal{Error: "the token could not be reviewed; retry later"})
+		return
+	}
+	release, ok := h.acquire()
+	if !ok {
+		w.Header().Set("Retry-After", "1")
+		writeJSON(w, http.StatusTooManyRequests, Refusal{Error: fmt.Sprintf("%d batches are being stored; retry later", cap(h.sem))})
+		return
+	}
+	defer release()
+	timeout := h.BodyTimeout
+	if timeout <= 0 {
+		timeout = DefaultBodyTimeout
+	}
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(timeout))
+
+	batch, status, msg := h.read(w, r)
+	if status != 0 {
+		writeJSON(w, status, Refusal{Error: msg})
+		return
+	}
+	if i, status, msg := check(batch.Events, agent); status != 0 {
+		log.Warn("agent events: batch refused", "node", agent.Node, "pod", agent.PodNamespace+"/"+agent.Pod, "event", i, "err", msg)
+		writeJSON(w, status, Refusal{Error: msg, Event: &i})
+		return
+	}
+	if len(batch.Events) > 0 {
+		if err := h.Store.Append(r.Context(), batch.Events); err != nil {
+			if store.RowLevel(err) {
+				writeJSON(w, http.StatusBadRequest, Refusal{Error: "the store refused the batch: " + err.Error()})
+				return
+			}
+			log.Warn("agent events: storing", "node", agent.Node, "events", len(batch.Events), "err", err)
+			w.Header().Set("Retry-After", "5")
+			writeJSON(w, http.StatusServiceUnavailable, Refusal{Error: "the store failed; nothing was stored, retry later"})
+			return
+		}
+	}
+	writeJSON(w, http.StatusOK, Result{Stored: len(batch.Events)})
+}
+
+// read decodes the body within the bounds; status is non-zero when it
+// cannot.
+func (h *Handler) read(w http.ResponseWriter, r *http.Request) (b Batch, status int, msg string) {
+	limit := h.MaxBytes
+	if limit <= 0 {
+		limit = DefaultMaxBytes
+	}
+	var body io.Reader = http.MaxBytesReader(w, r.Body, limit)
+	switch enc := strings.ToLower(r.Header.Get("Content-Encoding")); enc {
+	case "", "identity":
+	case "gzip":
+		zr, err := gzip.NewReader(body)
+		if err != nil {
+			return b, http.StatusBadRequest, "reading the gzip body: " + err.Error()
+		}
+		body = &limitReader{r: zr, left: limit}
+	default:
+		return b, http.StatusUnsupportedMediaType, fmt.Sprintf("content encoding %q: send identity or gzip", enc)
+	}
+	dec := json.NewDecoder(body)
+	dec.DisallowUnknownFields()
+	err := dec.Decode(&b)
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &mbe) || errors.Is(err, errTooLarge):
+		return b, http.StatusRequestEntityTooLarge, fmt.Sprintf("body larger than %d bytes; nothing was stored (send smaller batches)", limit)
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return b, http.StatusRequestTimeout, "the body did not arrive in time; nothing was stored"
+	case err != nil:
+		return b, http.StatusBadRequest, "decoding the batch: " + err.Error() + "; nothing was stored"
+	}
+	max := h.MaxEvents
+	if max <= 0 {
+		max = DefaultMaxEvents
+	}
+	if len(b.Events) > max {
+		return b, http.StatusRequestEntityTooLarge, fmt.Sprintf("%d events in one batch, more than the %d taken; nothing was stored", len(b.Events), max)
+	}
+	return b, 0, ""
+}
+
+// check stamps and seals evs for agent, or names the first it refuses:
+// 403 for an event of another node or of a source agents do not record,
+// 400 for one that is not valid.
+func check(evs []event.Event, agent Agent) (i, status int, msg string) {
+	for i := range evs {
+		e := &evs[i]
+		if e.Node == "" {
+			e.Node = agent.Node
+		}
+		if e.Node != agent.Node {
+			return i, http.StatusForbidden, fmt.Sprintf("event %d (kind %s, time %d) is node %q's, but the token is node %q's; nothing was stored",
+				i, e.Kind, e.Time, e.Node, agent.Node)
+		}
+		if !agentSources[e.Source] {
+			return i, http.StatusForbidden, fmt.Sprintf("event %d (kind %s, time %d): source %q is not an agent's; nothing was stored",
+				i, e.Kind, e.Time, e.Source)
+		}
+		e.Seal()
+		if err := e.Validate(); err != nil {
+			return i, http.StatusBadRequest, fmt.Sprintf("event %d (kind %s, time %d): %v; nothing was stored", i, e.Kind, e.Time, err)
+		}
+	}
+	return 0, 0, ""
+}
+
+// acquire takes one of MaxConcurrent slots without waiting.
+func (h *Handler) acquire() (release func(), ok bool) {
+	h.semOnce.Do(func() {
+		n := h.MaxConcurrent
+		if n <= 0 {
+			n = DefaultMaxConcurrent
+		}
+		h.sem = make(chan struct{}, n)
+	})
+	select {
+	case h.sem <- struct{}{}:
+		return func() { <-h.sem }, true
+	default:
+		return nil, false
+	}
+}
+
+var errTooLarge = errors.New("body too large")
+
+// limitReader fails once more than left bytes were read: a bound on what a
+// compressed body may expand to.
+type limitReader struct {
+	r    io.Reader
+	left int64
+}
+
+func (l *limitReader) Read(p []byte) (int, error) {
+	n, err := l.r.Read(p)
+	if l.left -= int64(n); l.left < 0 {
+		return n, errTooLarge
+	}
+	return n, err
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
