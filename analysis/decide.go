@@ -154,29 +154,6 @@ func (a *Aligner) decide(pf *pending) {
 	}
 }
 
-func (p *podState) offsets(t int64, svcs []string) Offsets {
-	var o Offsets
-	set := func(x *Offset, at int64) {
-		if at != 0 {
-			*x = Offset{NS: t - at, OK: true}
-		}
-	}
-	set(&o.Sigterm, p.sigterm.Time)
-	set(&o.Kill, p.kill.Time)
-	set(&o.Deletion, p.deletion.Time)
-	if x := p.mainExit(t); x != nil {
-		set(&o.Exit, x.Time)
-	}
-	r := p.rotationAt(t, svcs)
-	switch {
-	case r.leftAfter != nil:
-		set(&o.Rotation, r.leftAfter.Time)
-	case r.lastLeave != nil:
-		set(&o.Rotation, r.lastLeave.Time)
-	}
-	return o
-}
-
 // nearest returns the last event at or before t and the first after it in
 // a time-ordered slice.
 func nearest(ls []event.Event, t int64) (before, after *event.Event) {
