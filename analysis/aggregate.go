@@ -320,7 +320,7 @@ func (c *collector) summaries(accs map[Cause]*causeAcc) []CauseSummary {
 			return cs.Pods[i].Pod < cs.Pods[j].Pod
 		})
 		sd := summaryData(acc, c.tls)
-		sd.DataplaneLag = lagPhrase(c.lags)
+		sd.DataplaneLag = LagPhrase(c.lags)
 		cs.Explanation = render(acc.rule.Summary, sd)
 		cs.Fix = render(acc.rule.Fix, sd)
 		out = append(out, cs)

@@ -23,7 +23,8 @@
 //     stream has passed it by Options.Lookahead and keeps only a sliding
 //     window (KernelWindow of connection events, Retain after a pod ended),
 //     so its memory follows the window, not the history.
-//   - WriteText, WriteMarkdown and WriteJSON render a Result.
+//   - WriteJSON writes a Result as JSON; the text and markdown reports
+//     are package analysis/textreport (WriteText, WriteMarkdown).
 //
 // Where things are, by file:
 //
@@ -48,7 +49,7 @@
 //   - timeline.go: PodTimeline and building it from a podState.
 //   - analyze.go: Analyze, AnalyzeWith, AnalyzeEvents (the entry points).
 //   - result.go: Result and the types it carries (Totals, CauseSummary,
-//     Inference, ...).
+//     Inference, ...), and WriteJSON.
 //   - aggregate.go: the collector that groups decisions by cause and
 //     counts them into a Result.
 //   - rollouts.go: Rollout, grouping terminations into rollouts, their
@@ -57,7 +58,6 @@
 //   - disruption.go: Disruption, the one report of a disruption that web,
 //     export and the kubectl plugin read, and its key and window.
 //   - explain.go: AlignedFailure and the explanation templates' data.
-//   - render.go: WriteText, WriteMarkdown, WriteJSON and the phrases
-//     they share. describe.go, view.go: one event in words and as JSON.
+//   - describe.go, view.go: one event in words and as JSON.
 //   - options.go: Options and defaults. ring.go: the ring buffer.
 package analysis

@@ -1,5 +1,10 @@
 package analysis
 
+import (
+	"encoding/json"
+	"io"
+)
+
 // Result is everything the report and the web UI show about a window.
 type Result struct {
 	From int64 `json:"from_ns"`
@@ -125,4 +130,11 @@ type Inference struct {
 	// endpoint had left rotation everywhere: probes or clients bypassing
 	// the Service, not counted as failures.
 	RefusedOutOfRotation int `json:"refused_out_of_rotation"`
+}
+
+// WriteJSON writes the result as indented JSON.
+func WriteJSON(w io.Writer, r *Result) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
 }
