@@ -1,10 +1,7 @@
 package analysis
 
 import (
-	"net/netip"
-	"slices"
 	"sort"
-	"strings"
 
 	"github.com/drainscope/drainscope/event"
 )
@@ -66,7 +63,6 @@ var unexplained = Rule{Cause: CauseUnexplained, Title: "unexplained"}
 func (a *Aligner) decide(pf *pending) {
 	f := &pf.ev
 	t := f.Time
-	la, kw := int64(a.opts.Lookahead), int64(a.opts.KernelWindow)
 	fx := &a.facts
 	*fx = Facts{
 		Failure: f, Start: t - max(f.Duration, 0), Inferred: pf.inferred, Proof: pf.proof, Class: f.Reason, Client: unmapAP(f.Local),
@@ -78,111 +74,19 @@ func (a *Aligner) decide(pf *pending) {
 		a.stats.ClientFailures++
 	}
 
-	// Which pod served it: named, by the backend address the client or
-	// proxy logged, by the address dialled, or by the pod-side kernel
-	// events on the client's connection.
-	var p *podState
-	via := ""
-	if !f.Pod.IsZero() {
-		if p = a.pod(&f.Pod, false); p != nil {
-			via = "pod"
-			if pf.inferred {
-				via = "kernel"
-			}
-		}
-	}
-	if p == nil {
-		if ip, ok := a.backend(f.Attrs[event.AttrBackend]); ok {
-			if p = a.podByIP(ip, t); p != nil {
-				via = "backend"
-			}
-		}
-	}
-	if p == nil && f.Remote.IsValid() {
-		if p = a.podByIP(f.Remote.Addr(), t); p != nil {
-			via = "target"
-		}
-	}
+	sv := a.servedBy(f, pf.inferred)
+	p, via, ks := sv.pod, sv.via, sv.kernel
 	proven, likely := false, false
-	ks := a.kscratch[:0]
-	if fx.Client.IsValid() {
-		// A client reuses its local ports: the kernel's record of an earlier
-		// connection from the same address may be another Service's pod.
-		// When the client named (or dialled) a Service, only its pods count.
-		var target []string
-		if p == nil {
-			target = a.servicesFor(f, nil)
+	if fx.Client.IsValid() && !pf.inferred {
+		a.stats.WithClientAddr++
+		proven, likely = a.kernelProof(fx.Client, t)
+		if proven {
+			a.stats.ProvenByKernel++
 		}
-		kpods := a.kpods[:0]
-		a.kernelFor(keyOf(fx.Client), t-kw, t+la, func(k *event.Event, kp *podState) bool {
-			// A pod not known to serve the target is not taken on
-			// trust: a false pod is worse than none.
-			if p == nil && kp != nil && len(target) > 0 && !servesAny(kp.services, target) {
-				return true
-			}
-			if p == nil || kp == p {
-				ks = append(ks, k)
-				kpods = append(kpods, kp)
-			}
-			return true
-		})
-		a.kpods = kpods
-		slices.Reverse(ks) // oldest first, each beside its pod
-		slices.Reverse(kpods)
-		if p == nil && len(ks) > 0 {
-			// The pod is the one of the connection that failed: the
-			// kernel's last record with a pod at or before the failure
-			// (the pod's side acts before the client notices; a record
-			// with none, such as a reset sent once the pod's network was
-			// gone, names nobody). A record after it is the connection
-			// only when there is none before: a client that reconnects at
-			// once after a reset often gets the same local port, to
-			// another pod of the Service.
-			best := -1
-			for i, k := range ks {
-				if kpods[i] != nil && k.Time <= t {
-					best = i // ks is oldest first
-				}
-			}
-			for i := range ks {
-				if best >= 0 {
-					break
-				}
-				if kpods[i] != nil {
-					best = i
-				}
-			}
-			if best >= 0 {
-				p = kpods[best]
-				via = "kernel"
-				out := ks[:0]
-				for i, k := range ks {
-					if kpods[i] == p {
-						out = append(out, k)
-					}
-				}
-				ks = out
-			}
-		}
-		if !pf.inferred {
-			a.stats.WithClientAddr++
-			likely = true
-			for _, m := range a.inferredAt[keyOf(fx.Client)] {
-				if m.t >= t-kw && m.t <= t+la {
-					proven = true
-					likely = likely && m.likely
-				}
-			}
-			likely = likely && proven
-			if proven {
-				a.stats.ProvenByKernel++
-			}
-			if likely {
-				a.stats.ProvenLikely++
-			}
+		if likely {
+			a.stats.ProvenLikely++
 		}
 	}
-	a.kscratch = ks
 	fx.Kernel, fx.Via = ks, via
 	fx.svcs = a.servicesFor(f, p)
 	if p != nil {
@@ -250,29 +154,6 @@ func (a *Aligner) decide(pf *pending) {
 	}
 }
 
-func (p *podState) offsets(t int64, svcs []string) Offsets {
-	var o Offsets
-	set := func(x *Offset, at int64) {
-		if at != 0 {
-			*x = Offset{NS: t - at, OK: true}
-		}
-	}
-	set(&o.Sigterm, p.sigterm.Time)
-	set(&o.Kill, p.kill.Time)
-	set(&o.Deletion, p.deletion.Time)
-	if x := p.mainExit(t); x != nil {
-		set(&o.Exit, x.Time)
-	}
-	r := p.rotationAt(t, svcs)
-	switch {
-	case r.leftAfter != nil:
-		set(&o.Rotation, r.leftAfter.Time)
-	case r.lastLeave != nil:
-		set(&o.Rotation, r.lastLeave.Time)
-	}
-	return o
-}
-
 // nearest returns the last event at or before t and the first after it in
 // a time-ordered slice.
 func nearest(ls []event.Event, t int64) (before, after *event.Event) {
@@ -286,54 +167,8 @@ func nearest(ls []event.Event, t int64) (before, after *event.Event) {
 	return before, after
 }
 
-// parseBackend reads the backend a client or proxy logged: "ip:port", "ip",
-// or a proxy's list of attempts ("a, b"; the last one answered).
-func parseBackend(s string) (netip.Addr, bool) {
-	if s == "" {
-		return netip.Addr{}, false
-	}
-	if i := strings.LastIndexByte(s, ','); i >= 0 {
-		s = s[i+1:]
-	}
-	s = strings.TrimSpace(s)
-	if ap, err := netip.ParseAddrPort(s); err == nil {
-		return ap.Addr().Unmap(), true
-	}
-	if ip, err := netip.ParseAddr(s); err == nil {
-		return ip.Unmap(), true
-	}
-	return netip.Addr{}, false
-}
-
 func (a *Aligner) nearestGlobal(t int64) (before, after *event.Event) {
 	g := &a.global
 	i := g.search(func(e *event.Event) bool { return e.Time > t })
 	return g.at(i - 1), g.at(i)
-}
-
-// backend parses a backend attribute through a bounded cache: a proxy log
-// names the same few upstreams over and over.
-func (a *Aligner) backend(s string) (netip.Addr, bool) {
-	if s == "" {
-		return netip.Addr{}, false
-	}
-	if ip, ok := a.backends[s]; ok {
-		return ip, ip.IsValid()
-	}
-	ip, _ := parseBackend(s)
-	if len(a.backends) >= 4096 {
-		clear(a.backends)
-	}
-	a.backends[s] = ip
-	return ip, ip.IsValid()
-}
-
-// servesAny reports whether a pod's Services include one of want.
-func servesAny(have, want []string) bool {
-	for _, w := range want {
-		if slices.Contains(have, w) {
-			return true
-		}
-	}
-	return false
 }

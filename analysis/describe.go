@@ -61,7 +61,7 @@ func Describe(e *event.Event) string {
 		if e.Kind == event.DataplaneEndpointAdded {
 			verb = "began"
 		}
-		s := fmt.Sprintf("%s's proxy rules %s sending %s to %s", nodeName(e.Node), verb, serviceKey(e.Pod.Namespace, e.Service), e.Local)
+		s := fmt.Sprintf("%s's proxy rules %s sending %s to %s", NodeName(e.Node), verb, serviceKey(e.Pod.Namespace, e.Service), e.Local)
 		if p := e.Attrs[event.AttrProxy]; p != "" {
 			s += " (" + p + ")"
 		}
@@ -75,12 +75,12 @@ func Describe(e *event.Event) string {
 	case event.WorkloadChanged:
 		return e.Workload.String() + " " + e.Reason
 	case event.Signal:
-		return fmt.Sprintf("%s from %s to %s", signalName(e.Signal), procName(e.PeerComm, e.PeerPID), procName(e.Comm, e.PID))
+		return fmt.Sprintf("%s from %s to %s", signalName(e.Signal), ProcName(e.PeerComm, e.PeerPID), ProcName(e.Comm, e.PID))
 	case event.ProcessExit:
 		if e.Signal != 0 {
-			return fmt.Sprintf("%s exited by %s", procName(e.Comm, e.PID), signalName(e.Signal))
+			return fmt.Sprintf("%s exited by %s", ProcName(e.Comm, e.PID), signalName(e.Signal))
 		}
-		return fmt.Sprintf("%s exited with code %d", procName(e.Comm, e.PID), e.Code)
+		return fmt.Sprintf("%s exited with code %d", ProcName(e.Comm, e.PID), e.Code)
 	case event.ListenerClosed:
 		return "listener " + addr(e.Local) + " closed" + atExit(e.Flags)
 	case event.ConnClosed:
@@ -181,4 +181,18 @@ func fmtOffset(ns int64) string {
 		return fmtDur(ns)
 	}
 	return "+" + fmtDur(ns)
+}
+
+// ProcName names a process by its command and pid, either when the other
+// is unknown, "?" when both are.
+func ProcName(comm string, pid int32) string {
+	switch {
+	case comm != "" && pid != 0:
+		return fmt.Sprintf("%s (pid %d)", comm, pid)
+	case comm != "":
+		return comm
+	case pid != 0:
+		return fmt.Sprintf("pid %d", pid)
+	}
+	return "?"
 }

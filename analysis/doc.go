@@ -23,5 +23,41 @@
 //     stream has passed it by Options.Lookahead and keeps only a sliding
 //     window (KernelWindow of connection events, Retain after a pod ended),
 //     so its memory follows the window, not the history.
-//   - WriteText, WriteMarkdown and WriteJSON render a Result.
+//   - WriteJSON writes a Result as JSON; the text and markdown reports
+//     are package analysis/textreport (WriteText, WriteMarkdown).
+//
+// Where things are, by file:
+//
+//   - aligner.go: the Aligner — its state, NewAligner, Add (feeding
+//     events), Flush, the pending queue, pod lookup by UID, name and IP,
+//     the sliding kernel window, and sweep/forget (eviction).
+//   - served.go: which pod served a failure (servedBy: named, backend,
+//     dialled address, kernel records on the client address) and whether
+//     kernel evidence also proves a client failure (kernelProof).
+//   - decide.go: Decision and decide, which applies the rules to a
+//     failure whose pod servedBy chose, and its nearest events.
+//   - rules.go: the cause table (Rules), Facts, and the finders each
+//     requirement uses. ingress.go: the ingress proxy-lag rule.
+//   - infer.go: failures inferred from pod-side kernel events alone, and
+//     their Proof constants.
+//   - pod.go: podState, one pod's life as the aligner holds it, and its
+//     methods (routing, exits, endpoints, rotation, offsets, eviction).
+//   - service.go: Service state (endpoints per node, ClusterIPs over time)
+//     and resolving a failure's target to Services.
+//   - dataplane.go: measured watch → dataplane lags and per-pod dataplane
+//     views.
+//   - timeline.go: PodTimeline and building it from a podState.
+//   - analyze.go: Analyze, AnalyzeWith, AnalyzeEvents (the entry points).
+//   - result.go: Result and the types it carries (Totals, CauseSummary,
+//     Inference, ...), and WriteJSON.
+//   - aggregate.go: the collector that groups decisions by cause and
+//     counts them into a Result.
+//   - rollouts.go: Rollout, grouping terminations into rollouts, their
+//     triggers and new pods.
+//   - histogram.go: offset histograms (hist, Histogram).
+//   - disruption.go: Disruption, the one report of a disruption that web,
+//     export and the kubectl plugin read, and its key and window.
+//   - explain.go: AlignedFailure and the explanation templates' data.
+//   - describe.go, view.go: one event in words and as JSON.
+//   - options.go: Options and defaults. ring.go: the ring buffer.
 package analysis

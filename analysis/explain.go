@@ -233,11 +233,11 @@ func (d *Decision) explainData() ExplainData {
 		r := p.rotationAt(t, fx.svcs)
 		switch {
 		case r.in && r.leftAfter != nil:
-			x.Rotation = fmt.Sprintf("%s still routed to it until %s later", nodeName(r.leftAfter.Node), fmtDur(r.leftAfter.Time-t))
+			x.Rotation = fmt.Sprintf("%s still routed to it until %s later", NodeName(r.leftAfter.Node), fmtDur(r.leftAfter.Time-t))
 		case r.in:
 			x.Rotation = "its endpoint was still ready"
 		case r.lastLeave != nil:
-			x.Rotation = fmt.Sprintf("%s had taken it out only %s before (the proxy rules lag the API)", nodeName(r.lastLeave.Node), fmtDur(t-r.lastLeave.Time))
+			x.Rotation = fmt.Sprintf("%s had taken it out only %s before (the proxy rules lag the API)", NodeName(r.lastLeave.Node), fmtDur(t-r.lastLeave.Time))
 		}
 	}
 	var cands []string
@@ -270,7 +270,8 @@ func joinAnd(ws []string) string {
 	return strings.Join(ws[:len(ws)-1], ", ") + " and " + ws[len(ws)-1]
 }
 
-func nodeName(n string) string {
+// NodeName is "node n", or "a node" when n is empty.
+func NodeName(n string) string {
 	if n == "" {
 		return "a node"
 	}
@@ -355,13 +356,13 @@ func summaryData(c *causeAcc, tls map[string]*PodTimeline) SummaryData {
 	return s
 }
 
-// lagPhrase renders the measured lags, the slowest node first.
-func lagPhrase(lags []NodeLag) string {
+// LagPhrase renders the measured lags, the slowest node first.
+func LagPhrase(lags []NodeLag) string {
 	ls := append([]NodeLag(nil), lags...)
 	sort.SliceStable(ls, func(i, j int) bool { return ls[i].P99 > ls[j].P99 })
 	var parts []string
 	for _, l := range ls {
-		parts = append(parts, fmt.Sprintf("p50 %s, p99 %s on %s (%d %s)", fmtDur(l.P50), fmtDur(l.P99), nodeName(l.Node), l.Samples, plural(l.Samples, "removal", "removals")))
+		parts = append(parts, fmt.Sprintf("p50 %s, p99 %s on %s (%d %s)", fmtDur(l.P50), fmtDur(l.P99), NodeName(l.Node), l.Samples, plural(l.Samples, "removal", "removals")))
 	}
 	return strings.Join(parts, "; ")
 }

@@ -711,40 +711,40 @@ func abs(x int64) int64 {
 	return x
 }
 
-// serviceKey renders a Service as namespace/name; a name that already has a
-// namespace is kept.
-func serviceKey(ns, svc string) string {
-	if svc == "" || strings.Contains(svc, "/") || ns == "" {
-		return svc
+// gone reports whether the aligner may forget p: it ended more than
+// retain ago, or was deleted and has been quiet for a long time since (its
+// end was not seen). A live pod is never forgotten for being quiet: a pod
+// ready for a week is as ready as one that became ready a second ago.
+func (p *podState) gone(now, retain int64) bool {
+	if p.ended && p.last < now-retain {
+		return true
 	}
-	return ns + "/" + svc
+	return p.deletion.Time != 0 && p.last < now-6*retain
 }
 
-// serviceMatch reports whether a client's idea of a Service (maybe only a
-// name, maybe a DNS name like web.default.svc) names key (namespace/name).
-func serviceMatch(client, key string) bool {
-	if client == "" || key == "" {
-		return false
-	}
-	if client == key {
-		return true
-	}
-	ns, name, _ := strings.Cut(key, "/")
-	if client == name {
-		return true
-	}
-	// web.default, web.default.svc, web.default.svc.cluster.local
-	if parts := strings.Split(client, "."); len(parts) >= 2 && parts[0] == name && parts[1] == ns {
-		return true
-	}
-	return false
+func hasLifecycle(p *podState) bool {
+	return len(p.landmarks) > 0 || p.deletion.Time != 0 || p.created != 0 || p.ready != 0
 }
 
-func containsService(svcs []string, s string) bool {
-	for _, x := range svcs {
-		if x == s {
-			return true
+func (p *podState) offsets(t int64, svcs []string) Offsets {
+	var o Offsets
+	set := func(x *Offset, at int64) {
+		if at != 0 {
+			*x = Offset{NS: t - at, OK: true}
 		}
 	}
-	return false
+	set(&o.Sigterm, p.sigterm.Time)
+	set(&o.Kill, p.kill.Time)
+	set(&o.Deletion, p.deletion.Time)
+	if x := p.mainExit(t); x != nil {
+		set(&o.Exit, x.Time)
+	}
+	r := p.rotationAt(t, svcs)
+	switch {
+	case r.leftAfter != nil:
+		set(&o.Rotation, r.leftAfter.Time)
+	case r.lastLeave != nil:
+		set(&o.Rotation, r.lastLeave.Time)
+	}
+	return o
 }

@@ -453,3 +453,41 @@ func indexByte(s string, b byte) int {
 	}
 	return -1
 }
+
+// serviceKey renders a Service as namespace/name; a name that already has a
+// namespace is kept.
+func serviceKey(ns, svc string) string {
+	if svc == "" || strings.Contains(svc, "/") || ns == "" {
+		return svc
+	}
+	return ns + "/" + svc
+}
+
+// serviceMatch reports whether a client's idea of a Service (maybe only a
+// name, maybe a DNS name like web.default.svc) names key (namespace/name).
+func serviceMatch(client, key string) bool {
+	if client == "" || key == "" {
+		return false
+	}
+	if client == key {
+		return true
+	}
+	ns, name, _ := strings.Cut(key, "/")
+	if client == name {
+		return true
+	}
+	// web.default, web.default.svc, web.default.svc.cluster.local
+	if parts := strings.Split(client, "."); len(parts) >= 2 && parts[0] == name && parts[1] == ns {
+		return true
+	}
+	return false
+}
+
+func containsService(svcs []string, s string) bool {
+	for _, x := range svcs {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

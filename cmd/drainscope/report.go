@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/drainscope/drainscope/analysis"
+	"github.com/drainscope/drainscope/analysis/textreport"
 	"github.com/drainscope/drainscope/event"
 	"github.com/drainscope/drainscope/internal/duration"
 	"github.com/drainscope/drainscope/store"
@@ -79,11 +80,11 @@ func runReport(ctx context.Context, fs *flag.FlagSet, args []string) error {
 func reportWriter(format string) (func(w *os.File, r *analysis.Result) error, error) {
 	switch format {
 	case "text", "":
-		return func(w *os.File, r *analysis.Result) error { return analysis.WriteText(w, r) }, nil
+		return func(w *os.File, r *analysis.Result) error { return textreport.WriteText(w, r) }, nil
 	case "json":
 		return func(w *os.File, r *analysis.Result) error { return analysis.WriteJSON(w, r) }, nil
 	case "markdown", "md":
-		return func(w *os.File, r *analysis.Result) error { return analysis.WriteMarkdown(w, r) }, nil
+		return func(w *os.File, r *analysis.Result) error { return textreport.WriteMarkdown(w, r) }, nil
 	}
 	return nil, fmt.Errorf("%w: --format %q: want text, json or markdown", errUsage, format)
 }

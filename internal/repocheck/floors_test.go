@@ -26,8 +26,9 @@ var floors = [][]string{
 	{"store", "watcher", "ebpf", "dataplane", "dataplane/cilium", "internal/eventgen", "internal/pgtest", "lab/load"},
 	// 2, making sense: the analysis, the importers, the simulated kubelet.
 	{"analysis", "ingest", "lab/node", "relay"},
-	// 3, presenting: the web UI, metrics, the export feed, the lab's ingress.
-	{"web", "metrics", "export", "lab/ingress"},
+	// 3, presenting: the web UI, metrics, the export feed, the lab's ingress,
+	// the text and markdown reports.
+	{"web", "metrics", "export", "lab/ingress", "analysis/textreport"},
 	// 4, delivering: the export sinks, the kubectl plugin, the node agent.
 	{"export/k8sevents", "export/otlp", "kubectl", "agent"},
 	// 5, the lab's runs.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/drainscope/drainscope/analysis"
+	"github.com/drainscope/drainscope/analysis/textreport"
 	"github.com/drainscope/drainscope/controlplane"
 	"github.com/drainscope/drainscope/event"
 	"github.com/drainscope/drainscope/internal/testenv"
@@ -92,7 +93,7 @@ func TestLabLongLived(t *testing.T) {
 		t.Fatal(err)
 	}
 	var report strings.Builder
-	_ = analysis.WriteText(&report, r)
+	_ = textreport.WriteText(&report, r)
 	t.Logf("drainscope report --since %s --until %s:\n%s", time.Unix(0, w.From).UTC().Format(time.RFC3339Nano),
 		time.Unix(0, w.To).UTC().Format(time.RFC3339Nano), report.String())
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/drainscope/drainscope/analysis"
+	"github.com/drainscope/drainscope/analysis/textreport"
 	"github.com/drainscope/drainscope/event"
 	"github.com/drainscope/drainscope/lab/load"
 	"github.com/drainscope/drainscope/store"
@@ -94,11 +95,11 @@ func Diagnose(ctx context.Context, w io.Writer, st store.Store, runs []RunResult
 				fmt.Fprintf(w, "        fix: %s\n", oneLine(c.Fix))
 			}
 		}
-		if l := analysis.LagLine(res.DataplaneLag); l != "" {
+		if l := textreport.LagLine(res.DataplaneLag); l != "" {
 			fmt.Fprintf(w, "        %s\n", l)
 		}
 		fmt.Fprintln(w, "        kernel evidence alone:")
-		for _, line := range analysis.InferenceLines(res.Inference) {
+		for _, line := range textreport.InferenceLines(res.Inference) {
 			fmt.Fprintf(w, "          %s\n", line)
 		}
 	}

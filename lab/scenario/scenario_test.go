@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/drainscope/drainscope/analysis"
+	"github.com/drainscope/drainscope/analysis/textreport"
 	"github.com/drainscope/drainscope/controlplane"
 	"github.com/drainscope/drainscope/event"
 	"github.com/drainscope/drainscope/internal/testenv"
@@ -301,7 +302,7 @@ func checkAnalysis(ctx context.Context, t *testing.T, st store.Store, exit scena
 			t.Logf("%s:   %s %d; from exit p10 %s p50 %s p90 %s", r.Run.Name, c.Title, c.Count,
 				offset(c.FromExit.P10NS), offset(c.FromExit.P50NS), offset(c.FromExit.P90NS))
 		}
-		for _, line := range analysis.InferenceLines(res.Inference) {
+		for _, line := range textreport.InferenceLines(res.Inference) {
 			t.Logf("%s:   kernel evidence alone %s", r.Run.Name, line)
 		}
 		// The stored failures carry only what a client knows, so a failure

@@ -1,7 +1,6 @@
-package analysis
+package textreport
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"reflect"
@@ -10,15 +9,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/drainscope/drainscope/analysis"
 	"github.com/drainscope/drainscope/event"
 )
-
-// WriteJSON writes the result as indented JSON.
-func WriteJSON(w io.Writer, r *Result) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(r)
-}
 
 // textListed is how many aligned failures the text and markdown reports
 // list one by one; JSON carries them all.
@@ -45,7 +38,7 @@ type row struct {
 
 // timelineRows condenses a pod's timeline: per-node endpoint observations
 // become one row per transition with their spread.
-func timelineRows(t *PodTimeline) []row {
+func timelineRows(t *analysis.PodTimeline) []row {
 	var rows []row
 	add := func(at int64, format string, a ...any) {
 		if at != 0 {
@@ -55,33 +48,33 @@ func timelineRows(t *PodTimeline) []row {
 	add(t.Created, "pod created")
 	add(t.Ready, "pod ready")
 	if t.Deletion != 0 {
-		add(t.Deletion, "deletion observed, grace period %s", fmtDur(t.GracePeriod))
+		add(t.Deletion, "deletion observed, grace period %s", analysis.FormatDuration(t.GracePeriod))
 	}
 	add(t.NotReady, "pod not ready")
 	for _, sp := range []struct {
 		name string
-		s    *Spread
+		s    *analysis.Spread
 	}{{"endpoint not ready", t.EndpointNotReady}, {"endpoint terminating", t.EndpointTerminating}, {"endpoint removed", t.EndpointRemoved}} {
 		if sp.s == nil {
 			continue
 		}
 		if len(sp.s.Nodes) > 1 {
-			add(sp.s.First, "%s, seen by %d nodes over %s (last %s)", sp.name, len(sp.s.Nodes), fmtDur(sp.s.Spread), clock(sp.s.Last))
+			add(sp.s.First, "%s, seen by %d nodes over %s (last %s)", sp.name, len(sp.s.Nodes), analysis.FormatDuration(sp.s.Spread), clock(sp.s.Last))
 		} else {
 			add(sp.s.First, "%s (seen on %s)", sp.name, strings.Join(sp.s.Nodes, ","))
 		}
 	}
 	for _, m := range t.Dataplane {
 		if m.InRotation {
-			add(m.Time, "%s's proxy rules began sending %s to it", nodeName(m.Node), m.Service)
+			add(m.Time, "%s's proxy rules began sending %s to it", analysis.NodeName(m.Node), m.Service)
 		} else {
-			add(m.Time, "%s's proxy rules stopped sending %s to it", nodeName(m.Node), m.Service)
+			add(m.Time, "%s's proxy rules stopped sending %s to it", analysis.NodeName(m.Node), m.Service)
 		}
 	}
 	if s := t.Sigterm; s != nil {
-		txt := "SIGTERM from " + procName(s.Sender, s.SenderPID) + " to " + procName(s.Target, s.TargetPID)
+		txt := "SIGTERM from " + analysis.ProcName(s.Sender, s.SenderPID) + " to " + analysis.ProcName(s.Target, s.TargetPID)
 		if t.PreStop > 0 {
-			txt += ", after a " + fmtDur(t.PreStop) + " preStop window"
+			txt += ", after a " + analysis.FormatDuration(t.PreStop) + " preStop window"
 		}
 		add(s.Time, "%s", txt)
 	}
@@ -91,10 +84,10 @@ func timelineRows(t *PodTimeline) []row {
 		if x.Signal != "" {
 			how = "by " + x.Signal
 		}
-		add(x.Time, "%s exited %s", procName(x.Comm, x.PID), how)
+		add(x.Time, "%s exited %s", analysis.ProcName(x.Comm, x.PID), how)
 	}
 	if k := t.Kill; k != nil {
-		add(k.Time, "SIGKILL from %s", procName(k.Sender, k.SenderPID))
+		add(k.Time, "SIGKILL from %s", analysis.ProcName(k.Sender, k.SenderPID))
 	}
 	if x := t.Terminated; x != nil {
 		how := fmt.Sprintf("code %d", x.Code)
@@ -109,7 +102,7 @@ func timelineRows(t *PodTimeline) []row {
 
 // LagLine states the measured watch → dataplane lag, or "" when no
 // node's proxy rules were recorded.
-func LagLine(lags []NodeLag) string {
+func LagLine(lags []analysis.NodeLag) string {
 	if len(lags) == 0 {
 		return ""
 	}
@@ -129,48 +122,36 @@ func LagLine(lags []NodeLag) string {
 		}
 	}
 	sort.Strings(proxies)
-	return "endpoint change → proxy rules (measured, " + strings.Join(proxies, ", ") + "): " + lagPhrase(lags)
+	return "endpoint change → proxy rules (measured, " + strings.Join(proxies, ", ") + "): " + analysis.LagPhrase(lags)
 }
 
-func procName(comm string, pid int32) string {
-	switch {
-	case comm != "" && pid != 0:
-		return fmt.Sprintf("%s (pid %d)", comm, pid)
-	case comm != "":
-		return comm
-	case pid != 0:
-		return fmt.Sprintf("pid %d", pid)
-	}
-	return "?"
-}
-
-func gapPhrases(t *PodTimeline) []string {
+func gapPhrases(t *analysis.PodTimeline) []string {
 	var out []string
 	g := t.Gaps
 	if g.SigtermAfterRotation != nil {
 		if *g.SigtermAfterRotation >= 0 {
-			out = append(out, "SIGTERM "+fmtDur(*g.SigtermAfterRotation)+" after the endpoint left rotation on the last node")
+			out = append(out, "SIGTERM "+analysis.FormatDuration(*g.SigtermAfterRotation)+" after the endpoint left rotation on the last node")
 		} else {
-			out = append(out, "SIGTERM "+fmtDur(-*g.SigtermAfterRotation)+" BEFORE the endpoint left rotation on the last node (race window)")
+			out = append(out, "SIGTERM "+analysis.FormatDuration(-*g.SigtermAfterRotation)+" BEFORE the endpoint left rotation on the last node (race window)")
 		}
 	} else if t.Sigterm != nil {
 		out = append(out, "SIGTERM vs endpoint removal unknown (no endpoint event seen)")
 	}
 	if g.ExitAfterSigterm != nil {
-		out = append(out, "exit "+fmtDur(*g.ExitAfterSigterm)+" after SIGTERM")
+		out = append(out, "exit "+analysis.FormatDuration(*g.ExitAfterSigterm)+" after SIGTERM")
 	} else if t.Sigterm != nil {
 		out = append(out, "no exit seen")
 	}
 	if g.GraceUsed != nil {
-		s := "grace used " + fmtDur(*g.GraceUsed)
+		s := "grace used " + analysis.FormatDuration(*g.GraceUsed)
 		if t.GracePeriod > 0 {
-			s += " of " + fmtDur(t.GracePeriod)
+			s += " of " + analysis.FormatDuration(t.GracePeriod)
 		}
 		if g.GraceLeft != nil {
 			if *g.GraceLeft >= 0 {
-				s += " (" + fmtDur(*g.GraceLeft) + " left)"
+				s += " (" + analysis.FormatDuration(*g.GraceLeft) + " left)"
 			} else {
-				s += " (overran by " + fmtDur(-*g.GraceLeft) + ")"
+				s += " (overran by " + analysis.FormatDuration(-*g.GraceLeft) + ")"
 			}
 		}
 		out = append(out, s)
@@ -178,7 +159,7 @@ func gapPhrases(t *PodTimeline) []string {
 	return out
 }
 
-func connPhrase(c *ConnSummary) string {
+func connPhrase(c *analysis.ConnSummary) string {
 	if c == nil {
 		return ""
 	}
@@ -201,17 +182,17 @@ func connPhrase(c *ConnSummary) string {
 	return s
 }
 
-func causeCounts(m map[Cause]int, rules []RuleView) string {
+func causeCounts(m map[analysis.Cause]int, rules []analysis.RuleView) string {
 	if len(m) == 0 {
 		return "none"
 	}
-	title := map[Cause]string{}
-	var order []Cause
+	title := map[analysis.Cause]string{}
+	var order []analysis.Cause
 	for _, r := range rules {
 		title[r.Cause] = r.Title
 		order = append(order, r.Cause)
 	}
-	var extra []Cause
+	var extra []analysis.Cause
 	for c := range m {
 		if _, ok := title[c]; !ok {
 			extra = append(extra, c)
@@ -231,25 +212,25 @@ func causeCounts(m map[Cause]int, rules []RuleView) string {
 	return strings.Join(parts, ", ")
 }
 
-func histPhrase(name string, h Histogram) string {
+func histPhrase(name string, h analysis.Histogram) string {
 	if h.Count == 0 {
 		return ""
 	}
-	return fmt.Sprintf("from %s: min %s, median %s, max %s", name, fmtOffset(h.MinNS), fmtOffset(h.P50NS), fmtOffset(h.MaxNS))
+	return fmt.Sprintf("from %s: min %s, median %s, max %s", name, analysis.FormatOffset(h.MinNS), analysis.FormatOffset(h.P50NS), analysis.FormatOffset(h.MaxNS))
 }
 
 // proofPhrase lists the proven inferred failures by proof; the likely
 // ones go in InferencePhrase's second clause.
 func proofPhrase(m map[string]int) string {
 	names := map[string][2]string{
-		ProofRefusedSYN:    {"refused SYN", "refused SYNs"},
-		ProofRSTAfterClose: {"reset answering data on a closed connection", "resets answering data on closed connections"},
-		ProofRSTUnread:     {"reset with unread data", "resets with unread data"},
-		ProofStored:        {"stored inferred failure", "stored inferred failures"},
+		analysis.ProofRefusedSYN:    {"refused SYN", "refused SYNs"},
+		analysis.ProofRSTAfterClose: {"reset answering data on a closed connection", "resets answering data on closed connections"},
+		analysis.ProofRSTUnread:     {"reset with unread data", "resets with unread data"},
+		analysis.ProofStored:        {"stored inferred failure", "stored inferred failures"},
 	}
 	keys := make([]string, 0, len(m))
 	for k := range m {
-		if !LikelyProof(k) {
+		if !analysis.LikelyProof(k) {
 			keys = append(keys, k)
 		}
 	}
@@ -276,7 +257,7 @@ var missingPhrases = map[string]string{
 // KernelLines are the report header's lines for nodes whose kernel cannot
 // show some evidence: "kernel of node-a (5.15.0): refused connections
 // cannot be seen on this node's kernel; …".
-func KernelLines(ks []NodeKernel) []string {
+func KernelLines(ks []analysis.NodeKernel) []string {
 	var out []string
 	for _, k := range ks {
 		var ph []string
@@ -310,7 +291,7 @@ var proxyNames = map[string]string{
 // recorded modes with their node counts on one line, then each node whose
 // rule changes are not recorded with why, so that a node with no dataplane
 // events says why: "proxy of node-b: kube-proxy IPVS, not recorded: …".
-func ProxyLines(ps []NodeProxy) []string {
+func ProxyLines(ps []analysis.NodeProxy) []string {
 	counts := map[string]int{}
 	var out []string
 	for _, p := range ps {
@@ -339,7 +320,7 @@ func ProxyLines(ps []NodeProxy) []string {
 // through an event.DisplayWriter: no control character from a stored
 // name or error reaches the terminal raw, and no line runs past
 // event.MaxDisplayLine.
-func WriteText(w io.Writer, r *Result) error {
+func WriteText(w io.Writer, r *analysis.Result) error {
 	b := &strings.Builder{}
 	p := func(format string, a ...any) { fmt.Fprintf(b, format+"\n", displayArgs(a)...) }
 	head := "drainscope report: " + stamp(r.From) + " → " + stamp(r.To)
@@ -362,7 +343,7 @@ func WriteText(w io.Writer, r *Result) error {
 		p("  none: no pod was seen terminating")
 	}
 	for _, ro := range r.Rollouts {
-		p("  %s %s  %s → %s (%s)%s", ro.Namespace, ro.Workload, clock(ro.From), clock(ro.To), fmtDur(ro.To-ro.From), triggerNote(ro.Trigger))
+		p("  %s %s  %s → %s (%s)%s", ro.Namespace, ro.Workload, clock(ro.From), clock(ro.To), analysis.FormatDuration(ro.To-ro.From), triggerNote(ro.Trigger))
 		p("    %s replaced, %s ready; failures: %s", count(len(ro.Replaced), "pod"), count(len(ro.NewPods), "new pod"), causeCounts(ro.ByCause, r.Rules))
 		if ro.Inferred > 0 {
 			p("    proven by kernel evidence alone: %s", causeCounts(ro.InferredByCause, r.Rules))
@@ -372,10 +353,10 @@ func WriteText(w io.Writer, r *Result) error {
 		}
 		var worst []string
 		if g := ro.WorstSigtermAfterRotation; g != nil {
-			worst = append(worst, "smallest SIGTERM-after-rotation gap "+fmtOffset(*g))
+			worst = append(worst, "smallest SIGTERM-after-rotation gap "+analysis.FormatOffset(*g))
 		}
 		if g := ro.LongestExitAfterSigterm; g != nil {
-			worst = append(worst, "longest exit after SIGTERM "+fmtDur(*g))
+			worst = append(worst, "longest exit after SIGTERM "+analysis.FormatDuration(*g))
 		}
 		if len(worst) > 0 {
 			p("    %s", strings.Join(worst, "; "))
@@ -383,7 +364,7 @@ func WriteText(w io.Writer, r *Result) error {
 		for _, np := range ro.NewPods {
 			s := fmt.Sprintf("    new %s ready %s", np.Pod.String(), clock(np.Ready))
 			if np.ReadyAfter > 0 {
-				s += fmt.Sprintf(" (%s after creation)", fmtDur(np.ReadyAfter))
+				s += fmt.Sprintf(" (%s after creation)", analysis.FormatDuration(np.ReadyAfter))
 			}
 			p("%s", s)
 		}
@@ -410,7 +391,7 @@ func WriteText(w io.Writer, r *Result) error {
 		for _, rw := range timelineRows(t) {
 			off := ""
 			if ref != 0 {
-				off = fmtOffset(rw.t - ref)
+				off = analysis.FormatOffset(rw.t - ref)
 			}
 			p("    %s %-9s %s", clock(rw.t), off, rw.text)
 		}
@@ -511,7 +492,7 @@ func WriteText(w io.Writer, r *Result) error {
 			break
 		}
 		p("  %s %s", clock(f.Failure.Time), f.Explanation)
-		if f.Cause == CauseUnexplained {
+		if f.Cause == analysis.CauseUnexplained {
 			for _, m := range f.Missing {
 				p("      %s", m)
 			}
@@ -566,7 +547,7 @@ func mdEscape(s string) string {
 
 // WriteMarkdown writes the report as Markdown, for an incident document,
 // through an event.DisplayWriter as WriteText does.
-func WriteMarkdown(w io.Writer, r *Result) error {
+func WriteMarkdown(w io.Writer, r *analysis.Result) error {
 	b := &strings.Builder{}
 	p := func(format string, a ...any) { fmt.Fprintf(b, format+"\n", displayArgs(a)...) }
 	title := "# drainscope report"
@@ -602,10 +583,10 @@ func WriteMarkdown(w io.Writer, r *Result) error {
 		for _, c := range causes {
 			fe, fs := "–", "–"
 			if c.FromExit.Count > 0 {
-				fe = fmtOffset(c.FromExit.P50NS)
+				fe = analysis.FormatOffset(c.FromExit.P50NS)
 			}
 			if c.FromSigterm.Count > 0 {
-				fs = fmtOffset(c.FromSigterm.P50NS)
+				fs = analysis.FormatOffset(c.FromSigterm.P50NS)
 			}
 			p("| %s | %d | %s | %s | %s |", c.Title, c.Count, fe, fs, mdEscape(c.Fix))
 		}
@@ -652,7 +633,7 @@ func WriteMarkdown(w io.Writer, r *Result) error {
 		for _, rw := range timelineRows(t) {
 			off := ""
 			if t.Deletion != 0 {
-				off = fmtOffset(rw.t - t.Deletion)
+				off = analysis.FormatOffset(rw.t - t.Deletion)
 			}
 			p("| %s | %s | %s |", clock(rw.t), off, mdEscape(rw.text))
 		}
@@ -699,10 +680,10 @@ func count(n int, what string) string {
 // likelyPhrase lists the likely inferred failures by proof.
 func likelyPhrase(m map[string]int) string {
 	var parts []string
-	if n := m[ProofInUseAtExit]; n > 0 {
+	if n := m[analysis.ProofInUseAtExit]; n > 0 {
 		parts = append(parts, fmt.Sprintf("%d keep-alive %s in use that the exit cut", n, plural(n, "connection", "connections")))
 	}
-	if n := m[ProofRefusedLagging]; n > 0 {
+	if n := m[analysis.ProofRefusedLagging]; n > 0 {
 		parts = append(parts, fmt.Sprintf("%d refused %s within the proxy lag after the endpoint left rotation (a lagging proxy, or a readiness probe)", n, plural(n, "SYN", "SYNs")))
 	}
 	return strings.Join(parts, ", ")
@@ -711,7 +692,7 @@ func likelyPhrase(m map[string]int) string {
 // InferenceLines says what the pod-side kernel evidence shows on its own:
 // the failures it proves, those it makes likely, how many client-reported
 // failures it recovers, and the refused SYNs it set aside.
-func InferenceLines(inf Inference) []string {
+func InferenceLines(inf analysis.Inference) []string {
 	var out []string
 	proven := inf.Inferred - inf.Likely
 	line := "proves no failure"
@@ -741,5 +722,13 @@ func triggerNote(trigger string) string {
 	if trigger == "" {
 		return ""
 	}
-	return ", begun by " + WordsFor(trigger).BegunBy
+	return ", begun by " + analysis.WordsFor(trigger).BegunBy
+}
+
+// plural is one or many, as n says.
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }

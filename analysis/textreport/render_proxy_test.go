@@ -1,12 +1,14 @@
-package analysis
+package textreport
 
 import (
 	"strings"
 	"testing"
+
+	"github.com/drainscope/drainscope/analysis"
 )
 
 func TestProxyLines(t *testing.T) {
-	got := ProxyLines([]NodeProxy{
+	got := ProxyLines([]analysis.NodeProxy{
 		{Node: "a", Mode: "iptables", Recorded: true},
 		{Node: "b", Mode: "iptables", Recorded: true},
 		{Node: "c", Mode: "nftables", Recorded: true},

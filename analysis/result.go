@@ -1,0 +1,140 @@
+package analysis
+
+import (
+	"encoding/json"
+	"io"
+)
+
+// Result is everything the report and the web UI show about a window.
+type Result struct {
+	From int64 `json:"from_ns"`
+	To   int64 `json:"to_ns"` // 0: open-ended
+	// Scope repeats the namespace/workload filter, empty for everything.
+	Scope string `json:"scope,omitempty"`
+
+	Rollouts  []Rollout     `json:"rollouts"`
+	Timelines []PodTimeline `json:"timelines"`
+
+	// Causes groups the client-reported failures, InferredCauses the
+	// failures kernel evidence alone proves; both in rule order.
+	Causes         []CauseSummary `json:"causes"`
+	InferredCauses []CauseSummary `json:"inferred_causes"`
+	Inference      Inference      `json:"inference"`
+
+	// Failures lists aligned failures, client-reported first, up to
+	// Options.MaxFailures; Truncated says some were left out (the counts
+	// above still include them).
+	Failures  []AlignedFailure `json:"failures"`
+	Truncated bool             `json:"truncated"`
+
+	// Offsets of client failures (inferred ones when there are none) from
+	// their pod's SIGTERM and exit, in 50 ms bins.
+	FromSigterm Histogram `json:"offsets_from_sigterm"`
+	FromExit    Histogram `json:"offsets_from_exit"`
+
+	Totals Totals     `json:"totals"`
+	Rules  []RuleView `json:"rules"`
+	Stats  Stats      `json:"stats"`
+
+	// Kernels lists the nodes whose kernel keeps some kernel evidence
+	// from them (their agents' latest kernel_capabilities event), so that
+	// a failure no kernel event explains there is not read as unproven.
+	Kernels []NodeKernel `json:"kernel_limits,omitempty"`
+
+	// DataplaneLag is, per node whose proxy's rules were recorded, how long
+	// after the watch saw an endpoint leave rotation that node's proxy
+	// stopped sending to it: the time a preStop sleep must exceed.
+	DataplaneLag []NodeLag `json:"dataplane_lag,omitempty"`
+
+	// Proxies lists each node's proxy mode as its agent detected it (its
+	// latest kernel_capabilities event), so that a node without dataplane
+	// events says why.
+	Proxies []NodeProxy `json:"proxies,omitempty"`
+}
+
+// NodeProxy is how one node's Services are proxied and whether
+// drainscope records its rule changes.
+type NodeProxy struct {
+	Node     string `json:"node"`
+	Mode     string `json:"mode"` // nftables, iptables, iptables-legacy, ipvs, off, "" (none found)
+	Recorded bool   `json:"recorded"`
+	Evidence string `json:"evidence,omitempty"`
+}
+
+// NodeKernel is what one node's kernel cannot show.
+type NodeKernel struct {
+	Node    string   `json:"node"`
+	Release string   `json:"kernel_release,omitempty"`
+	Missing []string `json:"missing_evidence"` // e.g. refused_connections
+}
+
+// Totals are exact counts over the window's client-reported failures, for
+// experiment runners that assert on them (every failure of a rollout
+// attributed to a terminating pod and a cause, …).
+type Totals struct {
+	ClientFailures int `json:"client_failures"`
+	// WithPod were tied to a pod; OnTerminatingPod to one that was
+	// terminating; Explained got a cause other than unexplained.
+	WithPod          int `json:"with_pod"`
+	OnTerminatingPod int `json:"on_terminating_pod"`
+	Explained        int `json:"explained"`
+	// ExplainedOnTerminatingPod have both.
+	ExplainedOnTerminatingPod int `json:"explained_on_terminating_pod"`
+}
+
+// RuleView is a rule as results list it.
+type RuleView struct {
+	Cause    Cause    `json:"cause"`
+	Title    string   `json:"title"`
+	Requires []string `json:"requires"`
+	Fix      string   `json:"fix,omitempty"`
+}
+
+// CauseSummary is the failures of one cause.
+type CauseSummary struct {
+	Cause       Cause            `json:"cause"`
+	Title       string           `json:"title"`
+	Count       int              `json:"count"`
+	Pods        []PodCount       `json:"pods"`
+	Explanation string           `json:"explanation"`
+	Fix         string           `json:"fix,omitempty"`
+	Evidence    map[string]int   `json:"evidence"` // role → failures it supported
+	FromSigterm Histogram        `json:"offsets_from_sigterm"`
+	FromExit    Histogram        `json:"offsets_from_exit"`
+	Examples    []AlignedFailure `json:"examples"`
+}
+
+// PodCount is the failures of one pod.
+type PodCount struct {
+	Pod   string `json:"pod"`
+	Count int    `json:"count"`
+}
+
+// Inference compares what kernel evidence alone proves with what clients
+// reported.
+type Inference struct {
+	Inferred int `json:"inferred"`
+	// Likely of Inferred rest on evidence that makes a failure likely
+	// (LikelyProof), not on a packet that proves it.
+	Likely  int            `json:"likely"`
+	ByProof map[string]int `json:"by_proof"`
+	// ClientFailures with a client address can be matched to kernel
+	// evidence; Proven of them were, ProvenLikely of those only by a
+	// likely inferred failure.
+	ClientFailures    int      `json:"client_failures"`
+	WithClientAddress int      `json:"with_client_address"`
+	Proven            int      `json:"proven"`
+	ProvenLikely      int      `json:"proven_likely"`
+	Ratio             *float64 `json:"ratio,omitempty"` // Proven / ClientFailures
+	// RefusedOutOfRotation counts refused SYNs that came after the pod's
+	// endpoint had left rotation everywhere: probes or clients bypassing
+	// the Service, not counted as failures.
+	RefusedOutOfRotation int `json:"refused_out_of_rotation"`
+}
+
+// WriteJSON writes the result as indented JSON.
+func WriteJSON(w io.Writer, r *Result) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
