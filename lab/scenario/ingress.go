@@ -256,12 +256,23 @@ func (ir *ingressRun) importLog(ctx context.Context, c *Cluster, client []load.F
 	if err != nil {
 		return res, client, err
 	}
-	used := make([]bool, len(res.Failures))
 	var kept []load.Failure
+	res.ClientMatched, kept = sameRequests(res.Failures, client)
+	res.ClientOnly = len(kept)
+	return res, kept, nil
+}
+
+// sameRequests pairs each client failure with the proxy's failed request
+// that was the same request: the proxy's client address is the client's
+// local address and the proxy's end is within a second of the client's
+// (the closest such, each proxy record used once). It returns how many
+// were paired and the client's failures left over.
+func sameRequests(proxy []IngressFailure, client []load.Failure) (matched int, kept []load.Failure) {
+	used := make([]bool, len(proxy))
 	for _, cf := range client {
 		best := -1
 		var bestD time.Duration
-		for i, pf := range res.Failures {
+		for i, pf := range proxy {
 			if used[i] || pf.Client != cf.Local {
 				continue
 			}
@@ -272,13 +283,12 @@ func (ir *ingressRun) importLog(ctx context.Context, c *Cluster, client []load.F
 		}
 		if best >= 0 {
 			used[best] = true
-			res.ClientMatched++
+			matched++
 			continue
 		}
-		res.ClientOnly++
 		kept = append(kept, cf)
 	}
-	return res, kept, nil
+	return matched, kept
 }
 
 // Line is one line about what the ingress of a run logged.
