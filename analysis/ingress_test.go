@@ -218,3 +218,33 @@ func TestBare502IsNoCut(t *testing.T) {
 		t.Errorf("HAProxy's SC at exit: causes %v, want no cut", c)
 	}
 }
+
+// An ingress's own watch may get an EndpointSlice change before the
+// recorder's does: HAProxy's removal recorded 6 ms before the watch's
+// leave is a lag of 0, counted among its removals, not left out.
+func TestProxyRemovalBeforeWatch(t *testing.T) {
+	r := newRec("node-a")
+	p := r.pod("web-a", "10.244.0.11")
+	q := r.pod("web-b", "10.244.0.12")
+	for _, x := range []*tpod{p, q} {
+		r.created(x, -60*s)
+		r.ready(x, -58*s)
+		haproxyDataplane(r, x, -57*s, true)
+	}
+	r.deletion(p, 0, 30*time.Second)
+	haproxyDataplane(r, p, 94*ms, false)
+	r.leave(p, 100*ms, 0)
+	r.deletion(q, 2*s, 30*time.Second)
+	r.leave(q, 2100*ms, 0)
+	haproxyDataplane(r, q, 2140*ms, false)
+	res := analyzeRec(t, r)
+	for _, l := range res.DataplaneLag {
+		if l.Node == "haproxy" {
+			if l.Samples != 2 || l.Max != 40*ms {
+				t.Errorf("haproxy's lag %+v: want 2 removals, 0 and 40 ms", l)
+			}
+			return
+		}
+	}
+	t.Errorf("no haproxy lag in %+v", res.DataplaneLag)
+}
