@@ -221,7 +221,7 @@ func checkIngressRun(ctx context.Context, t *testing.T, st store.Store, r scenar
 		case e.Service != svc:
 		case (e.Kind == event.EndpointNotReady || e.Kind == event.EndpointTerminating || e.Kind == event.EndpointRemoved) && e.Source != event.SourceDataplane && leave[ip] == 0:
 			leave[ip] = e.Time
-		case e.Kind == event.DataplaneEndpointRemoved && e.Node == scenario.IngressNode && removed[ip] == 0 && leave[ip] != 0:
+		case e.Kind == event.DataplaneEndpointRemoved && e.Node == scenario.IngressNode && removed[ip] == 0 && e.Time > r.RolloutStart.UnixNano():
 			removed[ip] = e.Time
 			if e.Attrs[event.AttrProxy] != event.ProxyHAProxy {
 				t.Errorf("run %s: the ingress's removal of %s has proxy %q", r.Run.Name, ip, e.Attrs[event.AttrProxy])
@@ -237,7 +237,10 @@ func checkIngressRun(ctx context.Context, t *testing.T, st store.Store, r scenar
 			t.Errorf("run %s: %s (%s): no EndpointSlice change recorded", r.Run.Name, p.Name, p.IP)
 		case h == 0:
 			t.Errorf("run %s: %s (%s): no removal by HAProxy after its EndpointSlice change", r.Run.Name, p.Name, p.IP)
-		case h < l:
+		case h < l-int64(250*time.Millisecond):
+			// HAProxy's informer may get the change a little before the
+			// recorder's watch (the analysis counts that as a lag of 0),
+			// never by more than the two watches' jitter.
 			t.Errorf("run %s: %s: HAProxy's removal %v before the EndpointSlice change", r.Run.Name, p.Name, time.Duration(l-h))
 		default:
 			kl := "none recorded"
