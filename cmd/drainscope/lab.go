@@ -170,6 +170,9 @@ func runLab(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		if p.LongLived() {
 			return fmt.Errorf("%w: --ingress is for the rollout runs, not --profile longlived", errUsage)
 		}
+		if *keep {
+			return fmt.Errorf("%w: --ingress is for the rollout runs; --keep's Deployment has none", errUsage)
+		}
 		if err := scenario.PreflightIngress(*ingressKind); err != nil {
 			return err
 		}
