@@ -185,6 +185,9 @@ func (a *Aligner) Add(e *event.Event) error {
 	}
 	if e.Kind.IsEndpoint() {
 		a.endpoint(e)
+		if p != nil {
+			a.lateLeave(p, e)
+		}
 	}
 	if e.Kind.IsDataplane() {
 		a.dataplane(e)

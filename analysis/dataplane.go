@@ -2,6 +2,7 @@ package analysis
 
 import (
 	"sort"
+	"time"
 
 	"github.com/drainscope/drainscope/event"
 )
@@ -157,9 +158,43 @@ func (a *Aligner) dataplane(e *event.Event) {
 		p.landmarks = append(p.landmarks, ev)
 	}
 	if !ready {
-		if w := p.watchLeave(svc, e.Time); w != nil && e.Time-w.Time < int64(a.opts.Retain) {
-			a.lags.add(e.Node, e.Attrs[event.AttrProxy], e.Time, e.Time-w.Time)
+		if w := p.watchLeave(svc, e.Time); w != nil {
+			if e.Time-w.Time < int64(a.opts.Retain) {
+				a.lags.add(e.Node, e.Attrs[event.AttrProxy], e.Time, e.Time-w.Time)
+			}
+		} else {
+			v.trans[len(v.trans)-1].unmeasured = true
 		}
+	}
+}
+
+// watchJitter bounds how much earlier than the recorder's watch another
+// watcher of the same API change (an ingress controller's) may see it.
+const watchJitter = 250 * time.Millisecond
+
+// lateLeave takes an endpoint event of p: when it is the watch seeing the
+// endpoint leave rotation, a proxy whose own removal of the endpoint was
+// recorded shortly before it, with no leave before that, had the change
+// from its own watch before the recorder's watch did. That proxy's lag
+// behind the API is below what two watches of one change can tell apart:
+// it is measured as 0, not left out (a removal left out would make a fast
+// proxy look as if it had removed fewer endpoints than it did).
+func (a *Aligner) lateLeave(p *podState, e *event.Event) {
+	svc := serviceKey(e.Pod.Namespace, e.Service)
+	if w := p.watchLeave(svc, e.Time); w == nil || w.Time != e.Time {
+		return
+	}
+	for i := range p.dp {
+		v := &p.dp[i]
+		if v.svc != svc || len(v.trans) == 0 {
+			continue
+		}
+		t := &v.trans[len(v.trans)-1]
+		if t.ready || !t.unmeasured || e.Time-t.ev.Time > int64(watchJitter) {
+			continue
+		}
+		t.unmeasured = false
+		a.lags.add(v.node, t.ev.Attrs[event.AttrProxy], t.ev.Time, 0)
 	}
 }
 

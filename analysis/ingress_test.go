@@ -170,3 +170,81 @@ func TestIngressNginxNoEndpoints(t *testing.T) {
 		t.Errorf("Service with a ready endpoint: causes %v, want anything but no ready endpoints", c)
 	}
 }
+
+// A proxy's 502 says only that its upstream failed: a bare one (a proxy's
+// access log with no mechanism, like nginx's without its error log) on a
+// pod at its exit is not named a keep-alive cut by itself, since a refused
+// connect is a 502 too. The pod's kernel closing that connection at exit
+// makes it one, and so does HAProxy's own account of it (SD: the server
+// closed the connection during the data phase), while HAProxy's SC (the
+// server refused the connect) never is.
+func TestBare502IsNoCut(t *testing.T) {
+	run := func(add func(r *rec, p *tpod)) map[Cause]int {
+		r := newRec("node-a")
+		p := r.pod("web-a", "10.244.0.11")
+		r.created(p, -60*s)
+		r.ready(p, -58*s)
+		r.deletion(p, 0, 30*time.Second)
+		r.signal(p, 10*ms, 15)
+		r.exit(p, 20*ms, 0, 0)
+		r.leave(p, 400*ms, 0)
+		add(r, p)
+		return ingressCauses(analyzeRec(t, r))
+	}
+	bare := func(r *rec, p *tpod) {
+		r.failure(22*ms, client(1), event.FailStatus, backend(p), func(e *event.Event) { e.Code = 502 })
+	}
+	if c := run(bare); c[CauseKeepAliveAtExit] != 0 || c[CauseInFlight] != 0 || c[CauseUnexplained] != 1 {
+		t.Errorf("a bare 502 at exit: causes %v, want unexplained", c)
+	}
+	closed := func(r *rec, p *tpod) {
+		r.connClosed(p, 21*ms, client(1), "", event.FlagAtExit)
+		bare(r, p)
+	}
+	if c := run(closed); c[CauseKeepAliveAtExit] != 1 {
+		t.Errorf("a 502 on a connection the exit closed: causes %v, want a keep-alive cut", c)
+	}
+	haproxy := func(tsc string) func(r *rec, p *tpod) {
+		return func(r *rec, p *tpod) {
+			start := time.Unix(0, r.at(20*ms)).UTC()
+			importLog(t, r, "haproxy", fmt.Sprintf(`10.244.0.1:40100 [%s] fe_http default_web_80/srv1 0/0/0/-1/2 502 217 - - %s 2/2/0/0/0 0/0 "GET / HTTP/1.1" 10.244.0.11:8080`+"\n",
+				start.Format("02/Jan/2006:15:04:05.000"), tsc), ingest.Options{})
+		}
+	}
+	if c := run(haproxy("SD--")); c[CauseKeepAliveAtExit] != 1 {
+		t.Errorf("HAProxy's SD at exit: causes %v, want a keep-alive cut", c)
+	}
+	if c := run(haproxy("SC--")); c[CauseKeepAliveAtExit] != 0 || c[CauseInFlight] != 0 {
+		t.Errorf("HAProxy's SC at exit: causes %v, want no cut", c)
+	}
+}
+
+// An ingress's own watch may get an EndpointSlice change before the
+// recorder's does: HAProxy's removal recorded 6 ms before the watch's
+// leave is a lag of 0, counted among its removals, not left out.
+func TestProxyRemovalBeforeWatch(t *testing.T) {
+	r := newRec("node-a")
+	p := r.pod("web-a", "10.244.0.11")
+	q := r.pod("web-b", "10.244.0.12")
+	for _, x := range []*tpod{p, q} {
+		r.created(x, -60*s)
+		r.ready(x, -58*s)
+		haproxyDataplane(r, x, -57*s, true)
+	}
+	r.deletion(p, 0, 30*time.Second)
+	haproxyDataplane(r, p, 94*ms, false)
+	r.leave(p, 100*ms, 0)
+	r.deletion(q, 2*s, 30*time.Second)
+	r.leave(q, 2100*ms, 0)
+	haproxyDataplane(r, q, 2140*ms, false)
+	res := analyzeRec(t, r)
+	for _, l := range res.DataplaneLag {
+		if l.Node == "haproxy" {
+			if l.Samples != 2 || l.Max != 40*ms {
+				t.Errorf("haproxy's lag %+v: want 2 removals, 0 and 40 ms", l)
+			}
+			return
+		}
+	}
+	t.Errorf("no haproxy lag in %+v", res.DataplaneLag)
+}

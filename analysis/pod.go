@@ -82,6 +82,9 @@ type epTrans struct {
 	// observed: the state as a list found it (event.FlagObserved), not a
 	// transition: nothing is known of what came before it.
 	observed bool
+	// unmeasured: a dataplane removal no watch leave preceded (yet); see
+	// Aligner.lateLeave.
+	unmeasured bool
 }
 
 type spreadAcc struct {

@@ -222,11 +222,22 @@ func AnyOf(fs ...Finder) Finder {
 }
 
 // ConnectionCut holds when the client saw its connection end under a
-// request: EOF, a reset, or a proxy's 502/504 for its upstream.
+// request: EOF, a reset, or a proxy's 502/504 for its upstream when the
+// pod side recorded the cut. A proxy's gateway error by itself says only
+// that its upstream failed, not how: a connect the pod refused is a 502
+// too (nginx's access log without its error log). Where the proxy gave
+// its own account (HAProxy's termination state, nginx's error log, envoy's
+// response flags) the importer made it the failure's class — eof or reset
+// for a cut, refused for a refused connect — and that decides; a bare
+// 502/504 is a cut only with a server-side close or reset of its
+// connection in the pod's kernel record.
 func ConnectionCut(f *Facts, dst []Piece) []Piece {
 	switch {
 	case f.Class == event.FailEOF || f.Class == event.FailReset:
 	case f.Class == event.FailStatus && (f.Failure.Code == 502 || f.Failure.Code == 504):
+		if !serverCut(f) {
+			return dst
+		}
 	default:
 		return dst
 	}
@@ -244,6 +255,17 @@ func ConnectionCut(f *Facts, dst []Piece) []Piece {
 		role = "client saw status"
 	}
 	return append(dst, piece(role, f.Failure))
+}
+
+// serverCut reports whether the pod's kernel closed (not after the
+// peer's close) or reset the failure's connection.
+func serverCut(f *Facts) bool {
+	for _, k := range f.Kernel {
+		if k.Kind == event.RSTSent || k.Kind == event.ConnClosed && k.Reason != "peer" {
+			return true
+		}
+	}
+	return false
 }
 
 // Refused holds when the client saw a refusal or the pod's kernel answered

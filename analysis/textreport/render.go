@@ -116,6 +116,8 @@ func LagLine(lags []analysis.NodeLag) string {
 			name = "kube-proxy iptables (nf_tables backend)"
 		case event.ProxyIPTablesLegacy:
 			name = "kube-proxy iptables (legacy backend)"
+		case event.ProxyHAProxy:
+			name = "HAProxy ingress (its server slots)"
 		}
 		if !slices.Contains(proxies, name) {
 			proxies = append(proxies, name)

@@ -25,7 +25,7 @@ import (
 )
 
 const labUsage = `usage: drainscope lab [--profile short|seed000|ci] [--runs control,exit,graceful,prestop,drain]
-                      [--proxy-mode nftables|iptables|iptables-legacy]
+                      [--proxy-mode nftables|iptables|iptables-legacy] [--ingress haproxy]
                       [--store DSN] [--duration D] [--rollout-at D] [--no-kernel]
                       [--serve ADDR] [--keep] [-v]
        drainscope lab --profile longlived [--node kubelet] [--settle 20m] [--gap 3m] [--store DSN]
@@ -63,6 +63,16 @@ dslab0, namespaces dslab-*, cgroup drainscope-lab, kube-proxy's nftables
 tables, processes, working files in /run/drainscope-lab) is removed on exit,
 on Ctrl-C and by 'drainscope lab cleanup'; only an empty lock file stays. Traffic goes only to loopback, the pod network
 10.244.0.0/24 and the Service network 10.96.0.0/24.
+
+With --ingress haproxy each run's Service gets Debian's HAProxy 2.6 in front
+of it, on the bridge's address: one backend of server slots that follow the
+Service's EndpointSlices through HAProxy's runtime API (set server addr/state,
+no reload), as HAProxy's ingress controllers drive it. The load goes through
+it; its access log is imported at each run's end (the haproxy format: the
+pod is its server address, the mechanism its termination state), its own
+server list is recorded as the dataplane events of node "haproxy", and the
+report prints its removal lag after the EndpointSlice change beside
+kube-proxy's. See docs/ingress-lab.md.
 
 With --profile longlived the lab deploys one Deployment whose pods do what
 pods that have run for days do (an exec readiness probe every 2 s, a worker
@@ -108,6 +118,7 @@ func runLab(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	nodeKind := fs.String("node", scenario.NodeProcess, "the lab node: process (each container a process of the lab) or kubelet (a real kubelet with containerd and runc; needs a static binary, CGO_ENABLED=0)")
 	settle := fs.Duration("settle", 0, "longlived profile: how long the pods run under the load before the first disruption (default the profile's 20m)")
 	gap := fs.Duration("gap", 0, "longlived profile: time between one disruption's end and the next's start (default the profile's 3m)")
+	ingressKind := fs.String("ingress", "", "put this proxy in front of each run's Service and load the runs through it: "+strings.Join(scenario.Ingresses, ", ")+" (Debian's haproxy; see docs/ingress-lab.md)")
 	keep := fs.Bool("keep", false, "after the runs, keep the cluster up and recording, with the Deployment sample-own behind a Service, until Ctrl-C (instead of --serve)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), labUsage)
@@ -151,6 +162,20 @@ func runLab(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	}
 	if *nodeKind != scenario.NodeProcess && *nodeKind != scenario.NodeKubelet {
 		return fmt.Errorf("%w: --node %q: want %s or %s", errUsage, *nodeKind, scenario.NodeProcess, scenario.NodeKubelet)
+	}
+	if *ingressKind != "" {
+		if !slices.Contains(scenario.Ingresses, *ingressKind) {
+			return fmt.Errorf("%w: --ingress %q: want one of %s", errUsage, *ingressKind, strings.Join(scenario.Ingresses, ", "))
+		}
+		if p.LongLived() {
+			return fmt.Errorf("%w: --ingress is for the rollout runs, not --profile longlived", errUsage)
+		}
+		if *keep {
+			return fmt.Errorf("%w: --ingress is for the rollout runs; --keep's Deployment has none", errUsage)
+		}
+		if err := scenario.PreflightIngress(*ingressKind); err != nil {
+			return err
+		}
 	}
 	if err := scenario.Preflight(""); err != nil {
 		return err
@@ -222,7 +247,7 @@ func runLab(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		}
 		return err
 	}
-	results, err := scenario.Execute(ctx, c, scenario.Config{Profile: p, Runs: selected, Progress: progress, Log: log})
+	results, err := scenario.Execute(ctx, c, scenario.Config{Profile: p, Runs: selected, Progress: progress, Log: log, Ingress: *ingressKind})
 	if len(results) > 0 {
 		fmt.Println()
 		_ = scenario.WriteTable(os.Stdout, results)

@@ -219,6 +219,8 @@ func TestLogFormatJSON(t *testing.T) {
 		{[]string{"migrate", "--store", filepath.Join(dir, "migrate.db")}, 0, ""},
 		{[]string{"import", "--format", "jsonl", filepath.Join(dir, "missing.jsonl")}, 1, "no such file"},
 		{[]string{"lab", "--profile", "nope"}, 2, `unknown profile "nope"`},
+		{[]string{"lab", "--ingress", "nginx"}, 2, `--ingress "nginx": want one of haproxy`},
+		{[]string{"lab", "--ingress", "haproxy", "--keep"}, 2, "--keep's Deployment has none"},
 		{[]string{"version"}, 0, ""},
 	} {
 		name := tc.args[0]

@@ -98,6 +98,9 @@ func Diagnose(ctx context.Context, w io.Writer, st store.Store, runs []RunResult
 		if l := textreport.LagLine(res.DataplaneLag); l != "" {
 			fmt.Fprintf(w, "        %s\n", l)
 		}
+		if r.Ingress != nil {
+			fmt.Fprintf(w, "        ingress: %s\n", r.Ingress.Line())
+		}
 		fmt.Fprintln(w, "        kernel evidence alone:")
 		for _, line := range textreport.InferenceLines(res.Inference) {
 			fmt.Fprintf(w, "          %s\n", line)

@@ -41,6 +41,11 @@ type Config struct {
 	// OnTeardown is called when a run is over, before its Service and
 	// Deployment are deleted; the deletion waits for it. Optional.
 	OnTeardown func(RunResult)
+	// Ingress, when set (IngressHAProxy), puts that proxy in front of each
+	// run's Service and sends the load through it: the clients know only
+	// the ingress's address. Its access log is imported at the run's end
+	// and its own backend list is recorded as its dataplane events.
+	Ingress string
 }
 
 // PodRecord names one pod of a run.
@@ -67,6 +72,9 @@ type RunResult struct {
 	New                      []PodRecord
 	Load                     load.Result
 	Note                     string
+	// Ingress is what the ingress in front of the Service logged, when
+	// the run had one (Config.Ingress).
+	Ingress *IngressResult
 }
 
 // ServiceName is the run's Service as a client names it: name.ns.svc. (The
@@ -173,6 +181,16 @@ func runOne(ctx context.Context, c *Cluster, cfg Config, r Run) (res RunResult, 
 	if cfg.OnService != nil {
 		cfg.OnService(res)
 	}
+	var ing *ingressRun
+	if cfg.Ingress != "" {
+		// Slots for every ready pod a rollout with maxSurge 1 can have,
+		// and as many again.
+		if ing, err = startIngress(ctx, c, cfg.Ingress, name, 2*int(p.Replicas)+2); err != nil {
+			return res, fmt.Errorf("starting the ingress: %w", err)
+		}
+		defer ing.stop()
+		c.opts.progress("  ingress %s at %s (backend %s), its slots set from the EndpointSlices", cfg.Ingress, ing.h.Listen, ing.h.Backend)
+	}
 	if _, err := cs.AppsV1().Deployments(Namespace).Create(ctx, deployment(name, r, p), metav1.CreateOptions{}); err != nil {
 		return res, fmt.Errorf("creating the Deployment: %w", err)
 	}
@@ -183,6 +201,11 @@ func runOne(ctx context.Context, c *Cluster, cfg Config, r Run) (res RunResult, 
 	}
 	if err := waitServed(wctx, c, res.ClusterIP, int(p.Replicas)); err != nil {
 		return res, fmt.Errorf("waiting for the ClusterIP %s to reach every replica: %w", res.ClusterIP, err)
+	}
+	if ing != nil {
+		if err := ing.waitRouted(wctx, c, int(p.Replicas)); err != nil {
+			return res, fmt.Errorf("waiting for the ingress %s to reach every replica: %w", ing.h.Listen, err)
+		}
 	}
 	old, err := runPods(ctx, c, r)
 	if err != nil {
@@ -199,21 +222,30 @@ func runOne(ctx context.Context, c *Cluster, cfg Config, r Run) (res RunResult, 
 	res.Start = time.Now()
 	host := res.ServiceName()
 	url := "http://" + host + "/"
+	lc := load.Config{
+		Target:   res.ClusterIP,
+		Host:     host,
+		Clients:  p.Clients,
+		Interval: p.Interval,
+		Timeout:  p.Timeout,
+		Source:   c.net.Gateway.Addr(),
+		// The backend conntrack names is the lab's own truth, for its
+		// table and tests; the stored failure carries only the URL.
+		Backend: load.ConntrackBackend,
+		OnFailure: func(f load.Failure) {
+			c.Record(f.Event(NodeName, url))
+		},
+	}
+	if ing != nil {
+		// The client knows the ingress's URL only; its failures are
+		// stored at the end, those the proxy did not log (importLog).
+		lc.Target = ing.h.Listen
+		lc.Backend = nil
+		lc.OnFailure = nil
+		url = "http://" + ing.h.Listen.String() + "/"
+	}
 	go func() {
-		lr, _ := load.Run(lctx, load.Config{
-			Target:   res.ClusterIP,
-			Host:     host,
-			Clients:  p.Clients,
-			Interval: p.Interval,
-			Timeout:  p.Timeout,
-			Source:   c.net.Gateway.Addr(),
-			// The backend conntrack names is the lab's own truth, for its
-			// table and tests; the stored failure carries only the URL.
-			Backend: load.ConntrackBackend,
-			OnFailure: func(f load.Failure) {
-				c.Record(f.Event(NodeName, url))
-			},
-		})
+		lr, _ := load.Run(lctx, lc)
 		loadDone <- lr
 	}()
 
@@ -261,6 +293,20 @@ func runOne(ctx context.Context, c *Cluster, cfg Config, r Run) (res RunResult, 
 		if res.New, err = runPods(ctx, c, r); err != nil {
 			return res, err
 		}
+	}
+	if ing != nil {
+		// Its removals of the replaced pods are in; stop it before the
+		// teardown so the Service's deletion is not recorded as its own.
+		ing.stop()
+		ir, kept, err := ing.importLog(ctx, c, res.Load.Failures)
+		for _, f := range kept {
+			c.Record(f.Event(NodeName, url))
+		}
+		res.Ingress = &ir
+		if err != nil {
+			return res, fmt.Errorf("importing the ingress's access log: %w", err)
+		}
+		c.opts.progress("  %s", ir.Line())
 	}
 	return res, nil // the deferred teardownRun syncs the recorder first
 }
