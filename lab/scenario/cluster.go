@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/drainscope/drainscope/controlplane"
@@ -451,6 +452,7 @@ func (c *Cluster) Down() {
 			c.rec.Close()
 		}
 		if c.Real != nil {
+			c.removePods(ctx)
 			c.Real.Stop()
 		}
 		for _, stop := range c.stops {
@@ -473,4 +475,56 @@ func (c *Cluster) Down() {
 			_ = c.lock.Release()
 		}
 	})
+}
+
+// removePods deletes every pod on the real node and waits, up to 45 s, for
+// the kubelet to stop their containers and remove them: a pod still
+// running when the kubelet and containerd stop (the server --keep started,
+// a user's own) would leave its runc state and shim socket in the host's
+// /run/containerd and its CNI result in /var/lib/cni.
+func (c *Cluster) removePods(ctx context.Context) {
+	if c.Client == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 45*time.Second)
+	defer cancel()
+	pods := c.Client.CoreV1().Pods(metav1.NamespaceAll)
+	list, err := pods.List(ctx, metav1.ListOptions{})
+	if err != nil || len(list.Items) == 0 {
+		return
+	}
+	// Their controllers first, or the controller manager makes new ones.
+	apps := c.Client.AppsV1()
+	seen := map[string]bool{}
+	for _, p := range list.Items {
+		if seen[p.Namespace] {
+			continue
+		}
+		seen[p.Namespace] = true
+		all := metav1.ListOptions{}
+		_ = apps.Deployments(p.Namespace).DeleteCollection(ctx, metav1.DeleteOptions{}, all)
+		_ = apps.ReplicaSets(p.Namespace).DeleteCollection(ctx, metav1.DeleteOptions{}, all)
+		_ = apps.StatefulSets(p.Namespace).DeleteCollection(ctx, metav1.DeleteOptions{}, all)
+		_ = apps.DaemonSets(p.Namespace).DeleteCollection(ctx, metav1.DeleteOptions{}, all)
+	}
+	grace := int64(1) // not 0: that removes the object without the kubelet
+	for _, p := range list.Items {
+		_ = c.Client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &grace})
+	}
+	for {
+		list, err := pods.List(ctx, metav1.ListOptions{})
+		if err == nil && len(list.Items) == 0 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			n := -1
+			if list != nil {
+				n = len(list.Items)
+			}
+			c.log.Warn("tearing down: pods still on the real node", "pods", n, "err", err)
+			return
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
