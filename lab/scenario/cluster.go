@@ -21,10 +21,10 @@ import (
 	"github.com/drainscope/drainscope/ebpf"
 	"github.com/drainscope/drainscope/event"
 	"github.com/drainscope/drainscope/lab/cgroup"
-	"github.com/drainscope/drainscope/lab/kubelet"
 	"github.com/drainscope/drainscope/lab/lock"
 	"github.com/drainscope/drainscope/lab/netns"
-	"github.com/drainscope/drainscope/lab/node"
+	"github.com/drainscope/drainscope/lab/realnode"
+	"github.com/drainscope/drainscope/lab/simnode"
 	"github.com/drainscope/drainscope/store"
 	"github.com/drainscope/drainscope/watcher"
 )
@@ -50,7 +50,7 @@ type Options struct {
 	AppEnv     []string
 	// Images are more images the lab node can run, beside the sample
 	// service's (AppImage).
-	Images map[string]node.Image
+	Images map[string]simnode.Image
 	Store  store.Store
 	// NoKernel skips the eBPF capture; the lab node then records the
 	// signals it sends and the exits it sees itself.
@@ -86,10 +86,10 @@ const (
 // Cluster is a running single-node lab cluster.
 type Cluster struct {
 	CP     *controlplane.ControlPlane
-	Node   *node.Node // the process node; nil on a real one
+	Node   *simnode.Node // the process node; nil on a real one
 	Client kubernetes.Interface
 	// Real is the real node (kubelet, containerd); nil on the process node.
-	Real *kubelet.Node
+	Real *realnode.Node
 
 	opts     Options
 	log      *slog.Logger
@@ -226,13 +226,13 @@ func Up(ctx context.Context, o Options) (c *Cluster, err error) {
 		}
 		return c, nil
 	}
-	images := map[string]node.Image{AppImage: {Entrypoint: o.AppCommand, Env: o.AppEnv}}
+	images := map[string]simnode.Image{AppImage: {Entrypoint: o.AppCommand, Env: o.AppEnv}}
 	for name, img := range o.Images {
 		images[name] = img
 	}
 	var sandboxMu sync.Mutex
-	var sandboxHook func(node.PodInfo, bool)
-	c.Node, err = node.New(node.Config{
+	var sandboxHook func(simnode.PodInfo, bool)
+	c.Node, err = simnode.New(simnode.Config{
 		Name:      NodeName,
 		Client:    c.Client,
 		Network:   c.net,
@@ -241,7 +241,7 @@ func Up(ctx context.Context, o Options) (c *Cluster, err error) {
 		LogDir:    podLogDir,
 		Namespace: Namespace,
 		Log:       o.Log,
-		Sandbox: func(p node.PodInfo, up bool) {
+		Sandbox: func(p simnode.PodInfo, up bool) {
 			sandboxMu.Lock()
 			h := sandboxHook
 			sandboxMu.Unlock()
@@ -275,7 +275,7 @@ func Up(ctx context.Context, o Options) (c *Cluster, err error) {
 			o.progress("kernel capture off: %v (the lab node records signals and exits itself)", err)
 		} else {
 			sandboxMu.Lock()
-			sandboxHook = func(p node.PodInfo, up bool) {
+			sandboxHook = func(p simnode.PodInfo, up bool) {
 				if p.NetNS == 0 {
 					return
 				}

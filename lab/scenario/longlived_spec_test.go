@@ -8,7 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/drainscope/drainscope/lab/kubelet"
+	"github.com/drainscope/drainscope/lab/realnode"
 )
 
 // TestLongLivedDeployment checks the long-lived pod spec on both nodes: the
@@ -23,7 +23,7 @@ func TestLongLivedDeployment(t *testing.T) {
 		cmd  []string
 	}{
 		{NodeProcess, &Cluster{opts: Options{AppCommand: []string{"/usr/bin/drainscope", "lab", "sampleapp"}}}, []string{"/usr/bin/drainscope", "lab", "sampleapp"}},
-		{NodeKubelet, &Cluster{Real: &kubelet.Node{}}, []string{"/drainscope", "lab", "sampleapp"}},
+		{NodeKubelet, &Cluster{Real: &realnode.Node{}}, []string{"/drainscope", "lab", "sampleapp"}},
 	} {
 		d := tc.c.longLivedDeployment("sample-longlived", LongLivedRun, p)
 		ctr := d.Spec.Template.Spec.Containers[0]

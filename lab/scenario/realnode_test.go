@@ -20,7 +20,7 @@ import (
 	"github.com/drainscope/drainscope/controlplane"
 	"github.com/drainscope/drainscope/event"
 	"github.com/drainscope/drainscope/internal/testenv"
-	"github.com/drainscope/drainscope/lab/kubelet"
+	"github.com/drainscope/drainscope/lab/realnode"
 	"github.com/drainscope/drainscope/lab/scenario"
 	"github.com/drainscope/drainscope/store"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -89,7 +89,7 @@ func TestLabRealNode(t *testing.T) {
 	if err := scenario.Preflight(""); err != nil {
 		testenv.Unavailable(t, err.Error())
 	}
-	if err := kubelet.Available(filepath.Join(controlplane.BinDir(), "kubelet")); err != nil {
+	if err := realnode.Available(filepath.Join(controlplane.BinDir(), "kubelet")); err != nil {
 		testenv.Unavailable(t, err.Error())
 	}
 	if testing.Short() {
