@@ -71,7 +71,7 @@ func Images(binary string) []realnode.Image {
 // upKubelet is Up's second half on a real node: the watcher first (its pod
 // cache attributes the kernel's events), then the kernel capture,
 // containerd and the kubelet, and kube-proxy.
-func (c *Cluster) upKubelet(ctx context.Context, start time.Time) error {
+func (c *Cluster) upKubelet(ctx context.Context, node *realNode, start time.Time) error {
 	o := c.opts
 	if err := c.startWatchers(ctx); err != nil {
 		return err
@@ -102,7 +102,7 @@ func (c *Cluster) upKubelet(ctx context.Context, start time.Time) error {
 	}
 	c.stops = append(c.stops, stop)
 	o.progress("starting containerd and the kubelet (%s) …", controlplane.Version)
-	c.Real, err = realnode.Start(ctx, realnode.Config{
+	node.n, err = realnode.Start(ctx, realnode.Config{
 		Dir:          realDir,
 		Kubelet:      filepath.Join(binDir, "kubelet"),
 		Kubeconfig:   c.CP.Kubeconfig(),
@@ -126,7 +126,7 @@ func (c *Cluster) upKubelet(ctx context.Context, start time.Time) error {
 	if err := c.startKubeProxy(ctx); err != nil {
 		return err
 	}
-	o.progress("real node %s (%s) and kube-proxy (nftables) running, %.1fs after start", NodeName, c.Real.Runtime(), time.Since(start).Seconds())
+	o.progress("real node %s (%s) and kube-proxy (nftables) running, %.1fs after start", NodeName, node.n.Runtime(), time.Since(start).Seconds())
 	return nil
 }
 
@@ -182,12 +182,7 @@ func (c *Cluster) trackRealNetNS(ctx context.Context) {
 }
 
 // NodeDescription says which node ran the pods, for the report.
-func (c *Cluster) NodeDescription() string {
-	if c.Real != nil {
-		return "kubelet (real: " + c.Real.Runtime() + ", runc, CNI bridge)"
-	}
-	return "process (the lab's own node: each container a process in its own network namespace and cgroup)"
-}
+func (c *Cluster) NodeDescription() string { return c.Node.Description() }
 
 // KernelPrograms lists the lab's own kernel capture's programs and whether
 // each loaded; nil when the capture is off.
