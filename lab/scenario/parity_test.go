@@ -29,8 +29,10 @@ const parityRuns = "exit,prestop"
 // runc), with the same profile, and requires that the analysis names the
 // same causes for the client failures of each run on both: the process
 // node is a model of the kubelet, and where its answers part from the real
-// one's, the model is wrong. Counts may differ (timing differs); the set of
-// causes may not, and SIGKILL appears on neither.
+// one's, the model is wrong. Counts may differ (timing differs); per run
+// the main cause must be the same, SIGKILL appears on neither, and a cause
+// named on one node only must be one that timing alone explains
+// (timingCauses).
 //
 // The real node's side is the whole of what TestLabRealNode was (its
 // termination, cause and --keep server checks, subtest "kubelet"), so the
@@ -58,14 +60,29 @@ func TestLabNodeParity(t *testing.T) {
 		}
 		t.Fatalf("a node's side stopped early (process ok %v, kubelet ok %v): nothing to compare", okProcess, okReal)
 	}
+	for _, run := range slices.Sorted(maps.Keys(process)) {
+		t.Logf("%s: process node: %s; real node: %s", run, causeList(process[run], true), causeList(real[run], real[run] != nil))
+	}
 	for _, diff := range compareCauses(process, real) {
 		t.Error(diff)
 	}
 }
 
+// timingCauses are the causes that depend on where one request stood, to
+// the millisecond, when a container exited or its endpoint left the
+// dataplane: a request in flight at the exit, a new connection sent to the
+// old pod between its exit and its endpoint's removal. The two nodes time
+// these steps differently (the real node's endpoints leave 0.1 to 0.7 s
+// after the exit in the exit run, through containerd, runc and the
+// kubelet's status loop), so a run may name one of them for a few failures
+// on one node and not the other; they must not be a run's main cause.
+var timingCauses = []analysis.Cause{analysis.CauseInFlight, analysis.CauseEndpointRace, analysis.CauseEndpointRaceLikely}
+
 // compareCauses lists, per run, where the two nodes' causes part: a run
-// one side lacks, a cause named on one side only, or SIGKILL on either.
-// Each difference is printed with both sides' causes and counts.
+// one side lacks, SIGKILL on either, a different main cause (the one named
+// for most failures), or a cause named on one node only that is not one of
+// timingCauses. Each difference is printed with both sides' causes and
+// counts. Counts may differ.
 func compareCauses(process, real map[string]map[analysis.Cause]int) []string {
 	var diffs []string
 	all := maps.Clone(process)
@@ -81,12 +98,32 @@ func compareCauses(process, real map[string]map[analysis.Cause]int) []string {
 		case p[analysis.CauseSIGKILL] > 0 || k[analysis.CauseSIGKILL] > 0:
 			diffs = append(diffs, fmt.Sprintf("run %s: SIGKILL named, the apps exit well within the grace period (%s)", run, both))
 		}
-		if onlyP, onlyK := setMinus(p, k), setMinus(k, p); len(onlyP)+len(onlyK) > 0 {
+		if mp, mk := mainCause(p), mainCause(k); mp != mk {
+			diffs = append(diffs, fmt.Sprintf("run %s: main cause %q on the process node, %q on the real node (%s)", run, mp, mk, both))
+		}
+		onlyP, onlyK := untimed(setMinus(p, k)), untimed(setMinus(k, p))
+		if len(onlyP)+len(onlyK) > 0 {
 			diffs = append(diffs, fmt.Sprintf("run %s: the nodes name different causes: only on the process node %v, only on the real node %v (%s)",
 				run, onlyP, onlyK, both))
 		}
 	}
 	return diffs
+}
+
+// mainCause is the cause named for the most failures ("" for none; the
+// first in order on a tie).
+func mainCause(m map[analysis.Cause]int) analysis.Cause {
+	var best analysis.Cause
+	for _, c := range slices.Sorted(maps.Keys(m)) {
+		if m[c] > m[best] {
+			best = c
+		}
+	}
+	return best
+}
+
+func untimed(cs []analysis.Cause) []analysis.Cause {
+	return slices.DeleteFunc(cs, func(c analysis.Cause) bool { return slices.Contains(timingCauses, c) })
 }
 
 func setMinus(a, b map[analysis.Cause]int) []analysis.Cause {
@@ -179,32 +216,35 @@ func processNodeCauses(t *testing.T) map[string]map[analysis.Cause]int {
 	return causes
 }
 
-// TestCompareCauses: a cause named on one node only, a run on one node
-// only and SIGKILL each make a difference naming both sides; different
-// counts of the same causes do not.
+// TestCompareCauses: a run on one node only, SIGKILL, a different main
+// cause and a cause on one node only that timing does not explain each
+// make a difference naming both sides; other counts, and a timing cause on
+// one side (as in the first parity run: exit, endpoint_race 4 on the real
+// node only; prestop, inflight_cut 1 on the process node only) do not.
 func TestCompareCauses(t *testing.T) {
 	proc := map[string]map[analysis.Cause]int{
-		"exit":    {analysis.CauseKeepAliveAtExit: 12, analysis.CauseEndpointRace: 3},
-		"prestop": {analysis.CauseKeepAliveAtExit: 9},
+		"exit":    {analysis.CauseInFlight: 1, analysis.CauseKeepAliveAtExit: 26},
+		"prestop": {analysis.CauseInFlight: 1, analysis.CauseKeepAliveAtExit: 19},
 	}
 	same := map[string]map[analysis.Cause]int{
-		"exit":    {analysis.CauseKeepAliveAtExit: 30, analysis.CauseEndpointRace: 1},
-		"prestop": {analysis.CauseKeepAliveAtExit: 4},
+		"exit":    {analysis.CauseEndpointRace: 4, analysis.CauseInFlight: 5, analysis.CauseKeepAliveAtExit: 34},
+		"prestop": {analysis.CauseKeepAliveAtExit: 20},
 	}
 	if d := compareCauses(proc, same); len(d) != 0 {
-		t.Errorf("same causes, other counts: %q, want no difference", d)
+		t.Errorf("same main causes, timing causes on one side: %q, want no difference", d)
 	}
 	other := map[string]map[analysis.Cause]int{
-		"exit":    {analysis.CauseKeepAliveAtExit: 30, analysis.CauseSIGKILL: 2},
-		"prestop": {analysis.CauseKeepAliveAtExit: 4},
+		"exit":    {analysis.CauseKeepAliveAtExit: 30, analysis.CauseSIGKILL: 2, analysis.CauseUnexplained: 1},
+		"prestop": {analysis.CauseEndpointRace: 20, analysis.CauseKeepAliveAtExit: 4},
 		"drain":   {},
 	}
 	d := compareCauses(proc, other)
 	want := []string{
 		"run drain ran on one node only (process node: not run; real node: none)",
 		"run exit: SIGKILL named",
-		"run exit: the nodes name different causes: only on the process node [endpoint_race], only on the real node [sigkill] " +
-			"(process node: endpoint_race 3, keepalive_at_exit 12; real node: keepalive_at_exit 30, sigkill 2)",
+		"run exit: the nodes name different causes: only on the process node [], only on the real node [sigkill unexplained] " +
+			"(process node: inflight_cut 1, keepalive_at_exit 26; real node: keepalive_at_exit 30, sigkill 2, unexplained 1)",
+		`run prestop: main cause "keepalive_at_exit" on the process node, "endpoint_race" on the real node`,
 	}
 	if len(d) != len(want) {
 		t.Fatalf("differences %q, want %d", d, len(want))
