@@ -18,8 +18,8 @@ import (
 	"github.com/drainscope/drainscope/analysis"
 	"github.com/drainscope/drainscope/controlplane"
 	"github.com/drainscope/drainscope/internal/testenv"
-	"github.com/drainscope/drainscope/lab/node"
 	"github.com/drainscope/drainscope/lab/scenario"
+	"github.com/drainscope/drainscope/lab/simnode"
 	"github.com/drainscope/drainscope/store"
 	"github.com/drainscope/drainscope/web"
 )
@@ -73,7 +73,7 @@ func TestKubectlPluginOnTheLab(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(testLog{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	c, err := scenario.Up(ctx, scenario.Options{
 		AppCommand:  []string{bin, "lab", "sampleapp"},
-		Images:      map[string]node.Image{scenario.ServerImage: {Entrypoint: []string{bin}}},
+		Images:      map[string]simnode.Image{scenario.ServerImage: {Entrypoint: []string{bin}}},
 		Store:       st,
 		WaitForLock: true,
 		Log:         log,

@@ -18,9 +18,9 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/drainscope/drainscope/analysis"
-	"github.com/drainscope/drainscope/lab/node"
 	"github.com/drainscope/drainscope/lab/sampleapp"
 	"github.com/drainscope/drainscope/lab/scenario"
+	"github.com/drainscope/drainscope/lab/simnode"
 	"github.com/drainscope/drainscope/store"
 )
 
@@ -214,7 +214,7 @@ func runLab(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	started := time.Now()
 	c, err := scenario.Up(ctx, scenario.Options{
 		AppCommand:  []string{exe, "lab", "sampleapp"},
-		Images:      map[string]node.Image{scenario.ServerImage: {Entrypoint: []string{exe}}}, // --keep's server
+		Images:      map[string]simnode.Image{scenario.ServerImage: {Entrypoint: []string{exe}}}, // --keep's server
 		Store:       st,
 		NoKernel:    *noKernel,
 		WaitForLock: *wait,

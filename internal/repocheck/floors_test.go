@@ -21,11 +21,11 @@ const module = "github.com/drainscope/drainscope/"
 var floors = [][]string{
 	// 0, the ground: the event model and what imports nothing of drainscope.
 	{"event", "controlplane", "deploy", "internal/duration", "internal/httpauth", "internal/memtest", "internal/testenv", "internal/repocheck",
-		"lab/cgroup", "lab/kubelet", "lab/lock", "lab/netns", "lab/sampleapp"},
+		"lab/cgroup", "lab/realnode", "lab/lock", "lab/netns", "lab/sampleapp"},
 	// 1, recording: the store and each source of events.
 	{"store", "watcher", "ebpf", "dataplane", "dataplane/cilium", "internal/eventgen", "internal/pgtest", "lab/load"},
 	// 2, making sense: the analysis, the importers, the simulated kubelet.
-	{"analysis", "ingest", "lab/node", "relay"},
+	{"analysis", "ingest", "lab/simnode", "relay"},
 	// 3, presenting: the web UI, metrics, the export feed, the lab's ingress,
 	// the text and markdown reports.
 	{"web", "metrics", "export", "lab/ingress", "analysis/textreport"},

@@ -26,7 +26,7 @@ import (
 	"github.com/drainscope/drainscope/event"
 	"github.com/drainscope/drainscope/internal/pgtest"
 	"github.com/drainscope/drainscope/internal/testenv"
-	"github.com/drainscope/drainscope/lab/kubelet"
+	"github.com/drainscope/drainscope/lab/realnode"
 	"github.com/drainscope/drainscope/lab/scenario"
 	"github.com/drainscope/drainscope/store"
 )
@@ -52,7 +52,7 @@ func TestChartAgentOnRealNode(t *testing.T) {
 	if err := scenario.Preflight(""); err != nil {
 		testenv.Unavailable(t, err.Error())
 	}
-	if err := kubelet.Available(bins["kubelet"]); err != nil {
+	if err := realnode.Available(bins["kubelet"]); err != nil {
 		testenv.Unavailable(t, err.Error())
 	}
 	dsn := pgtest.Schema(t)

@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,10 +21,9 @@ import (
 	"github.com/drainscope/drainscope/ebpf"
 	"github.com/drainscope/drainscope/event"
 	"github.com/drainscope/drainscope/lab/cgroup"
-	"github.com/drainscope/drainscope/lab/kubelet"
 	"github.com/drainscope/drainscope/lab/lock"
 	"github.com/drainscope/drainscope/lab/netns"
-	"github.com/drainscope/drainscope/lab/node"
+	"github.com/drainscope/drainscope/lab/simnode"
 	"github.com/drainscope/drainscope/store"
 	"github.com/drainscope/drainscope/watcher"
 )
@@ -51,7 +49,7 @@ type Options struct {
 	AppEnv     []string
 	// Images are more images the lab node can run, beside the sample
 	// service's (AppImage).
-	Images map[string]node.Image
+	Images map[string]simnode.Image
 	Store  store.Store
 	// NoKernel skips the eBPF capture; the lab node then records the
 	// signals it sends and the exits it sees itself.
@@ -86,11 +84,11 @@ const (
 
 // Cluster is a running single-node lab cluster.
 type Cluster struct {
-	CP     *controlplane.ControlPlane
-	Node   *node.Node // the process node; nil on a real one
+	CP *controlplane.ControlPlane
+	// Node is the lab's node: the process node (simnode) or the real one
+	// (realnode), as Options.Node chose.
+	Node   NodeDriver
 	Client kubernetes.Interface
-	// Real is the real node (kubelet, containerd); nil on the process node.
-	Real *kubelet.Node
 
 	opts     Options
 	log      *slog.Logger
@@ -107,8 +105,6 @@ type Cluster struct {
 	proxyMode  string
 	stopLegacy func()      // the legacy backend's poller, when it runs
 	quiet      atomic.Bool // tearing down: record nothing more
-	nodeCancel context.CancelFunc
-	nodeDone   chan error
 	downOnce   sync.Once
 	// KernelErr says why the eBPF capture is not running, when it is not.
 	KernelErr error
@@ -138,18 +134,14 @@ func Up(ctx context.Context, o Options) (c *Cluster, err error) {
 	default:
 		return nil, fmt.Errorf("scenario: unknown node kind %q (want %s or %s)", o.Node, NodeProcess, NodeKubelet)
 	}
-	if len(o.AppCommand) == 0 && o.Node == NodeProcess {
-		return nil, errors.New("scenario: no command for the sample service")
-	}
+	node := newNodeDriver(o)
 	if err := Preflight(o.BinDir); err != nil {
 		return nil, err
 	}
-	if o.Node == NodeKubelet {
-		if err := PreflightKubelet(o.BinDir, o.Binary); err != nil {
-			return nil, err
-		}
+	if err := node.preflight(o); err != nil {
+		return nil, err
 	}
-	c = &Cluster{opts: o, log: o.Log, net: netns.Default, proxyMode: cmp.Or(o.ProxyMode, ProxyNFTables)}
+	c = &Cluster{opts: o, log: o.Log, net: netns.Default, proxyMode: cmp.Or(o.ProxyMode, ProxyNFTables), Node: node}
 	if _, backend, err := proxyFlags(c.proxyMode); err != nil {
 		return nil, err
 	} else if backend != "" {
@@ -195,15 +187,7 @@ func Up(ctx context.Context, o Options) (c *Cluster, err error) {
 
 	start := time.Now()
 	o.progress("starting etcd, kube-apiserver, kube-controller-manager (%s) …", controlplane.Version)
-	var controllers, apiArgs []string
-	if o.Node == NodeKubelet {
-		// The chart's agent is a DaemonSet.
-		controllers = append(slices.Clone(controlplane.DefaultControllers), "daemonset-controller")
-		// Pods reach the API server through the kubernetes Service, whose
-		// endpoint is the advertised address: the bridge's, relayed to
-		// the loopback address the API server listens on (upKubelet).
-		apiArgs = []string{"--advertise-address=" + c.net.Gateway.Addr().String(), "--endpoint-reconciler-type=lease"}
-	}
+	controllers, apiArgs := c.Node.controlPlane(c)
 	c.CP, err = controlplane.Start(ctx, controlplane.Options{
 		BinDir:        o.BinDir,
 		Dir:           k8sDir,
@@ -218,96 +202,9 @@ func Up(ctx context.Context, o Options) (c *Cluster, err error) {
 	c.Client = c.CP.Client()
 	o.progress("control plane ready in %.1fs (API %s)", time.Since(start).Seconds(), c.CP.Host())
 
-	if o.Node == NodeKubelet {
-		if err := c.CP.EnsureNamespace(ctx, Namespace); err != nil {
-			return c, err
-		}
-		if err := c.upKubelet(ctx, start); err != nil {
-			return c, err
-		}
-		return c, nil
-	}
-	images := map[string]node.Image{AppImage: {Entrypoint: o.AppCommand, Env: o.AppEnv}}
-	for name, img := range o.Images {
-		images[name] = img
-	}
-	var sandboxMu sync.Mutex
-	var sandboxHook func(node.PodInfo, bool)
-	c.Node, err = node.New(node.Config{
-		Name:      NodeName,
-		Client:    c.Client,
-		Network:   c.net,
-		Cgroups:   c.tree,
-		Images:    images,
-		LogDir:    podLogDir,
-		Namespace: Namespace,
-		Log:       o.Log,
-		Sandbox: func(p node.PodInfo, up bool) {
-			sandboxMu.Lock()
-			h := sandboxHook
-			sandboxMu.Unlock()
-			if h != nil {
-				h(p, up)
-			}
-		},
-		Record: func(e event.Event) {
-			if c.kernel == nil && !c.quiet.Load() {
-				c.rec.Add(e)
-			}
-		},
-		Version: controlplane.Version,
-		// pods/portforward (kubectl port-forward) reaches the pods here.
-		KubeletPort: KubeletPort,
-		ClientCA:    c.CP.CACert(),
-	})
-	if err != nil {
+	if err := c.Node.up(ctx, c, start); err != nil {
 		return c, err
 	}
-	if err := c.Node.Register(ctx); err != nil {
-		return c, err
-	}
-	if err := c.CP.EnsureNamespace(ctx, Namespace); err != nil {
-		return c, err
-	}
-
-	if !o.NoKernel {
-		if err := c.startKernel(ctx); err != nil {
-			c.KernelErr = err
-			o.progress("kernel capture off: %v (the lab node records signals and exits itself)", err)
-		} else {
-			sandboxMu.Lock()
-			sandboxHook = func(p node.PodInfo, up bool) {
-				if p.NetNS == 0 {
-					return
-				}
-				if up {
-					_ = c.kernel.TrackNetNS(p.NetNS)
-				} else {
-					_ = c.kernel.UntrackNetNS(p.NetNS)
-				}
-				c.shadowNetNS(p.NetNS, up)
-			}
-			sandboxMu.Unlock()
-			if err := c.startShadow(ctx); err != nil {
-				return c, err
-			}
-			o.progress("kernel capture on: %d programs, tracking cgroup %s", loaded(c.kernel.Programs()), c.tree.Root())
-		}
-	} else {
-		c.KernelErr = errors.New("turned off")
-	}
-	if err := c.startWatchers(ctx); err != nil {
-		return c, err
-	}
-
-	nodeCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	c.nodeCancel, c.nodeDone = cancel, make(chan error, 1)
-	go func() { c.nodeDone <- c.Node.Run(nodeCtx) }()
-
-	if err := c.startKubeProxy(ctx); err != nil {
-		return c, err
-	}
-	o.progress("lab node %s and kube-proxy (%s) running, %.1fs after start", NodeName, c.proxyMode, time.Since(start).Seconds())
 	return c, nil
 }
 
@@ -393,8 +290,8 @@ func loaded(ps []ebpf.Program) int {
 }
 
 // startKernel opens the eBPF capture and tracks the lab's whole cgroup tree.
-func (c *Cluster) startKernel(ctx context.Context) error {
-	k, err := ebpf.Open(ebpf.Config{Node: NodeName, Pods: c.Node, Logger: c.log})
+func (c *Cluster) startKernel(ctx context.Context, pods ebpf.PodLookup) error {
+	k, err := ebpf.Open(ebpf.Config{Node: NodeName, Pods: pods, Logger: c.log})
 	if err != nil {
 		return err
 	}
@@ -451,18 +348,13 @@ func (c *Cluster) Down() {
 		if c.rec != nil {
 			c.rec.Close()
 		}
-		if c.Real != nil {
-			c.removePods(ctx)
-			c.Real.Stop()
+		if c.Node != nil {
+			// The pods end at once: the lab is going away, there is
+			// nothing to drain for.
+			c.Node.down(ctx, c)
 		}
 		for _, stop := range c.stops {
 			stop()
-		}
-		if c.nodeCancel != nil {
-			// The node kills the pods' processes at once: the lab is going
-			// away, there is nothing to drain for.
-			c.nodeCancel()
-			<-c.nodeDone
 		}
 		if c.CP != nil {
 			c.CP.Stop()

@@ -16,9 +16,9 @@ import (
 
 	"github.com/drainscope/drainscope/controlplane"
 	"github.com/drainscope/drainscope/lab/cgroup"
-	"github.com/drainscope/drainscope/lab/kubelet"
 	"github.com/drainscope/drainscope/lab/lock"
 	"github.com/drainscope/drainscope/lab/netns"
+	"github.com/drainscope/drainscope/lab/realnode"
 )
 
 // Files and directories of a running lab, under lock.Dir.
@@ -116,7 +116,7 @@ func FindLeftovers() (Leftovers, error) {
 		l.Pids = append(l.Pids, pids...)
 	}
 	l.Pids = append(l.Pids, processesUsing(k8sDir)...)
-	l.Real = kubelet.Leftovers(realDir, realCgroupRoot)
+	l.Real = realnode.Leftovers(realDir, realCgroupRoot)
 	existing, err := nftTables()
 	if err != nil {
 		return l, err
@@ -164,7 +164,7 @@ func Cleanup(ctx context.Context, held bool) (Leftovers, error) {
 	// A real node's containers, shims and mounts go first: its cgroups
 	// are inside the lab's tree and its network namespaces hold veths on
 	// the lab's bridge.
-	if err := kubelet.Cleanup(realDir, realCgroupRoot); err != nil {
+	if err := realnode.Cleanup(realDir, realCgroupRoot); err != nil {
 		errs = append(errs, err)
 	}
 	if tree, err := cgroup.Detect(); err == nil {

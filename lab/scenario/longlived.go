@@ -218,12 +218,7 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 
 // appCommand is the sample service's command in its container: the image's
 // entrypoint on the real node, the lab's own command on the process node.
-func (c *Cluster) appCommand() []string {
-	if c.Real != nil {
-		return appEntrypoint
-	}
-	return c.opts.AppCommand
-}
+func (c *Cluster) appCommand() []string { return c.Node.AppCommand() }
 
 // longLivedDeployment is deployment() with what a service that has run for
 // days does besides: a worker recycled every WorkerEvery, an exec
@@ -242,7 +237,7 @@ func (c *Cluster) longLivedDeployment(name string, r Run, p Profile) *appsv1.Dep
 		SuccessThreshold: 1,
 		FailureThreshold: 3,
 	}
-	if c.Real != nil {
+	if c.Node.MemoryLimits() {
 		ctr.Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse(MemoryLimit)}
 	}
 	return d
@@ -325,7 +320,7 @@ func stepEviction(ctx context.Context, c *Cluster, name string, p Profile) (Step
 func stepContainerEnd(ctx context.Context, c *Cluster, name string, p Profile) (Step, error) {
 	st := Step{Name: StepCrash}
 	path := sampleapp.PathCrash
-	if c.Real != nil {
+	if c.Node.MemoryLimits() {
 		st.Name, path = StepOOM, sampleapp.PathOOM
 	}
 	pods, err := runPods(ctx, c, LongLivedRun)

@@ -7,8 +7,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-
-	"github.com/drainscope/drainscope/lab/kubelet"
 )
 
 // TestLongLivedDeployment checks the long-lived pod spec on both nodes: the
@@ -22,8 +20,8 @@ func TestLongLivedDeployment(t *testing.T) {
 		c    *Cluster
 		cmd  []string
 	}{
-		{NodeProcess, &Cluster{opts: Options{AppCommand: []string{"/usr/bin/drainscope", "lab", "sampleapp"}}}, []string{"/usr/bin/drainscope", "lab", "sampleapp"}},
-		{NodeKubelet, &Cluster{Real: &kubelet.Node{}}, []string{"/drainscope", "lab", "sampleapp"}},
+		{NodeProcess, &Cluster{Node: &simNode{appCommand: []string{"/usr/bin/drainscope", "lab", "sampleapp"}}}, []string{"/usr/bin/drainscope", "lab", "sampleapp"}},
+		{NodeKubelet, &Cluster{Node: &realNode{}}, []string{"/drainscope", "lab", "sampleapp"}},
 	} {
 		d := tc.c.longLivedDeployment("sample-longlived", LongLivedRun, p)
 		ctr := d.Spec.Template.Spec.Containers[0]

@@ -16,7 +16,7 @@ import (
 	"github.com/drainscope/drainscope/controlplane"
 	"github.com/drainscope/drainscope/event"
 	"github.com/drainscope/drainscope/internal/testenv"
-	"github.com/drainscope/drainscope/lab/kubelet"
+	"github.com/drainscope/drainscope/lab/realnode"
 	"github.com/drainscope/drainscope/lab/scenario"
 	"github.com/drainscope/drainscope/store"
 )
@@ -42,7 +42,7 @@ func TestLabLongLived(t *testing.T) {
 	if err := scenario.Preflight(""); err != nil {
 		testenv.Unavailable(t, err.Error())
 	}
-	if err := kubelet.Available(filepath.Join(controlplane.BinDir(), "kubelet")); err != nil {
+	if err := realnode.Available(filepath.Join(controlplane.BinDir(), "kubelet")); err != nil {
 		testenv.Unavailable(t, err.Error())
 	}
 	if testing.Short() {

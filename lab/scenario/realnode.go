@@ -14,8 +14,8 @@ import (
 	"github.com/drainscope/drainscope/ebpf"
 	"github.com/drainscope/drainscope/event"
 	"github.com/drainscope/drainscope/lab/cgroup"
-	"github.com/drainscope/drainscope/lab/kubelet"
 	"github.com/drainscope/drainscope/lab/lock"
+	"github.com/drainscope/drainscope/lab/realnode"
 )
 
 // The real node's images and places.
@@ -40,13 +40,13 @@ func PreflightKubelet(binDir, binary string) error {
 	if binDir == "" {
 		binDir = controlplane.BinDir()
 	}
-	if err := kubelet.Available(filepath.Join(binDir, "kubelet")); err != nil {
+	if err := realnode.Available(filepath.Join(binDir, "kubelet")); err != nil {
 		return err
 	}
 	if binary == "" {
 		return errors.New("scenario: the real node needs a static drainscope binary for its images (Options.Binary)")
 	}
-	return kubelet.CheckStatic(binary)
+	return realnode.CheckStatic(binary)
 }
 
 // appEntrypoint runs the sample service in its image.
@@ -56,12 +56,12 @@ var appEntrypoint = []string{"/drainscope", "lab", "sampleapp"}
 // drainscope's own, each the one static binary on an empty base (as
 // deploy/Dockerfile builds drainscope's), with the CA bundle when the host
 // has one.
-func Images(binary string) []kubelet.Image {
-	files := []kubelet.File{{Path: "/drainscope", From: binary, Mode: 0o755}}
+func Images(binary string) []realnode.Image {
+	files := []realnode.File{{Path: "/drainscope", From: binary, Mode: 0o755}}
 	if _, err := os.Stat("/etc/ssl/certs/ca-certificates.crt"); err == nil {
-		files = append(files, kubelet.File{Path: "/etc/ssl/certs/ca-certificates.crt", From: "/etc/ssl/certs/ca-certificates.crt"})
+		files = append(files, realnode.File{Path: "/etc/ssl/certs/ca-certificates.crt", From: "/etc/ssl/certs/ca-certificates.crt"})
 	}
-	return []kubelet.Image{
+	return []realnode.Image{
 		{Ref: SandboxImage, Files: files, Entrypoint: []string{"/drainscope", "lab", "pause"}, User: "65535:65535"},
 		{Ref: AppImage, Files: files, Entrypoint: appEntrypoint, User: "65532:65532"},
 		{Ref: AgentImage, Files: files, Entrypoint: []string{"/drainscope"}, Cmd: []string{"serve", "--listen=0.0.0.0:8080"}, User: "65532:65532"},
@@ -71,7 +71,7 @@ func Images(binary string) []kubelet.Image {
 // upKubelet is Up's second half on a real node: the watcher first (its pod
 // cache attributes the kernel's events), then the kernel capture,
 // containerd and the kubelet, and kube-proxy.
-func (c *Cluster) upKubelet(ctx context.Context, start time.Time) error {
+func (c *Cluster) upKubelet(ctx context.Context, node *realNode, start time.Time) error {
 	o := c.opts
 	if err := c.startWatchers(ctx); err != nil {
 		return err
@@ -102,7 +102,7 @@ func (c *Cluster) upKubelet(ctx context.Context, start time.Time) error {
 	}
 	c.stops = append(c.stops, stop)
 	o.progress("starting containerd and the kubelet (%s) …", controlplane.Version)
-	c.Real, err = kubelet.Start(ctx, kubelet.Config{
+	node.n, err = realnode.Start(ctx, realnode.Config{
 		Dir:          realDir,
 		Kubelet:      filepath.Join(binDir, "kubelet"),
 		Kubeconfig:   c.CP.Kubeconfig(),
@@ -126,7 +126,7 @@ func (c *Cluster) upKubelet(ctx context.Context, start time.Time) error {
 	if err := c.startKubeProxy(ctx); err != nil {
 		return err
 	}
-	o.progress("real node %s (%s) and kube-proxy (nftables) running, %.1fs after start", NodeName, c.Real.Runtime(), time.Since(start).Seconds())
+	o.progress("real node %s (%s) and kube-proxy (nftables) running, %.1fs after start", NodeName, node.n.Runtime(), time.Since(start).Seconds())
 	return nil
 }
 
@@ -153,7 +153,7 @@ func (c *Cluster) startKernelReal(ctx context.Context) error {
 // containerd's, so that what the kernel does to a pod's sockets outside
 // any of its processes (an RST answering a SYN to a closed port) is seen.
 func (c *Cluster) trackRealNetNS(ctx context.Context) {
-	dir := kubelet.Config{Dir: realDir}.NetNSDir()
+	dir := realnode.Config{Dir: realDir}.NetNSDir()
 	seen := map[string]uint64{}
 	for !c.quiet.Load() && ctx.Err() == nil {
 		ents, _ := os.ReadDir(dir)
@@ -182,12 +182,7 @@ func (c *Cluster) trackRealNetNS(ctx context.Context) {
 }
 
 // NodeDescription says which node ran the pods, for the report.
-func (c *Cluster) NodeDescription() string {
-	if c.Real != nil {
-		return "kubelet (real: " + c.Real.Runtime() + ", runc, CNI bridge)"
-	}
-	return "process (the lab's own node: each container a process in its own network namespace and cgroup)"
-}
+func (c *Cluster) NodeDescription() string { return c.Node.Description() }
 
 // KernelPrograms lists the lab's own kernel capture's programs and whether
 // each loaded; nil when the capture is off.

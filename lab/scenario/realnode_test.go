@@ -20,7 +20,7 @@ import (
 	"github.com/drainscope/drainscope/controlplane"
 	"github.com/drainscope/drainscope/event"
 	"github.com/drainscope/drainscope/internal/testenv"
-	"github.com/drainscope/drainscope/lab/kubelet"
+	"github.com/drainscope/drainscope/lab/realnode"
 	"github.com/drainscope/drainscope/lab/scenario"
 	"github.com/drainscope/drainscope/store"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -74,14 +74,16 @@ func hostState(t *testing.T) map[string]string {
 
 var containerID = regexp.MustCompile(`^[0-9a-f]{64}$`)
 
-// TestLabRealNode runs the exit and preStop runs on a real kubelet with
+// testLabRealNode, the real node's side of TestLabNodeParity, runs the exit and preStop runs on a real kubelet with
 // containerd and runc, and checks from the store that the kernel capture
 // attributed the runtime's signals and the exits to the right pod and
 // container through containerd's cgroup paths, that the kubelet's preStop
 // window, the pods' connection endings and the endpoint transitions are
 // there, and that the analysis names the causes the process node's runs
 // get.
-func TestLabRealNode(t *testing.T) {
+// It returns the causes the analysis names per run, with their counts;
+// nil when it stopped early.
+func testLabRealNode(t *testing.T) map[string]map[analysis.Cause]int {
 	testenv.RequireRoot(t)
 	if _, err := controlplane.CheckBinaries("", "kubelet"); err != nil {
 		testenv.Unavailable(t, err.Error())
@@ -89,7 +91,7 @@ func TestLabRealNode(t *testing.T) {
 	if err := scenario.Preflight(""); err != nil {
 		testenv.Unavailable(t, err.Error())
 	}
-	if err := kubelet.Available(filepath.Join(controlplane.BinDir(), "kubelet")); err != nil {
+	if err := realnode.Available(filepath.Join(controlplane.BinDir(), "kubelet")); err != nil {
 		testenv.Unavailable(t, err.Error())
 	}
 	if testing.Short() {
@@ -151,6 +153,7 @@ func TestLabRealNode(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	causes := map[string]map[analysis.Cause]int{}
 	for _, r := range results {
 		if len(r.Replaced) != 4 || len(r.New) != 4 {
 			t.Errorf("run %s: %d pods replaced by %d, want 4 by 4", r.Run.Name, len(r.Replaced), len(r.New))
@@ -158,7 +161,7 @@ func TestLabRealNode(t *testing.T) {
 		for _, pod := range r.Replaced {
 			checkRealTermination(t, r, pod, events, p)
 		}
-		checkRealCauses(ctx, t, st, r)
+		causes[r.Run.Name] = checkRealCauses(ctx, t, st, r)
 	}
 	checkServerOnRealNode(ctx, t, c, dbPath, results)
 
@@ -177,6 +180,7 @@ func TestLabRealNode(t *testing.T) {
 			t.Errorf("the real node changed %s:\nbefore: %s\nafter:  %s", k, v, after[k])
 		}
 	}
+	return causes
 }
 
 // checkRealTermination checks one replaced pod's termination as the store
@@ -262,7 +266,8 @@ func checkRealTermination(t *testing.T, r scenario.RunResult, pod scenario.PodRe
 // exit-run failure on a terminating pod with a cause; the preStop run's
 // failures mostly keep-alive connections cut at exit, just after the exit;
 // and no SIGKILL in either (the apps exit well within the grace period).
-func checkRealCauses(ctx context.Context, t *testing.T, st store.Store, r scenario.RunResult) {
+// It returns the causes named, with their counts.
+func checkRealCauses(ctx context.Context, t *testing.T, st store.Store, r scenario.RunResult) map[analysis.Cause]int {
 	t.Helper()
 	res, err := analysis.Analyze(ctx, st, store.Query{
 		Window: r.Window(), Namespace: scenario.Namespace,
@@ -273,7 +278,9 @@ func checkRealCauses(ctx context.Context, t *testing.T, st store.Store, r scenar
 	}
 	tot := res.Totals
 	var causes []string
+	named := map[analysis.Cause]int{}
 	for _, c := range res.Causes {
+		named[c.Cause] += c.Count
 		causes = append(causes, string(c.Cause))
 		t.Logf("%s: %s %d; from exit p10 %s p90 %s", r.Run.Name, c.Title, c.Count, offset(c.FromExit.P10NS), offset(c.FromExit.P90NS))
 	}
@@ -302,6 +309,7 @@ func checkRealCauses(ctx context.Context, t *testing.T, st store.Store, r scenar
 				offset(keepAlive.FromExit.P10NS), offset(keepAlive.FromExit.P90NS))
 		}
 	}
+	return named
 }
 
 // checkServerOnRealNode deploys --keep's server (drainscope serve in a pod,

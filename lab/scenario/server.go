@@ -34,7 +34,7 @@ const ServerName = "drainscope-server"
 // pod is ready. An SQLite store is opened read-only (the lab writes it) and
 // on a real node reached as serverStore says.
 func DeployServer(ctx context.Context, c *Cluster, dsn string) (string, error) {
-	ss, err := serverStore(dsn, c.opts.Node == NodeKubelet)
+	ss, err := serverStore(dsn, c.Node.Kind() == NodeKubelet)
 	if err != nil {
 		return "", err
 	}

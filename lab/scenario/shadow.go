@@ -23,13 +23,13 @@ type ShadowKernel struct {
 }
 
 // startShadow opens the shadow capture after the lab's own.
-func (c *Cluster) startShadow(ctx context.Context) error {
+func (c *Cluster) startShadow(ctx context.Context, pods ebpf.PodLookup) error {
 	s := c.opts.Shadow
 	if s == nil {
 		return nil
 	}
 	cfg := s.Config
-	cfg.Node, cfg.Pods, cfg.Logger = NodeName, c.Node, c.log
+	cfg.Node, cfg.Pods, cfg.Logger = NodeName, pods, c.log
 	k, err := ebpf.Open(cfg)
 	if err != nil {
 		return fmt.Errorf("shadow capture: %w", err)

@@ -1,4 +1,4 @@
-// Package kubelet runs a real node for the lab: containerd (Debian's
+// Package realnode runs a real node for the lab: containerd (Debian's
 // package, with its CRI plugin), runc, the CNI bridge plugin and the kubelet
 // built from the same Kubernetes release as the control plane. Images come
 // from archives built on this host (Image) and imported into containerd; no
@@ -10,7 +10,7 @@
 // what the kubelet and runc write outside it on any node: the pods' cgroups
 // under CgroupRoot in every cgroup hierarchy, and the kubelet's links in
 // /var/log/containers. Cleanup removes all of it, also after a crash.
-package kubelet
+package realnode
 
 import (
 	"bufio"

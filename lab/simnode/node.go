@@ -1,4 +1,4 @@
-// Package node plays the kubelet for the lab, following the Pod Lifecycle
+// Package simnode plays the kubelet for the lab, following the Pod Lifecycle
 // documentation wherever the kubelet does something observable: it
 // registers a Node with addresses, binds pending pods to itself (the lab
 // runs no scheduler), runs each container as a real process in the pod's
@@ -10,7 +10,7 @@
 //
 // It has no container runtime and no images: an image name maps to a
 // program on this host (Config.Images).
-package node
+package simnode
 
 import (
 	"context"
