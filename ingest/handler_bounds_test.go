@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -149,13 +150,24 @@ func TestHandlerTimeWindow(t *testing.T) {
 // once, while the others are read.
 func TestHandlerConcurrency(t *testing.T) {
 	h := &Handler{Store: newMemStore(), Token: testToken, MaxConcurrent: 1}
-	srv := httptest.NewServer(h)
+	// The handler reads a body only once it holds a slot: the first
+	// request's first read says it holds the only one. Probing before
+	// that could take the slot first.
+	reading := make(chan struct{})
+	var once sync.Once
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-First") != "" {
+			r.Body = readSignal{r.Body, func() { once.Do(func() { close(reading) }) }}
+		}
+		h.ServeHTTP(w, r)
+	}))
 	defer srv.Close()
 	pr, pw := io.Pipe()
 	first := make(chan int, 1)
 	go func() {
 		req, _ := http.NewRequest(http.MethodPost, srv.URL+ClientFailuresPath, pr)
 		req.Header.Set("Authorization", "Bearer "+testToken)
+		req.Header.Set("X-First", "1")
 		res, err := http.DefaultClient.Do(req)
 		if err != nil {
 			first <- 0
@@ -165,6 +177,11 @@ func TestHandlerConcurrency(t *testing.T) {
 		first <- res.StatusCode
 	}()
 	pw.Write(recentJSONL(1, time.Now())) // the first request is being read
+	select {
+	case <-reading:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the handler never read the first request's body")
+	}
 	var code int
 	var retry string
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
@@ -223,4 +240,15 @@ func TestHandlerSlowBody(t *testing.T) {
 	if res.StatusCode != http.StatusRequestTimeout {
 		t.Errorf("status %d after %v, want 408", res.StatusCode, time.Since(start))
 	}
+}
+
+// readSignal calls read before each Read of its body.
+type readSignal struct {
+	io.ReadCloser
+	read func()
+}
+
+func (r readSignal) Read(p []byte) (int, error) {
+	r.read()
+	return r.ReadCloser.Read(p)
 }
