@@ -245,58 +245,96 @@ type viewParams struct {
 
 // timeline answers one request from the model.
 func (m *model) timeline(p viewParams, lim Limits) *Timeline {
-	lim = lim.withDefaults()
-	base := m.key.Start
-	rel := func(t int64) int64 { return t - base }
-	relp := func(t int64) *int64 {
-		if t == 0 {
-			return nil
-		}
-		v := t - base
-		return &v
+	v := m.newTimelineView(p, lim)
+	page := v.pageLanes()
+	plan := v.planMarks(page)
+	for i, l := range page {
+		v.out.Lanes = append(v.out.Lanes, v.laneView(l, plan, i))
 	}
+	return v.out
+}
+
+// timelineView is one timeline request being answered: the model, the
+// request, and the answer as built so far.
+type timelineView struct {
+	m        *model
+	p        viewParams
+	lim      Limits
+	base     int64
+	mode     string // which failures: client, inferred or all
+	causes   []analysis.Cause
+	bucketNS int64
+	out      *Timeline
+}
+
+// newTimelineView settles the request's defaults (view, failure mode) and
+// starts the answer with what does not depend on the lanes.
+func (m *model) newTimelineView(p viewParams, lim Limits) *timelineView {
+	v := &timelineView{m: m, lim: lim.withDefaults(), base: m.key.Start}
 	if p.from == 0 && p.to == 0 {
 		p.from, p.to = m.extent.From, m.extent.To
 	}
 	if p.to <= p.from {
 		p.to = p.from + 1
 	}
-	out := &Timeline{
-		Rollout: m.summary, Base: strconv.FormatInt(base, 10),
-		View: Range{rel(p.from), rel(p.to)}, Extent: Range{rel(m.extent.From), rel(m.extent.To)},
-		Capture: Range{rel(m.capture.From), rel(m.capture.To)},
+	v.p = p
+	v.out = &Timeline{
+		Rollout: m.summary, Base: strconv.FormatInt(v.base, 10),
+		View: Range{v.rel(p.from), v.rel(p.to)}, Extent: Range{v.rel(m.extent.From), v.rel(m.extent.To)},
+		Capture: Range{v.rel(m.capture.From), v.rel(m.capture.To)},
 		Causes:  m.causeInfos(), Lanes: []LaneView{},
 	}
-	mode := p.failures
-	if mode == "" {
-		mode = "client"
+	v.mode = p.failures
+	if v.mode == "" {
+		v.mode = "client"
 		if m.clientN == 0 {
-			mode = "inferred"
+			v.mode = "inferred"
 		}
 	}
-	out.Failures = mode
-	pick := func(l *lane) []failMark {
-		switch mode {
-		case "inferred":
-			return l.inferred
-		case "all":
-			return l.all
-		}
-		return l.fails
-	}
-	out.Stats.FailuresTotal = len(m.result.Failures)
-	out.Stats.AnalysisTruncate = m.result.Truncated
-	out.Stats.BuiltNS = m.built.UnixNano()
-	out.Stats.BuildTookNS = int64(m.took)
+	v.out.Failures = v.mode
+	v.out.Stats.FailuresTotal = len(m.result.Failures)
+	v.out.Stats.AnalysisTruncate = m.result.Truncated
+	v.out.Stats.BuiltNS = m.built.UnixNano()
+	v.out.Stats.BuildTookNS = int64(m.took)
+	return v
+}
 
-	// Lanes with something in the view, paged.
+// rel is t relative to the answer's base.
+func (v *timelineView) rel(t int64) int64 { return t - v.base }
+
+// relp is rel for a landmark that may be absent (zero).
+func (v *timelineView) relp(t int64) *int64 {
+	if t == 0 {
+		return nil
+	}
+	r := t - v.base
+	return &r
+}
+
+// pick is the lane's failures of the request's mode.
+func (v *timelineView) pick(l *lane) []failMark {
+	switch v.mode {
+	case "inferred":
+		return l.inferred
+	case "all":
+		return l.all
+	}
+	return l.fails
+}
+
+// bin is the density bin of t.
+func (v *timelineView) bin(t int64) int64 { return (t - v.p.from) / v.bucketNS }
+
+// pageLanes is the requested page of the lanes with something in the view.
+func (v *timelineView) pageLanes() []*lane {
+	p := v.p
 	var active []*lane
-	for _, l := range m.lanes {
+	for _, l := range v.m.lanes {
 		lo, hi := l.first, l.last
 		if l.tl != nil {
-			for _, v := range []int64{l.tl.Created, l.tl.Deletion} {
-				if v != 0 && (lo == 0 || v < lo) {
-					lo = v
+			for _, t := range []int64{l.tl.Created, l.tl.Deletion} {
+				if t != 0 && (lo == 0 || t < lo) {
+					lo = t
 				}
 			}
 		}
@@ -304,208 +342,266 @@ func (m *model) timeline(p viewParams, lim Limits) *Timeline {
 			active = append(active, l)
 		}
 	}
-	out.LanesTotal = len(active)
-	limit := lim.Lanes
+	v.out.LanesTotal = len(active)
+	limit := v.lim.Lanes
 	if p.laneLimit > 0 && p.laneLimit < limit {
 		limit = p.laneLimit
 	}
 	off := min(max(p.laneOffset, 0), len(active))
-	out.LaneOffset = off
-	page := active[off:min(off+limit, len(active))]
+	v.out.LaneOffset = off
+	return active[off:min(off+limit, len(active))]
+}
 
-	// Bins: about two pixels each, coarsened until the density fits.
-	buckets := lim.Buckets
-	if p.width > 0 {
-		buckets = min(max(p.width/2, 20), lim.Buckets)
-	}
-	type span struct{ sLo, sHi, fLo, fHi int }
-	spans := make([]span, len(page))
-	for i, l := range page {
-		sLo := sort.Search(len(l.socks), func(j int) bool { return l.socks[j].t >= p.from })
-		sHi := sort.Search(len(l.socks), func(j int) bool { return l.socks[j].t >= p.to })
-		fs := pick(l)
-		fLo := sort.Search(len(fs), func(j int) bool { return fs[j].t >= p.from })
-		fHi := sort.Search(len(fs), func(j int) bool { return fs[j].t >= p.to })
-		spans[i] = span{sLo, sHi, fLo, fHi}
-	}
-	// Decide which lanes get individual marks: failures first (they are
-	// what the page is about), then sockets, within the global budget.
-	budget := lim.Marks
-	indivF := make([]bool, len(page))
-	indivS := make([]bool, len(page))
-	for i := range page {
-		if n := spans[i].fHi - spans[i].fLo; n <= lim.LaneFailures && n <= budget {
-			indivF[i] = true
-			budget -= n
-		}
-	}
-	for i := range page {
-		if n := spans[i].sHi - spans[i].sLo; n <= lim.LaneSockets && n <= budget {
-			indivS[i] = true
-			budget -= n
-		}
-	}
-	causes := causeOrder(m.result)
-	for {
-		cells := 0
-		for i := range page {
-			if !indivS[i] {
-				cells += min(spans[i].sHi-spans[i].sLo, buckets*len(sockSeries))
-			}
-			if !indivF[i] {
-				cells += min(spans[i].fHi-spans[i].fLo, buckets*len(causes))
-			}
-		}
-		if cells <= lim.Cells || buckets <= 10 {
-			break
-		}
-		buckets /= 2
-	}
-	width := p.to - p.from
+// laneSpan is where a lane's sockets and failures in the view lie in its
+// lists.
+type laneSpan struct{ sLo, sHi, fLo, fHi int }
+
+// markPlan says, lane by lane of a page, which events are in view and
+// which are sent as individual marks rather than density.
+type markPlan struct {
+	spans          []laneSpan
+	indivS, indivF []bool
+}
+
+// planMarks decides which lanes get individual marks and the density bins
+// of the others.
+func (v *timelineView) planMarks(page []*lane) markPlan {
+	plan := markPlan{spans: v.laneSpans(page)}
+	plan.indivF, plan.indivS = v.individual(plan.spans)
+	v.causes = causeOrder(v.m.result)
+	buckets := v.bucketCount(plan)
+	width := v.p.to - v.p.from
 	bucketNS := (width + int64(buckets) - 1) / int64(buckets)
 	if bucketNS < 1 {
 		bucketNS = 1
 	}
-	out.BucketNS, out.Buckets = bucketNS, buckets
-	bin := func(t int64) int64 { return (t - p.from) / bucketNS }
+	v.bucketNS = bucketNS
+	v.out.BucketNS, v.out.Buckets = bucketNS, buckets
+	return plan
+}
 
+// laneSpans finds each lane's sockets and failures in the view.
+func (v *timelineView) laneSpans(page []*lane) []laneSpan {
+	p := v.p
+	spans := make([]laneSpan, len(page))
 	for i, l := range page {
-		lv := LaneView{
-			Key: l.key, Pod: l.pod, Role: l.role, Node: l.node,
-			Span: Range{rel(l.first), rel(l.last)}, Marks: []MarkView{}, Dropped: l.dropped,
-		}
-		if tl := l.tl; tl != nil {
-			ph := &lv.Phases
-			ph.Created, ph.Ready, ph.Deletion = relp(tl.Created), relp(tl.Ready), relp(tl.Deletion)
-			ph.Listener = relp(tl.ListenerClosed)
-			ph.Grace, ph.PreStop = tl.GracePeriod, tl.PreStop
-			if tl.Sigterm != nil {
-				ph.Sigterm = relp(tl.Sigterm.Time)
-			}
-			if tl.Kill != nil {
-				ph.Sigkill = relp(tl.Kill.Time)
-			}
-			if tl.Exit != nil {
-				ph.Exit, ph.ExitSignal, ph.ExitCode = relp(tl.Exit.Time), tl.Exit.Signal, tl.Exit.Code
-			}
-			if tl.Terminated != nil {
-				ph.Terminated = relp(tl.Terminated.Time)
-			}
-			for _, s := range []struct {
-				kind string
-				s    *analysis.Spread
-			}{
-				{"endpoint_not_ready", tl.EndpointNotReady}, {"endpoint_terminating", tl.EndpointTerminating},
-				{"endpoint_removed", tl.EndpointRemoved}, {"out_of_rotation", tl.OutOfRotation},
-			} {
-				if s.s != nil {
-					lv.Spreads = append(lv.Spreads, SpreadView{Kind: s.kind, First: rel(s.s.First), Last: rel(s.s.Last),
-						Nodes: s.s.Nodes[:min(len(s.s.Nodes), maxSpreadNodes)], NodeCount: len(s.s.Nodes)})
-				}
-			}
-			var gone analysis.Spread
-			for _, d := range tl.Dataplane {
-				if len(lv.Dataplane) < 2*maxSpreadNodes {
-					lv.Dataplane = append(lv.Dataplane, DataplaneView{T: rel(d.Time), Node: d.Node, Service: d.Service, InRotation: d.InRotation})
-				}
-				if d.InRotation {
-					continue
-				}
-				if gone.First == 0 || d.Time < gone.First {
-					gone.First = d.Time
-				}
-				gone.Last = max(gone.Last, d.Time)
-				if !slices.Contains(gone.Nodes, d.Node) {
-					gone.Nodes = append(gone.Nodes, d.Node)
-				}
-			}
-			if gone.First != 0 {
-				sort.Strings(gone.Nodes)
-				lv.Spreads = append(lv.Spreads, SpreadView{Kind: "dataplane_removed", First: rel(gone.First), Last: rel(gone.Last),
-					Nodes: gone.Nodes[:min(len(gone.Nodes), maxSpreadNodes)], NodeCount: len(gone.Nodes)})
-			}
-			if len(tl.Failures) > 0 {
-				lv.Failures = tl.Failures
-			}
-		}
-		// Lifecycle marks: every kind but endpoint transitions first, then
-		// endpoint transitions (the spreads summarise those left out).
-		var inView []int
-		for j := range l.marks {
-			if t := l.marks[j].t; t >= p.from && t < p.to {
-				inView = append(inView, j)
-			}
-		}
-		out.Stats.EventsInView += len(inView)
-		keep := make([]int, 0, min(len(inView), lim.LaneLandmarks))
-		for _, endpoint := range []bool{false, true} {
-			for _, j := range inView {
-				if l.marks[j].kind.IsEndpoint() == endpoint && len(keep) < lim.LaneLandmarks {
-					keep = append(keep, j)
-				}
-			}
-		}
-		sort.Ints(keep)
-		lv.Dropped += len(inView) - len(keep)
-		for _, j := range keep {
-			lm := &l.marks[j]
-			lv.Marks = append(lv.Marks, MarkView{T: rel(lm.t), Kind: string(lm.kind), Signal: lm.signal, ID: lm.id.String(), Node: lm.node, Label: lm.summary})
-		}
-		out.Stats.Marks += len(keep)
-
-		sp := spans[i]
-		lv.SocketCount = sp.sHi - sp.sLo
-		lv.FailureCount = sp.fHi - sp.fLo
-		out.Stats.EventsInView += lv.SocketCount + lv.FailureCount
-		if indivS[i] {
-			for _, s := range l.socks[sp.sLo:sp.sHi] {
-				lv.Sockets = append(lv.Sockets, SockView{T: rel(s.t), Kind: string(sockKinds[s.kind]), Series: sockSeries[s.series], ID: s.id.String()})
-			}
-			out.Stats.Marks += lv.SocketCount
-		} else {
-			counts := make([]map[int64]int64, len(sockSeries))
-			for _, s := range l.socks[sp.sLo:sp.sHi] {
-				if counts[s.series] == nil {
-					counts[s.series] = map[int64]int64{}
-				}
-				counts[s.series][bin(s.t)]++
-			}
-			for si, c := range counts {
-				if c != nil {
-					lv.SocketDensity = append(lv.SocketDensity, series(sockSeries[si], c))
-					out.Stats.DensityCells += len(c)
-				}
-			}
-		}
-		if indivF[i] {
-			for _, f := range pick(l)[sp.fLo:sp.fHi] {
-				af := &m.result.Failures[f.i]
-				lv.FailureMarks = append(lv.FailureMarks, FailView{T: rel(f.t), I: int(f.i), Cause: string(causes[f.cause]), Class: af.Failure.Reason, Inferred: f.inferred})
-			}
-			out.Stats.Marks += lv.FailureCount
-			out.Stats.FailuresListed += lv.FailureCount
-		} else {
-			counts := map[uint8]map[int64]int64{}
-			for _, f := range pick(l)[sp.fLo:sp.fHi] {
-				if counts[f.cause] == nil {
-					counts[f.cause] = map[int64]int64{}
-				}
-				counts[f.cause][bin(f.t)]++
-			}
-			for ci, cs := range causes {
-				if c := counts[uint8(ci)]; c != nil {
-					lv.FailureDensity = append(lv.FailureDensity, series(string(cs), c))
-					out.Stats.DensityCells += len(c)
-				}
-			}
-		}
-		if (!indivS[i] && lv.SocketCount > 0) || (!indivF[i] && lv.FailureCount > 0) {
-			out.Stats.AggregatedLanes++
-			out.Stats.Aggregated = true
-		}
-		out.Lanes = append(out.Lanes, lv)
+		sLo := sort.Search(len(l.socks), func(j int) bool { return l.socks[j].t >= p.from })
+		sHi := sort.Search(len(l.socks), func(j int) bool { return l.socks[j].t >= p.to })
+		fs := v.pick(l)
+		fLo := sort.Search(len(fs), func(j int) bool { return fs[j].t >= p.from })
+		fHi := sort.Search(len(fs), func(j int) bool { return fs[j].t >= p.to })
+		spans[i] = laneSpan{sLo, sHi, fLo, fHi}
 	}
-	return out
+	return spans
+}
+
+// individual decides which lanes get individual marks: failures first
+// (they are what the page is about), then sockets, within the global
+// budget.
+func (v *timelineView) individual(spans []laneSpan) (indivF, indivS []bool) {
+	budget := v.lim.Marks
+	indivF = make([]bool, len(spans))
+	indivS = make([]bool, len(spans))
+	for i := range spans {
+		if n := spans[i].fHi - spans[i].fLo; n <= v.lim.LaneFailures && n <= budget {
+			indivF[i] = true
+			budget -= n
+		}
+	}
+	for i := range spans {
+		if n := spans[i].sHi - spans[i].sLo; n <= v.lim.LaneSockets && n <= budget {
+			indivS[i] = true
+			budget -= n
+		}
+	}
+	return indivF, indivS
+}
+
+// bucketCount is the number of bins: about two pixels each, coarsened
+// until the density fits.
+func (v *timelineView) bucketCount(plan markPlan) int {
+	buckets := v.lim.Buckets
+	if v.p.width > 0 {
+		buckets = min(max(v.p.width/2, 20), v.lim.Buckets)
+	}
+	for {
+		cells := 0
+		for i, sp := range plan.spans {
+			if !plan.indivS[i] {
+				cells += min(sp.sHi-sp.sLo, buckets*len(sockSeries))
+			}
+			if !plan.indivF[i] {
+				cells += min(sp.fHi-sp.fLo, buckets*len(v.causes))
+			}
+		}
+		if cells <= v.lim.Cells || buckets <= 10 {
+			return buckets
+		}
+		buckets /= 2
+	}
+}
+
+// laneView is the answer's view of the page's i-th lane.
+func (v *timelineView) laneView(l *lane, plan markPlan, i int) LaneView {
+	lv := LaneView{
+		Key: l.key, Pod: l.pod, Role: l.role, Node: l.node,
+		Span: Range{v.rel(l.first), v.rel(l.last)}, Marks: []MarkView{}, Dropped: l.dropped,
+	}
+	if tl := l.tl; tl != nil {
+		v.phases(&lv.Phases, tl)
+		v.spreads(&lv, tl)
+		if len(tl.Failures) > 0 {
+			lv.Failures = tl.Failures
+		}
+	}
+	v.marks(&lv, l)
+	sp := plan.spans[i]
+	lv.SocketCount = sp.sHi - sp.sLo
+	lv.FailureCount = sp.fHi - sp.fLo
+	v.out.Stats.EventsInView += lv.SocketCount + lv.FailureCount
+	v.sockets(&lv, l, sp, plan.indivS[i])
+	v.failures(&lv, l, sp, plan.indivF[i])
+	if (!plan.indivS[i] && lv.SocketCount > 0) || (!plan.indivF[i] && lv.FailureCount > 0) {
+		v.out.Stats.AggregatedLanes++
+		v.out.Stats.Aggregated = true
+	}
+	return lv
+}
+
+// phases fills in the pod's landmarks.
+func (v *timelineView) phases(ph *Phases, tl *analysis.PodTimeline) {
+	relp := v.relp
+	ph.Created, ph.Ready, ph.Deletion = relp(tl.Created), relp(tl.Ready), relp(tl.Deletion)
+	ph.Listener = relp(tl.ListenerClosed)
+	ph.Grace, ph.PreStop = tl.GracePeriod, tl.PreStop
+	if tl.Sigterm != nil {
+		ph.Sigterm = relp(tl.Sigterm.Time)
+	}
+	if tl.Kill != nil {
+		ph.Sigkill = relp(tl.Kill.Time)
+	}
+	if tl.Exit != nil {
+		ph.Exit, ph.ExitSignal, ph.ExitCode = relp(tl.Exit.Time), tl.Exit.Signal, tl.Exit.Code
+	}
+	if tl.Terminated != nil {
+		ph.Terminated = relp(tl.Terminated.Time)
+	}
+}
+
+// spreads adds the pod's endpoint transitions across nodes and its
+// dataplane changes, ending with the spread of the dataplane removals.
+func (v *timelineView) spreads(lv *LaneView, tl *analysis.PodTimeline) {
+	for _, s := range []struct {
+		kind string
+		s    *analysis.Spread
+	}{
+		{"endpoint_not_ready", tl.EndpointNotReady}, {"endpoint_terminating", tl.EndpointTerminating},
+		{"endpoint_removed", tl.EndpointRemoved}, {"out_of_rotation", tl.OutOfRotation},
+	} {
+		if s.s != nil {
+			lv.Spreads = append(lv.Spreads, SpreadView{Kind: s.kind, First: v.rel(s.s.First), Last: v.rel(s.s.Last),
+				Nodes: s.s.Nodes[:min(len(s.s.Nodes), maxSpreadNodes)], NodeCount: len(s.s.Nodes)})
+		}
+	}
+	var gone analysis.Spread
+	for _, d := range tl.Dataplane {
+		if len(lv.Dataplane) < 2*maxSpreadNodes {
+			lv.Dataplane = append(lv.Dataplane, DataplaneView{T: v.rel(d.Time), Node: d.Node, Service: d.Service, InRotation: d.InRotation})
+		}
+		if d.InRotation {
+			continue
+		}
+		if gone.First == 0 || d.Time < gone.First {
+			gone.First = d.Time
+		}
+		gone.Last = max(gone.Last, d.Time)
+		if !slices.Contains(gone.Nodes, d.Node) {
+			gone.Nodes = append(gone.Nodes, d.Node)
+		}
+	}
+	if gone.First != 0 {
+		sort.Strings(gone.Nodes)
+		lv.Spreads = append(lv.Spreads, SpreadView{Kind: "dataplane_removed", First: v.rel(gone.First), Last: v.rel(gone.Last),
+			Nodes: gone.Nodes[:min(len(gone.Nodes), maxSpreadNodes)], NodeCount: len(gone.Nodes)})
+	}
+}
+
+// marks adds the lane's lifecycle marks in view: every kind but endpoint
+// transitions first, then endpoint transitions (the spreads summarise
+// those left out).
+func (v *timelineView) marks(lv *LaneView, l *lane) {
+	var inView []int
+	for j := range l.marks {
+		if t := l.marks[j].t; t >= v.p.from && t < v.p.to {
+			inView = append(inView, j)
+		}
+	}
+	v.out.Stats.EventsInView += len(inView)
+	keep := make([]int, 0, min(len(inView), v.lim.LaneLandmarks))
+	for _, endpoint := range []bool{false, true} {
+		for _, j := range inView {
+			if l.marks[j].kind.IsEndpoint() == endpoint && len(keep) < v.lim.LaneLandmarks {
+				keep = append(keep, j)
+			}
+		}
+	}
+	sort.Ints(keep)
+	lv.Dropped += len(inView) - len(keep)
+	for _, j := range keep {
+		lm := &l.marks[j]
+		lv.Marks = append(lv.Marks, MarkView{T: v.rel(lm.t), Kind: string(lm.kind), Signal: lm.signal, ID: lm.id.String(), Node: lm.node, Label: lm.summary})
+	}
+	v.out.Stats.Marks += len(keep)
+}
+
+// sockets adds the lane's socket events in view, as marks or as density.
+func (v *timelineView) sockets(lv *LaneView, l *lane, sp laneSpan, indiv bool) {
+	if indiv {
+		for _, s := range l.socks[sp.sLo:sp.sHi] {
+			lv.Sockets = append(lv.Sockets, SockView{T: v.rel(s.t), Kind: string(sockKinds[s.kind]), Series: sockSeries[s.series], ID: s.id.String()})
+		}
+		v.out.Stats.Marks += lv.SocketCount
+		return
+	}
+	counts := make([]map[int64]int64, len(sockSeries))
+	for _, s := range l.socks[sp.sLo:sp.sHi] {
+		if counts[s.series] == nil {
+			counts[s.series] = map[int64]int64{}
+		}
+		counts[s.series][v.bin(s.t)]++
+	}
+	for si, c := range counts {
+		if c != nil {
+			lv.SocketDensity = append(lv.SocketDensity, series(sockSeries[si], c))
+			v.out.Stats.DensityCells += len(c)
+		}
+	}
+}
+
+// failures adds the lane's failures in view, as marks or as density.
+func (v *timelineView) failures(lv *LaneView, l *lane, sp laneSpan, indiv bool) {
+	if indiv {
+		for _, f := range v.pick(l)[sp.fLo:sp.fHi] {
+			af := &v.m.result.Failures[f.i]
+			lv.FailureMarks = append(lv.FailureMarks, FailView{T: v.rel(f.t), I: int(f.i), Cause: string(v.causes[f.cause]), Class: af.Failure.Reason, Inferred: f.inferred})
+		}
+		v.out.Stats.Marks += lv.FailureCount
+		v.out.Stats.FailuresListed += lv.FailureCount
+		return
+	}
+	counts := map[uint8]map[int64]int64{}
+	for _, f := range v.pick(l)[sp.fLo:sp.fHi] {
+		if counts[f.cause] == nil {
+			counts[f.cause] = map[int64]int64{}
+		}
+		counts[f.cause][v.bin(f.t)]++
+	}
+	for ci, cs := range v.causes {
+		if c := counts[uint8(ci)]; c != nil {
+			lv.FailureDensity = append(lv.FailureDensity, series(string(cs), c))
+			v.out.Stats.DensityCells += len(c)
+		}
+	}
 }
 
 func series(name string, c map[int64]int64) Series {
