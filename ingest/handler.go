@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/flate"
 	"compress/gzip"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -206,64 +207,14 @@ var errTooLarge = errors.New("body too large")
 var maxEventTime = time.Date(2262, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	log := h.Log
-	if log == nil {
-		log = slog.Default()
-	}
-	if r.Method != http.MethodPost {
-		w.Header().Set("Allow", http.MethodPost)
-		writeJSON(w, http.StatusMethodNotAllowed, IngestError{Error: "use POST"})
-		return
-	}
-	if h.Token == "" && h.DataplaneToken == "" {
-		writeJSON(w, http.StatusServiceUnavailable, IngestError{Error: "no ingest token is configured on this server"})
-		return
-	}
-	dataplane, ok := h.authorized(r)
+	dataplane, ok := h.admit(w, r)
 	if !ok {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="drainscope"`)
-		writeJSON(w, http.StatusUnauthorized, IngestError{Error: "missing or wrong bearer token"})
 		return
 	}
-	if h.Store == nil {
-		writeJSON(w, http.StatusServiceUnavailable, IngestError{Error: "no store configured"})
+	parse, ok := h.requestParser(w, r, dataplane)
+	if !ok {
 		return
 	}
-	q := r.URL.Query()
-	name := q.Get("format")
-	if name == "" {
-		name = "jsonl"
-	}
-	f, err := LookupFormat(name)
-	if err != nil {
-		writeJSON(w, http.StatusBadRequest, IngestError{Error: err.Error()})
-		return
-	}
-	if msg := h.refuseFormat(f, dataplane); msg != "" {
-		writeJSON(w, http.StatusForbidden, IngestError{Error: msg})
-		return
-	}
-	opts := h.Options
-	opts.LogFormat = q.Get("log_format")
-	if fs := q.Get("fail_status"); fs != "" {
-		if opts.FailStatus, err = ParseCodeSet(fs); err != nil {
-			writeJSON(w, http.StatusBadRequest, IngestError{Error: err.Error()})
-			return
-		}
-	}
-	if ct := q.Get("client_timeout"); ct != "" {
-		if opts.ClientTimeout, err = time.ParseDuration(ct); err != nil || opts.ClientTimeout <= 0 {
-			writeJSON(w, http.StatusBadRequest, IngestError{Error: fmt.Sprintf("client_timeout %q: want a positive duration such as 5s", ct)})
-			return
-		}
-	}
-	parse, err := f.Parser(opts)
-	if err != nil {
-		writeJSON(w, http.StatusBadRequest, IngestError{Error: err.Error()})
-		return
-	}
-	parse = Bounded(parse, h.Window)
-
 	// Past this point a request holds memory: bound how many do.
 	release, ok := h.acquire()
 	if !ok {
@@ -272,6 +223,99 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer release()
+	body, ok := h.requestBody(w, r)
+	if !ok {
+		return
+	}
+	chk, err := checkBody(parse, body)
+	if err != nil {
+		h.bodyError(w, err)
+		return
+	}
+	if chk.nbad > 0 {
+		writeJSON(w, http.StatusBadRequest, IngestError{
+			Error:    fmt.Sprintf("%d of %d lines rejected; nothing was stored", chk.nbad, chk.res.Lines),
+			Rejected: chk.bad, More: chk.nbad - len(chk.bad),
+		})
+		return
+	}
+	if chk.res.Failed == 0 {
+		writeJSON(w, http.StatusOK, chk.res)
+		return
+	}
+	h.storeBody(w, r, parse, chk)
+}
+
+// admit answers a request that is no POST, or that the handler may not
+// serve (no token configured, wrong token, no store); ok says it was not
+// answered, and dataplane whether it carries the dataplane token.
+func (h *Handler) admit(w http.ResponseWriter, r *http.Request) (dataplane, ok bool) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		writeJSON(w, http.StatusMethodNotAllowed, IngestError{Error: "use POST"})
+		return false, false
+	}
+	if h.Token == "" && h.DataplaneToken == "" {
+		writeJSON(w, http.StatusServiceUnavailable, IngestError{Error: "no ingest token is configured on this server"})
+		return false, false
+	}
+	dataplane, ok = h.authorized(r)
+	if !ok {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="drainscope"`)
+		writeJSON(w, http.StatusUnauthorized, IngestError{Error: "missing or wrong bearer token"})
+		return false, false
+	}
+	if h.Store == nil {
+		writeJSON(w, http.StatusServiceUnavailable, IngestError{Error: "no store configured"})
+		return false, false
+	}
+	return dataplane, true
+}
+
+// requestParser builds the parser the query names (?format=, ?log_format=,
+// ?fail_status=, ?client_timeout=), bounded by Window, or answers why it
+// cannot (ok false).
+func (h *Handler) requestParser(w http.ResponseWriter, r *http.Request, dataplane bool) (parse Parser, ok bool) {
+	q := r.URL.Query()
+	name := q.Get("format")
+	if name == "" {
+		name = "jsonl"
+	}
+	f, err := LookupFormat(name)
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, IngestError{Error: err.Error()})
+		return nil, false
+	}
+	if msg := h.refuseFormat(f, dataplane); msg != "" {
+		writeJSON(w, http.StatusForbidden, IngestError{Error: msg})
+		return nil, false
+	}
+	opts := h.Options
+	opts.LogFormat = q.Get("log_format")
+	if fs := q.Get("fail_status"); fs != "" {
+		if opts.FailStatus, err = ParseCodeSet(fs); err != nil {
+			writeJSON(w, http.StatusBadRequest, IngestError{Error: err.Error()})
+			return nil, false
+		}
+	}
+	if ct := q.Get("client_timeout"); ct != "" {
+		if opts.ClientTimeout, err = time.ParseDuration(ct); err != nil || opts.ClientTimeout <= 0 {
+			writeJSON(w, http.StatusBadRequest, IngestError{Error: fmt.Sprintf("client_timeout %q: want a positive duration such as 5s", ct)})
+			return nil, false
+		}
+	}
+	parse, err = f.Parser(opts)
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, IngestError{Error: err.Error()})
+		return nil, false
+	}
+	return Bounded(parse, h.Window), true
+}
+
+// requestBody sets the body's read deadline (BodyTimeout) and returns it
+// bounded by MaxBytes, decompressed when gzip, or answers an encoding it
+// does not take (ok false).
+func (h *Handler) requestBody(w http.ResponseWriter, r *http.Request) (body io.Reader, ok bool) {
 	timeout := h.BodyTimeout
 	if timeout <= 0 {
 		timeout = DefaultBodyTimeout
@@ -284,31 +328,39 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if limit <= 0 {
 		limit = DefaultMaxBytes
 	}
-	var body io.Reader = http.MaxBytesReader(w, r.Body, limit)
+	body = http.MaxBytesReader(w, r.Body, limit)
 	switch enc := strings.ToLower(r.Header.Get("Content-Encoding")); enc {
 	case "", "identity":
 	case "gzip":
 		zr, err := gzip.NewReader(body)
 		if err != nil {
 			h.bodyError(w, err)
-			return
+			return nil, false
 		}
 		body = &limitReader{r: zr, left: limit}
 	default:
 		writeJSON(w, http.StatusUnsupportedMediaType, IngestError{Error: fmt.Sprintf("content encoding %q: send identity or gzip", enc)})
-		return
+		return nil, false
 	}
+	return body, true
+}
 
-	// First pass, as the body arrives: check every line, keep a copy of the
-	// body (not of its records: the body is their most compact form) while
-	// no line is bad, and the time range the failures span.
-	var res IngestResult
-	var bad []RejectedLine
-	nbad := 0
-	var copy spool
-	from, to := int64(0), int64(0)
-	err = parse(io.TeeReader(body, &copy), func(rec *Record) error {
-		res.Lines++
+// checked is what the first pass over a body found.
+type checked struct {
+	res      IngestResult
+	bad      []RejectedLine // the first MaxExamples bad lines
+	nbad     int
+	copy     *spool // the body, while no line is bad
+	from, to int64  // the time range the failures span
+}
+
+// checkBody is the first pass, as the body arrives: check every line, keep
+// a copy of the body (not of its records: the body is their most compact
+// form) while no line is bad, and the time range the failures span.
+func checkBody(parse Parser, body io.Reader) (*checked, error) {
+	c := &checked{copy: &spool{}}
+	err := parse(io.TeeReader(body, c.copy), func(rec *Record) error {
+		c.res.Lines++
 		// What event.Validate could refuse of a client failure is only its
 		// time (the rest is set by Record.Event and Seal): check that here,
 		// without building the event, so the second pass cannot meet a
@@ -318,62 +370,79 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		switch {
 		case rec.Err != nil:
-			nbad++
-			copy.drop() // nothing will be stored: only count from here
-			if len(bad) < MaxExamples {
-				bad = append(bad, RejectedLine{Line: rec.Err.Line, Field: rec.Err.Field, Error: rec.Err.Error()})
+			c.nbad++
+			c.copy.drop() // nothing will be stored: only count from here
+			if len(c.bad) < MaxExamples {
+				c.bad = append(c.bad, RejectedLine{Line: rec.Err.Line, Field: rec.Err.Field, Error: rec.Err.Error()})
 			}
 		case !rec.Failed:
-			res.Succeeded++
+			c.res.Succeeded++
 		default:
-			res.Failed++
-			if from == 0 || rec.Time < from {
-				from = rec.Time
+			c.res.Failed++
+			if c.from == 0 || rec.Time < c.from {
+				c.from = rec.Time
 			}
-			to = max(to, rec.Time)
+			c.to = max(c.to, rec.Time)
 		}
 		return nil
 	})
-	if err != nil {
-		h.bodyError(w, err)
-		return
-	}
-	if nbad > 0 {
-		writeJSON(w, http.StatusBadRequest, IngestError{
-			Error:    fmt.Sprintf("%d of %d lines rejected; nothing was stored", nbad, res.Lines),
-			Rejected: bad, More: nbad - len(bad),
-		})
-		return
-	}
-	if res.Failed == 0 {
-		writeJSON(w, http.StatusOK, res)
-		return
-	}
+	return c, err
+}
 
-	// Second pass, over the copy: resolve pods and store in batches.
+// storeBody is the second pass, over the copy of a body checked whole:
+// resolve pods, store in batches and answer.
+func (h *Handler) storeBody(w http.ResponseWriter, r *http.Request, parse Parser, c *checked) {
+	log := h.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	res := c.res
 	lookback := h.Lookback
 	if lookback <= 0 {
 		lookback = DefaultLookback
 	}
 	resolver, err := LoadResolver(r.Context(), h.Store, event.Window{
-		From: max(from-int64(lookback), 0), To: to + int64(DefaultLookahead) + 1,
+		From: max(c.from-int64(lookback), 0), To: c.to + int64(DefaultLookahead) + 1,
 	})
 	if err != nil {
 		log.Warn("ingest: resolving pods", "err", err)
 		writeJSON(w, http.StatusServiceUnavailable, IngestError{Error: "reading pod addresses from the store failed; nothing was stored, retry later"})
 		return
 	}
+	lineErr, err := h.storeBatches(r.Context(), parse, c.copy.reader(), newConverter(resolver), &res)
+	switch {
+	case lineErr != nil:
+		writeJSON(w, http.StatusBadRequest, IngestError{Error: fmt.Sprintf("%d of %d failures were stored before a bad line", res.Stored, res.Failed),
+			Rejected: []RejectedLine{{Line: lineErr.Line, Field: lineErr.Field, Error: lineErr.Error()}}, Stored: res.Stored})
+		return
+	case err != nil:
+		log.Warn("ingest: storing client failures", "stored", res.Stored, "failed", res.Failed, "err", err)
+		msg := "the store failed; nothing was stored, retry later"
+		if res.Stored > 0 {
+			msg = fmt.Sprintf("the store failed after %d of %d failures were stored; retry the same body: nothing is stored twice", res.Stored, res.Failed)
+		}
+		w.Header().Set("Retry-After", "5")
+		writeJSON(w, http.StatusServiceUnavailable, IngestError{Error: msg, Stored: res.Stored})
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+// storeBatches parses body again and appends its failures to the store in
+// batches of BatchSize, counting in res those stored and resolved. lineErr
+// is a bad line met on the way (the first pass checked the same: not
+// expected).
+func (h *Handler) storeBatches(ctx context.Context, parse Parser, body io.Reader, conv *converter, res *IngestResult) (lineErr *LineError, err error) {
 	bs := h.BatchSize
 	if bs <= 0 {
 		bs = DefaultHandlerBatch
 	}
-	conv := newConverter(resolver)
 	batch := make([]event.Event, 0, min(bs, res.Failed))
 	flush := func() error {
 		if len(batch) == 0 {
 			return nil
 		}
-		if err := h.Store.Append(r.Context(), batch); err != nil {
+		if err := h.Store.Append(ctx, batch); err != nil {
 			return err
 		}
 		res.Stored += len(batch)
@@ -381,8 +450,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		batch = batch[:0]
 		return nil
 	}
-	var lineErr *LineError
-	err = parse(copy.reader(), func(rec *Record) error {
+	err = parse(body, func(rec *Record) error {
 		if rec.Err != nil || !rec.Failed {
 			return nil
 		}
@@ -403,22 +471,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		err = flush()
 	}
-	switch {
-	case lineErr != nil:
-		writeJSON(w, http.StatusBadRequest, IngestError{Error: fmt.Sprintf("%d of %d failures were stored before a bad line", res.Stored, res.Failed),
-			Rejected: []RejectedLine{{Line: lineErr.Line, Field: lineErr.Field, Error: lineErr.Error()}}, Stored: res.Stored})
-		return
-	case err != nil:
-		log.Warn("ingest: storing client failures", "stored", res.Stored, "failed", res.Failed, "err", err)
-		msg := "the store failed; nothing was stored, retry later"
-		if res.Stored > 0 {
-			msg = fmt.Sprintf("the store failed after %d of %d failures were stored; retry the same body: nothing is stored twice", res.Stored, res.Failed)
-		}
-		w.Header().Set("Retry-After", "5")
-		writeJSON(w, http.StatusServiceUnavailable, IngestError{Error: msg, Stored: res.Stored})
-		return
-	}
-	writeJSON(w, http.StatusOK, res)
+	return lineErr, err
 }
 
 // acquire takes one of MaxConcurrent slots without waiting.

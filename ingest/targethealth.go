@@ -47,217 +47,255 @@ const maxSnapshotBytes = 64 << 20
 // or gcp-lb) as its node. A snapshot with no JSON (the poll failed) is
 // skipped, as is a last one the input does not end with a newline after.
 func ParseTargetHealth(r io.Reader, opts Options, emit Emit) error {
-	lr := newLineReader(r)
-	var rec Record
-	if lr.notText != nil {
-		rec.reset(lr.notText.Line)
-		rec.Err = lr.notText
-		return emit(&rec)
-	}
-	type key struct {
-		svc  string
-		addr netip.AddrPort
-	}
-	var (
-		prev, cur map[key]string // target → state
-		first     = true
-		have      bool
-		at        int64
-		svc       string
-		buf       []byte
-		bufLine   int // the line the snapshot's JSON starts on
-		proxy     string
-		tooBig    bool
-		dropping  bool // after a timestamp line: its snapshot's lines are no stray JSON
-	)
-	bad := func(line int, field, format string, args ...any) error {
-		rec.reset(line)
-		rec.Err = lineErr(line, field, format, args...)
-		if lr.unterminated {
-			rec.Err.Unterminated = true
-		}
-		return emit(&rec)
-	}
-	finish := func(atLine int) error {
-		if !have || len(bytes.TrimSpace(buf)) == 0 {
-			return nil
-		}
-		if tooBig {
-			return bad(bufLine, FieldLine, "the snapshot's JSON is longer than %d bytes", maxSnapshotBytes)
-		}
-		targets, kind, err := decodeTargetHealth(buf)
-		if err != nil {
-			line, field, msg := bufLine, FieldLine, err.Error()
-			var se *json.SyntaxError
-			if errors.As(err, &se) {
-				off := min(int(se.Offset), len(buf))
-				line += bytes.Count(buf[:off], []byte("\n"))
-				field = lastJSONKey(buf, off)
-				msg = "not JSON: " + se.Error()
-			}
-			var te *json.UnmarshalTypeError
-			if errors.As(err, &te) {
-				field, msg = te.Field, "JSON "+te.Value+" where "+te.Type.String()+" was expected"
-				if field == "" {
-					field = FieldLine
-				}
-			}
-			var fe *fieldError
-			if errors.As(err, &fe) {
-				field, msg = fe.field, fe.msg
-			}
-			return bad(line, field, "%s", msg)
-		}
-		if proxy == "" {
-			proxy = kind
-		}
-		node := opts.ProxyName
-		if node == "" {
-			node = proxy
-		}
-		service := opts.Service
-		if service == "" {
-			service = svc
-		}
-		if service == "" {
-			service = node
-		}
-		cur = make(map[key]string, len(targets))
-		for _, t := range targets {
-			cur[key{service, t.addr}] = t.state
-		}
-		if first {
-			first = false
-			if opts.BaselineOnly {
-				prev = cur
-				return nil
-			}
-		}
-		keys := make([]key, 0, len(cur)+len(prev))
-		for k := range cur {
-			keys = append(keys, k)
-		}
-		for k := range prev {
-			if _, ok := cur[k]; !ok {
-				keys = append(keys, k)
-			}
-		}
-		sort.Slice(keys, func(i, j int) bool {
-			if keys[i].svc != keys[j].svc {
-				return keys[i].svc < keys[j].svc
-			}
-			return keys[i].addr.Compare(keys[j].addr) < 0
-		})
-		for _, k := range keys {
-			was, is := healthyState(prev[k]), healthyState(cur[k])
-			if was == is {
-				continue
-			}
-			rec.reset(atLine)
-			rec.Failed = true
-			rec.Time = at
-			rec.Kind = event.DataplaneEndpointRemoved
-			if is {
-				rec.Kind = event.DataplaneEndpointAdded
-			}
-			rec.Node = node
-			rec.Remote = k.addr
-			ns, name, ok := strings.Cut(k.svc, "/")
-			if ok && ns != "" && name != "" {
-				rec.Namespace, rec.Service = ns, name
-			} else {
-				rec.Service = k.svc
-			}
-			rec.attr(event.AttrProxy, proxy)
-			state := cur[k]
-			if state == "" {
-				state = "gone"
-			}
-			rec.attr(AttrTargetState, state)
-			if err := emit(&rec); err != nil {
-				return err
-			}
-		}
-		prev = cur
-		return nil
+	p := &targetHealthParser{lr: newLineReader(r), opts: opts, emit: emit, first: true}
+	if p.lr.notText != nil {
+		p.rec.reset(p.lr.notText.Line)
+		p.rec.Err = p.lr.notText
+		return emit(&p.rec)
 	}
 	for {
-		line, tooLong, err := lr.next()
+		line, tooLong, err := p.lr.next()
 		if err == io.EOF {
-			if lr.unterminated {
+			if p.lr.unterminated {
 				return nil
 			}
-			return finish(lr.n + 1)
+			return p.finish(p.lr.n + 1)
 		}
 		if err != nil {
 			return err
 		}
-		if tooLong || bytes.IndexByte(line, 0) >= 0 {
-			// A damaged line spoils its snapshot, which is skipped like a
-			// failed poll (and its JSON's own error, which would come after
-			// this line's, is never read).
-			have, buf, dropping = false, buf[:0], true
-		}
-		switch {
-		case tooLong:
-			if err := bad(lr.n, FieldLine, "longer than %d bytes", MaxLineBytes); err != nil {
-				return err
-			}
-			continue
-		case bytes.IndexByte(line, 0) >= 0:
-			if err := bad(lr.n, FieldLine, "binary data (NUL byte at column %d)", bytes.IndexByte(line, 0)+1); err != nil {
-				return err
-			}
-			continue
-		case len(line) > 0 && line[0] == '#':
-			// A timestamp line ends the snapshot before it, good or bad;
-			// after a bad one its JSON is dropped with it.
-			if err := finish(lr.n); err != nil {
-				return err
-			}
-			have, buf, dropping = false, buf[:0], true
-			fields := strings.Fields(string(line[1:]))
-			if len(fields) == 0 || len(fields) > 2 {
-				if err := bad(lr.n, "time", "want '# TIME [namespace/service]'"); err != nil {
-					return err
-				}
-				continue
-			}
-			t, err := parseSnapshotTime(fields[0])
-			if err != nil {
-				if err := bad(lr.n, "time", "%v", err); err != nil {
-					return err
-				}
-				continue
-			}
-			have, at, buf, bufLine, tooBig, svc = true, t, buf[:0], lr.n+1, false, ""
-			if len(fields) == 2 {
-				if err := checkJSONString(fields[1]); err != nil || strings.Count(fields[1], "/") != 1 {
-					if err := bad(lr.n, "service", "%q is not namespace/name", truncate(fields[1], 60)); err != nil {
-						return err
-					}
-					continue
-				}
-				svc = fields[1]
-			}
-		default:
-			if !have {
-				if len(bytes.TrimSpace(line)) == 0 || dropping {
-					continue
-				}
-				if err := bad(lr.n, FieldLine, "JSON before the first timestamp line (# 2026-03-01T09:00:00.123Z): each snapshot must begin with one"); err != nil {
-					return err
-				}
-				continue
-			}
-			if len(buf)+len(line) > maxSnapshotBytes {
-				tooBig = true
-				continue
-			}
-			buf = append(buf, line...)
-			buf = append(buf, '\n')
+		if err := p.line(line, tooLong); err != nil {
+			return err
 		}
 	}
+}
+
+// targetKey is one target of one Service.
+type targetKey struct {
+	svc  string
+	addr netip.AddrPort
+}
+
+// targetHealthParser is ParseTargetHealth's state from one line to the next.
+type targetHealthParser struct {
+	lr   *lineReader
+	opts Options
+	emit Emit
+	rec  Record
+
+	prev     map[targetKey]string // target → state, in the last snapshot
+	first    bool                 // no snapshot was decoded yet
+	have     bool                 // a good timestamp line began the snapshot being read
+	at       int64                // the snapshot's time
+	svc      string               // the snapshot's Service, from its timestamp line
+	buf      []byte               // the snapshot's JSON
+	bufLine  int                  // the line the snapshot's JSON starts on
+	proxy    string
+	tooBig   bool
+	dropping bool // after a timestamp line: its snapshot's lines are no stray JSON
+}
+
+// bad emits a bad line.
+func (p *targetHealthParser) bad(line int, field, format string, args ...any) error {
+	p.rec.reset(line)
+	p.rec.Err = lineErr(line, field, format, args...)
+	if p.lr.unterminated {
+		p.rec.Err.Unterminated = true
+	}
+	return p.emit(&p.rec)
+}
+
+// line takes the input's next line.
+func (p *targetHealthParser) line(line []byte, tooLong bool) error {
+	nul := bytes.IndexByte(line, 0)
+	if tooLong || nul >= 0 {
+		// A damaged line spoils its snapshot, which is skipped like a
+		// failed poll (and its JSON's own error, which would come after
+		// this line's, is never read).
+		p.have, p.buf, p.dropping = false, p.buf[:0], true
+	}
+	switch {
+	case tooLong:
+		return p.bad(p.lr.n, FieldLine, "longer than %d bytes", MaxLineBytes)
+	case nul >= 0:
+		return p.bad(p.lr.n, FieldLine, "binary data (NUL byte at column %d)", nul+1)
+	case len(line) > 0 && line[0] == '#':
+		return p.timestampLine(line)
+	default:
+		return p.jsonLine(line)
+	}
+}
+
+// timestampLine ends the snapshot before it, good or bad, and begins the
+// next; after a bad one its JSON is dropped with it.
+func (p *targetHealthParser) timestampLine(line []byte) error {
+	if err := p.finish(p.lr.n); err != nil {
+		return err
+	}
+	p.have, p.buf, p.dropping = false, p.buf[:0], true
+	fields := strings.Fields(string(line[1:]))
+	if len(fields) == 0 || len(fields) > 2 {
+		return p.bad(p.lr.n, "time", "want '# TIME [namespace/service]'")
+	}
+	t, err := parseSnapshotTime(fields[0])
+	if err != nil {
+		return p.bad(p.lr.n, "time", "%v", err)
+	}
+	p.have, p.at, p.buf, p.bufLine, p.tooBig, p.svc = true, t, p.buf[:0], p.lr.n+1, false, ""
+	if len(fields) == 2 {
+		if err := checkJSONString(fields[1]); err != nil || strings.Count(fields[1], "/") != 1 {
+			return p.bad(p.lr.n, "service", "%q is not namespace/name", truncate(fields[1], 60))
+		}
+		p.svc = fields[1]
+	}
+	return nil
+}
+
+// jsonLine adds a line to the snapshot's JSON.
+func (p *targetHealthParser) jsonLine(line []byte) error {
+	if !p.have {
+		if len(bytes.TrimSpace(line)) == 0 || p.dropping {
+			return nil
+		}
+		return p.bad(p.lr.n, FieldLine, "JSON before the first timestamp line (# 2026-03-01T09:00:00.123Z): each snapshot must begin with one")
+	}
+	if len(p.buf)+len(line) > maxSnapshotBytes {
+		p.tooBig = true
+		return nil
+	}
+	p.buf = append(p.buf, line...)
+	p.buf = append(p.buf, '\n')
+	return nil
+}
+
+// finish decodes the snapshot read and emits how its targets changed
+// since the one before, as of line atLine.
+func (p *targetHealthParser) finish(atLine int) error {
+	if !p.have || len(bytes.TrimSpace(p.buf)) == 0 {
+		return nil
+	}
+	if p.tooBig {
+		return p.bad(p.bufLine, FieldLine, "the snapshot's JSON is longer than %d bytes", maxSnapshotBytes)
+	}
+	targets, kind, err := decodeTargetHealth(p.buf)
+	if err != nil {
+		line, field, msg := snapshotError(p.buf, p.bufLine, err)
+		return p.bad(line, field, "%s", msg)
+	}
+	if p.proxy == "" {
+		p.proxy = kind
+	}
+	node := p.opts.ProxyName
+	if node == "" {
+		node = p.proxy
+	}
+	service := p.opts.Service
+	if service == "" {
+		service = p.svc
+	}
+	if service == "" {
+		service = node
+	}
+	cur := make(map[targetKey]string, len(targets))
+	for _, t := range targets {
+		cur[targetKey{service, t.addr}] = t.state
+	}
+	if p.first {
+		p.first = false
+		if p.opts.BaselineOnly {
+			p.prev = cur
+			return nil
+		}
+	}
+	if err := p.emitChanges(cur, node, atLine); err != nil {
+		return err
+	}
+	p.prev = cur
+	return nil
+}
+
+// snapshotError names the line (the snapshot's JSON starts on line
+// bufLine), the field and the message of err, buf's decoding error.
+func snapshotError(buf []byte, bufLine int, err error) (line int, field, msg string) {
+	line, field, msg = bufLine, FieldLine, err.Error()
+	var se *json.SyntaxError
+	if errors.As(err, &se) {
+		off := min(int(se.Offset), len(buf))
+		line += bytes.Count(buf[:off], []byte("\n"))
+		field = lastJSONKey(buf, off)
+		msg = "not JSON: " + se.Error()
+	}
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		field, msg = te.Field, "JSON "+te.Value+" where "+te.Type.String()+" was expected"
+		if field == "" {
+			field = FieldLine
+		}
+	}
+	var fe *fieldError
+	if errors.As(err, &fe) {
+		field, msg = fe.field, fe.msg
+	}
+	return line, field, msg
+}
+
+// emitChanges emits, in order of Service and address, each target that
+// went in or out of rotation between the last snapshot and cur: added or
+// removed at the snapshot's time, with node as the load balancer.
+func (p *targetHealthParser) emitChanges(cur map[targetKey]string, node string, atLine int) error {
+	rec := &p.rec
+	for _, k := range targetKeys(p.prev, cur) {
+		was, is := healthyState(p.prev[k]), healthyState(cur[k])
+		if was == is {
+			continue
+		}
+		rec.reset(atLine)
+		rec.Failed = true
+		rec.Time = p.at
+		rec.Kind = event.DataplaneEndpointRemoved
+		if is {
+			rec.Kind = event.DataplaneEndpointAdded
+		}
+		rec.Node = node
+		rec.Remote = k.addr
+		ns, name, ok := strings.Cut(k.svc, "/")
+		if ok && ns != "" && name != "" {
+			rec.Namespace, rec.Service = ns, name
+		} else {
+			rec.Service = k.svc
+		}
+		rec.attr(event.AttrProxy, p.proxy)
+		state := cur[k]
+		if state == "" {
+			state = "gone"
+		}
+		rec.attr(AttrTargetState, state)
+		if err := p.emit(rec); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// targetKeys lists the targets of either snapshot, sorted by Service and
+// address.
+func targetKeys(prev, cur map[targetKey]string) []targetKey {
+	keys := make([]targetKey, 0, len(cur)+len(prev))
+	for k := range cur {
+		keys = append(keys, k)
+	}
+	for k := range prev {
+		if _, ok := cur[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i].svc != keys[j].svc {
+			return keys[i].svc < keys[j].svc
+		}
+		return keys[i].addr.Compare(keys[j].addr) < 0
+	})
+	return keys
 }
 
 // healthyState reports whether a target in state s takes new connections.
