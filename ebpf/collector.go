@@ -165,115 +165,34 @@ type Collector struct {
 // Programs; Open fails only when none can run or a requirement shared by
 // all is missing (BTF, ring buffer, privileges).
 func Open(cfg Config) (*Collector, error) {
-	log := cfg.Logger
-	if log == nil {
-		log = slog.Default()
+	s, err := cfg.settings()
+	if err != nil {
+		return nil, err
 	}
-	if cfg.Node == "" {
-		return nil, errors.New("config: Node is empty (every event names the node that observed it)")
-	}
-	size := cfg.RingBufferSize
-	if size == 0 {
-		size = defaultRingBufferSize
-	}
-	if page := os.Getpagesize(); size < page || size%page != 0 || size&(size-1) != 0 {
-		return nil, fmt.Errorf("ring buffer size %d: must be a power of two and a multiple of the page size (%d)", size, page)
-	}
-	signals := cfg.Signals
-	if len(signals) == 0 {
-		signals = DefaultSignals
-	}
-	var mask uint64
-	for _, s := range signals {
-		if s <= 0 || s >= 64 {
-			return nil, fmt.Errorf("signal %d out of range 1-63", s)
-		}
-		mask |= 1 << uint(s)
-	}
-	interval := cfg.ClockInterval
-	if interval <= 0 {
-		interval = time.Second
-	}
-	flush := cfg.FlushInterval
-	if flush <= 0 {
-		flush = 100 * time.Millisecond
-	}
-	exitWindow := cfg.ExitWindow
-	switch {
-	case exitWindow == 0:
-		exitWindow = 50 * time.Millisecond
-	case exitWindow < 0:
-		exitWindow = 0
-	}
-	wakeup := cfg.WakeupEvents
-	if wakeup <= 0 {
-		wakeup = 64
-	}
-	var wakeupBytes uint64
-	if wakeup > 1 {
-		// Each record carries an 8-byte header in the ring.
-		wakeupBytes = uint64(wakeup * (eventSize + 8))
-		if wakeupBytes > uint64(size/2) {
-			wakeupBytes = uint64(size / 2)
-		}
-	}
+	log := s.log
 
 	layout, err := detectCgroups(cfg.Cgroups)
 	if err != nil {
 		return nil, err
 	}
 
-	kernel, err := btf.LoadKernelSpec()
+	kernel, err := probeKernel(log)
 	if err != nil {
-		return nil, fmt.Errorf("kernel BTF is required (/sys/kernel/btf/vmlinux, CONFIG_DEBUG_INFO_BTF=y): %w", err)
-	}
-	if err := features.HaveMapType(ebpf.RingBuf); err != nil {
-		switch {
-		case errors.Is(err, os.ErrPermission):
-			return nil, fmt.Errorf("loading BPF programs needs root, or CAP_BPF and CAP_PERFMON: %w", err)
-		case errors.Is(err, ebpf.ErrNotSupported):
-			return nil, fmt.Errorf("BPF ring buffer not available (Linux 5.8 or later is needed): %w", err)
-		}
-		return nil, fmt.Errorf("probing for the BPF ring buffer: %w", err)
-	}
-	if err := rlimit.RemoveMemlock(); err != nil {
-		log.Warn("could not raise RLIMIT_MEMLOCK; loading may fail on kernels before 5.11", "err", err)
+		return nil, err
 	}
 
 	spec, err := loadProbes()
 	if err != nil {
 		return nil, err
 	}
-	spec.Maps["events"].MaxEntries = uint32(size)
+	spec.Maps["events"].MaxEntries = uint32(s.size)
 
-	v1 := int32(-1)
-	if layout.v1Subsys != "" {
-		id, err := cgroupSubsysID(kernel, layout.v1Subsys)
-		if err != nil {
-			return nil, err
-		}
-		v1 = id
-	}
-	feats := probeFeatures(kernel, cfg.WithoutFeatures)
-	reasonArg, reasonNames := rstReasons(kernel)
-	feats[FeatureResetReason] = feats[FeatureResetReason] && reasonArg
-	vars := map[string]any{
-		"signal_mask":         mask,
-		"filter_enabled":      boolByte(!cfg.TrackAll),
-		"v1_subsys_id":        v1,
-		"rst_reason_arg":      boolByte(feats[FeatureResetReason]),
-		"no_socket_resets":    boolByte(feats[FeatureNoSocketResets]),
-		"have_task_btf":       boolByte(feats[FeatureTaskBTF]),
-		"exit_group_dead_arg": boolByte(feats[FeatureExitGroupDead]),
-		"wakeup_bytes":        wakeupBytes,
-	}
-	for name, v := range vars {
-		if err := spec.Variables[name].Set(v); err != nil {
-			return nil, fmt.Errorf("setting %s: %w", name, err)
-		}
+	feats, reasonNames, err := setVariables(spec, kernel, cfg, layout, s)
+	if err != nil {
+		return nil, err
 	}
 
-	c := &Collector{log: log, layout: layout, progs: map[string]*ebpf.Program{}, links: map[string]link.Link{}, flush: flush, exitWindow: exitWindow,
+	c := &Collector{log: log, layout: layout, progs: map[string]*ebpf.Program{}, links: map[string]link.Link{}, flush: s.flush, exitWindow: s.exitWindow,
 		features: feats, release: kernelRelease()}
 	ok := false
 	defer func() {
@@ -282,40 +201,11 @@ func Open(cfg Config) (*Collector, error) {
 		}
 	}()
 
-	// Maps first, on their own: a program that fails to load must not take
-	// the maps (or the other programs) with it.
-	mapSpec := &ebpf.CollectionSpec{Maps: spec.Maps, Variables: spec.Variables, Types: spec.Types, ByteOrder: spec.ByteOrder}
-	c.maps, err = ebpf.NewCollection(mapSpec)
-	if err != nil {
-		if errors.Is(err, os.ErrPermission) {
-			return nil, fmt.Errorf("creating BPF maps needs root, or CAP_BPF and CAP_PERFMON: %w", err)
-		}
-		return nil, fmt.Errorf("creating BPF maps: %w", err)
+	if err := c.createMaps(spec); err != nil {
+		return nil, err
 	}
-	c.events = c.maps.Maps["events"]
-	c.counters = c.maps.Maps["counters"]
-	c.cgroupsMap = c.maps.Maps["tracked_cgroups"]
-	c.netnsMap = c.maps.Maps["tracked_netns"]
-	c.generation = c.maps.Maps["generation"]
-
-	cache := btf.NewCache()
-	for _, def := range programDefs {
-		p := Program{Name: def.name, Tracepoint: def.tracepoint, Kinds: def.kinds}
-		p.Err = c.loadProgram(spec, kernel, cache, def)
-		p.Loaded = p.Err == nil
-		if p.Err != nil {
-			log.Warn("kernel program dropped", "program", def.name, "tracepoint", def.tracepoint,
-				"missing", kindNames(def.kinds), "err", p.Err)
-		}
-		c.programs = append(c.programs, p)
-	}
-	c.loadRefusedFallback(kernel, cache, !cfg.TrackAll, wakeupBytes, cfg.WithoutFeatures)
-	if len(c.links) == 0 {
-		var why []string
-		for _, p := range c.programs {
-			why = append(why, p.Name+": "+p.Err.Error())
-		}
-		return nil, fmt.Errorf("no kernel program could run: %s", strings.Join(why, "; "))
+	if err := c.loadPrograms(spec, kernel, cfg, s.wakeupBytes); err != nil {
+		return nil, err
 	}
 
 	c.evidence = c.refusedEvidence(evidenceFor(feats, c.programs, c.release))
@@ -333,9 +223,177 @@ func Open(cfg Config) (*Collector, error) {
 	c.hostNet = hostNetNS(spec, kernel, log)
 	c.resolver = newResolver(cfg.Pods, c.cgroups, c.hostNet, log)
 	c.decoder = decoder{node: cfg.Node, rstReasons: reasonNames}
-	c.clock = newWallClock(interval)
+	c.clock = newWallClock(s.interval)
 	ok = true
 	return c, nil
+}
+
+// openSettings are a Config's settings with their defaults applied.
+type openSettings struct {
+	log         *slog.Logger
+	size        int
+	mask        uint64
+	interval    time.Duration
+	flush       time.Duration
+	exitWindow  time.Duration
+	wakeupBytes uint64
+}
+
+// settings checks cfg and applies the defaults of what it leaves unset.
+func (cfg Config) settings() (openSettings, error) {
+	var s openSettings
+	s.log = cfg.Logger
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	if cfg.Node == "" {
+		return s, errors.New("config: Node is empty (every event names the node that observed it)")
+	}
+	s.size = cfg.RingBufferSize
+	if s.size == 0 {
+		s.size = defaultRingBufferSize
+	}
+	if page := os.Getpagesize(); s.size < page || s.size%page != 0 || s.size&(s.size-1) != 0 {
+		return s, fmt.Errorf("ring buffer size %d: must be a power of two and a multiple of the page size (%d)", s.size, page)
+	}
+	signals := cfg.Signals
+	if len(signals) == 0 {
+		signals = DefaultSignals
+	}
+	for _, sig := range signals {
+		if sig <= 0 || sig >= 64 {
+			return s, fmt.Errorf("signal %d out of range 1-63", sig)
+		}
+		s.mask |= 1 << uint(sig)
+	}
+	s.interval = cfg.ClockInterval
+	if s.interval <= 0 {
+		s.interval = time.Second
+	}
+	s.flush = cfg.FlushInterval
+	if s.flush <= 0 {
+		s.flush = 100 * time.Millisecond
+	}
+	s.exitWindow = cfg.ExitWindow
+	switch {
+	case s.exitWindow == 0:
+		s.exitWindow = 50 * time.Millisecond
+	case s.exitWindow < 0:
+		s.exitWindow = 0
+	}
+	wakeup := cfg.WakeupEvents
+	if wakeup <= 0 {
+		wakeup = 64
+	}
+	if wakeup > 1 {
+		// Each record carries an 8-byte header in the ring.
+		s.wakeupBytes = uint64(wakeup * (eventSize + 8))
+		if s.wakeupBytes > uint64(s.size/2) {
+			s.wakeupBytes = uint64(s.size / 2)
+		}
+	}
+	return s, nil
+}
+
+// probeKernel loads the kernel's BTF, checks that BPF ring buffers can be
+// made and raises RLIMIT_MEMLOCK for kernels that charge maps to it.
+func probeKernel(log *slog.Logger) (*btf.Spec, error) {
+	kernel, err := btf.LoadKernelSpec()
+	if err != nil {
+		return nil, fmt.Errorf("kernel BTF is required (/sys/kernel/btf/vmlinux, CONFIG_DEBUG_INFO_BTF=y): %w", err)
+	}
+	if err := features.HaveMapType(ebpf.RingBuf); err != nil {
+		switch {
+		case errors.Is(err, os.ErrPermission):
+			return nil, fmt.Errorf("loading BPF programs needs root, or CAP_BPF and CAP_PERFMON: %w", err)
+		case errors.Is(err, ebpf.ErrNotSupported):
+			return nil, fmt.Errorf("BPF ring buffer not available (Linux 5.8 or later is needed): %w", err)
+		}
+		return nil, fmt.Errorf("probing for the BPF ring buffer: %w", err)
+	}
+	if err := rlimit.RemoveMemlock(); err != nil {
+		log.Warn("could not raise RLIMIT_MEMLOCK; loading may fail on kernels before 5.11", "err", err)
+	}
+	return kernel, nil
+}
+
+// setVariables probes the kernel's features and sets the programs'
+// constants from them and the settings; it returns the features and the
+// kernel's names of reset reasons.
+func setVariables(spec *ebpf.CollectionSpec, kernel *btf.Spec, cfg Config, layout cgroupLayout, s openSettings) (kernelFeatures, []string, error) {
+	v1 := int32(-1)
+	if layout.v1Subsys != "" {
+		id, err := cgroupSubsysID(kernel, layout.v1Subsys)
+		if err != nil {
+			return nil, nil, err
+		}
+		v1 = id
+	}
+	feats := probeFeatures(kernel, cfg.WithoutFeatures)
+	reasonArg, reasonNames := rstReasons(kernel)
+	feats[FeatureResetReason] = feats[FeatureResetReason] && reasonArg
+	vars := map[string]any{
+		"signal_mask":         s.mask,
+		"filter_enabled":      boolByte(!cfg.TrackAll),
+		"v1_subsys_id":        v1,
+		"rst_reason_arg":      boolByte(feats[FeatureResetReason]),
+		"no_socket_resets":    boolByte(feats[FeatureNoSocketResets]),
+		"have_task_btf":       boolByte(feats[FeatureTaskBTF]),
+		"exit_group_dead_arg": boolByte(feats[FeatureExitGroupDead]),
+		"wakeup_bytes":        s.wakeupBytes,
+	}
+	for name, v := range vars {
+		if err := spec.Variables[name].Set(v); err != nil {
+			return nil, nil, fmt.Errorf("setting %s: %w", name, err)
+		}
+	}
+	return feats, reasonNames, nil
+}
+
+// createMaps creates the maps on their own: a program that fails to load
+// must not take the maps (or the other programs) with it.
+func (c *Collector) createMaps(spec *ebpf.CollectionSpec) error {
+	mapSpec := &ebpf.CollectionSpec{Maps: spec.Maps, Variables: spec.Variables, Types: spec.Types, ByteOrder: spec.ByteOrder}
+	var err error
+	c.maps, err = ebpf.NewCollection(mapSpec)
+	if err != nil {
+		if errors.Is(err, os.ErrPermission) {
+			return fmt.Errorf("creating BPF maps needs root, or CAP_BPF and CAP_PERFMON: %w", err)
+		}
+		return fmt.Errorf("creating BPF maps: %w", err)
+	}
+	c.events = c.maps.Maps["events"]
+	c.counters = c.maps.Maps["counters"]
+	c.cgroupsMap = c.maps.Maps["tracked_cgroups"]
+	c.netnsMap = c.maps.Maps["tracked_netns"]
+	c.generation = c.maps.Maps["generation"]
+	return nil
+}
+
+// loadPrograms loads and attaches each program, dropping with a warning
+// those the kernel refuses, then the fallback for refused ones; it fails
+// only when no program could run.
+func (c *Collector) loadPrograms(spec *ebpf.CollectionSpec, kernel *btf.Spec, cfg Config, wakeupBytes uint64) error {
+	cache := btf.NewCache()
+	for _, def := range programDefs {
+		p := Program{Name: def.name, Tracepoint: def.tracepoint, Kinds: def.kinds}
+		p.Err = c.loadProgram(spec, kernel, cache, def)
+		p.Loaded = p.Err == nil
+		if p.Err != nil {
+			c.log.Warn("kernel program dropped", "program", def.name, "tracepoint", def.tracepoint,
+				"missing", kindNames(def.kinds), "err", p.Err)
+		}
+		c.programs = append(c.programs, p)
+	}
+	c.loadRefusedFallback(kernel, cache, !cfg.TrackAll, wakeupBytes, cfg.WithoutFeatures)
+	if len(c.links) == 0 {
+		var why []string
+		for _, p := range c.programs {
+			why = append(why, p.Name+": "+p.Err.Error())
+		}
+		return fmt.Errorf("no kernel program could run: %s", strings.Join(why, "; "))
+	}
+	return nil
 }
 
 func (c *Collector) loadProgram(spec *ebpf.CollectionSpec, kernel *btf.Spec, cache *btf.Cache, def programDef) error {

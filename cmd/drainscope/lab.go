@@ -89,142 +89,33 @@ Flags:
 
 func runLab(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	if len(args) > 0 {
-		switch args[0] {
-		case "cleanup":
-			return runLabCleanup(ctx, fs, args[1:])
-		case "sampleapp":
-			// The lab node runs the sample service as this binary.
-			os.Exit(sampleapp.Main(args[1:], os.Stderr))
-		case "pause":
-			// The real node's sandbox image runs this: it holds the pod's
-			// namespaces until the runtime stops it.
-			sig := make(chan os.Signal, 1)
-			signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
-			<-sig
-			os.Exit(0)
+		if handled, err := labSubcommand(ctx, fs, args); handled {
+			return err
 		}
 	}
-	profile := fs.String("profile", "short", "experiment shape: "+strings.Join(scenario.ProfileNames(), ", ")+" (seed000: 110 s runs, rollout at 25 s)")
-	runs := fs.String("runs", "", "comma-separated runs to do (default all): control, exit, graceful, prestop, drain")
-	dsn := fs.String("store", os.Getenv("DRAINSCOPE_STORE"), "store DSN: postgres://… or a SQLite file path (default: "+store.DefaultPath()+"; env DRAINSCOPE_STORE)")
-	duration := fs.Duration("duration", 0, "load per run (overrides the profile)")
-	rolloutAt := fs.Duration("rollout-at", 0, "rollout start from the start of the load (overrides the profile)")
-	noKernel := fs.Bool("no-kernel", false, "do not start the eBPF capture; the lab node records the signals and exits it causes")
-	wait := fs.Bool("wait", false, "wait for another lab on this machine to finish instead of failing")
-	verbose := fs.Bool("v", false, "log what the lab node and the control plane do")
-	serve := fs.String("serve", "127.0.0.1:8080", "after the runs, serve the web UI on this address until interrupted (empty: exit)")
-	proxySync := fs.Duration("proxy-min-sync", 0, "kube-proxy's minimum sync period (its --iptables-min-sync-period, which the nftables mode reads; default kube-proxy's 1s): a longer one shows the dataplane lag growing with it")
-	proxyMode := fs.String("proxy-mode", scenario.ProxyNFTables, "kube-proxy's mode: "+strings.Join(scenario.ProxyModes, ", ")+" (iptables: the nf_tables backend, iptables-nft)")
-	nodeKind := fs.String("node", scenario.NodeProcess, "the lab node: process (each container a process of the lab) or kubelet (a real kubelet with containerd and runc; needs a static binary, CGO_ENABLED=0)")
-	settle := fs.Duration("settle", 0, "longlived profile: how long the pods run under the load before the first disruption (default the profile's 20m)")
-	gap := fs.Duration("gap", 0, "longlived profile: time between one disruption's end and the next's start (default the profile's 3m)")
-	ingressKind := fs.String("ingress", "", "put this proxy in front of each run's Service and load the runs through it: "+strings.Join(scenario.Ingresses, ", ")+" (Debian's haproxy; see docs/ingress-lab.md)")
-	keep := fs.Bool("keep", false, "after the runs, keep the cluster up and recording, with the Deployment sample-own behind a Service, until Ctrl-C (instead of --serve)")
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), labUsage)
-		fs.PrintDefaults()
-	}
+	f := defineLabFlags(fs)
 	if err := parseFlags(fs, args, false); err != nil {
 		return err
 	}
-	if *proxySync < 0 {
-		return fmt.Errorf("%w: --proxy-min-sync %v: want a positive duration, e.g. 3s", errUsage, *proxySync)
-	}
-	p, ok := scenario.Profiles[*profile]
-	if !ok {
-		return fmt.Errorf("%w: unknown profile %q (want one of %s)", errUsage, *profile, strings.Join(scenario.ProfileNames(), ", "))
-	}
-	if *duration > 0 {
-		p.Duration = *duration
-		p.Control = 0
-	}
-	if *rolloutAt > 0 {
-		p.RolloutAt = *rolloutAt
-	}
-	if (*settle != 0 || *gap != 0) && !p.LongLived() {
-		return fmt.Errorf("%w: --settle and --gap are for --profile longlived", errUsage)
-	}
-	if *settle != 0 {
-		p.Settle = *settle
-	}
-	if *gap != 0 {
-		p.Gap = *gap
-	}
-	if err := p.Validate(); err != nil {
-		return fmt.Errorf("%w: %v", errUsage, err)
-	}
-	selected, err := scenario.SelectRuns(*runs)
+	p, selected, err := f.profile()
 	if err != nil {
-		return fmt.Errorf("%w: %v", errUsage, err)
-	}
-	if !slices.Contains(scenario.ProxyModes, *proxyMode) {
-		return fmt.Errorf("%w: --proxy-mode %q: want one of %s", errUsage, *proxyMode, strings.Join(scenario.ProxyModes, ", "))
-	}
-	if *nodeKind != scenario.NodeProcess && *nodeKind != scenario.NodeKubelet {
-		return fmt.Errorf("%w: --node %q: want %s or %s", errUsage, *nodeKind, scenario.NodeProcess, scenario.NodeKubelet)
-	}
-	if *ingressKind != "" {
-		if !slices.Contains(scenario.Ingresses, *ingressKind) {
-			return fmt.Errorf("%w: --ingress %q: want one of %s", errUsage, *ingressKind, strings.Join(scenario.Ingresses, ", "))
-		}
-		if p.LongLived() {
-			return fmt.Errorf("%w: --ingress is for the rollout runs, not --profile longlived", errUsage)
-		}
-		if *keep {
-			return fmt.Errorf("%w: --ingress is for the rollout runs; --keep's Deployment has none", errUsage)
-		}
-		if err := scenario.PreflightIngress(*ingressKind); err != nil {
-			return err
-		}
-	}
-	if err := scenario.Preflight(""); err != nil {
 		return err
 	}
-	exe, err := os.Executable()
+	exe, err := f.preflight(p)
 	if err != nil {
-		return fmt.Errorf("finding this program to run the sample service: %w", err)
+		return err
 	}
-	if *nodeKind == scenario.NodeKubelet {
-		if err := scenario.PreflightKubelet("", exe); err != nil {
-			return err
-		}
-	}
-
-	level := slog.LevelWarn
-	if *verbose {
-		level = slog.LevelInfo
-	}
-	// In the format --log-format chose, quieter unless -v.
-	log := slog.New(minLevel{level, slog.Default().Handler()})
-	// client-go logs through klog; a watch cancelled during a run's
-	// teardown is no news unless asked for.
-	if *verbose {
-		klog.SetSlogLogger(log)
-	} else {
-		klog.SetSlogLogger(slog.New(slog.DiscardHandler))
-	}
-	st, err := store.Open(ctx, *dsn)
+	log := labLogger(f.verbose)
+	st, err := store.Open(ctx, f.dsn)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
 
 	progress := os.Stderr
-	fmt.Fprintf(progress, "drainscope lab: profile %s, runs %s, %s node, recording into %s\n", p.Name, runNames(selected), *nodeKind, st.Describe())
+	fmt.Fprintf(progress, "drainscope lab: profile %s, runs %s, %s node, recording into %s\n", p.Name, runNames(selected), f.nodeKind, st.Describe())
 	started := time.Now()
-	c, err := scenario.Up(ctx, scenario.Options{
-		AppCommand:  []string{exe, "lab", "sampleapp"},
-		Images:      map[string]simnode.Image{scenario.ServerImage: {Entrypoint: []string{exe}}}, // --keep's server
-		Store:       st,
-		NoKernel:    *noKernel,
-		WaitForLock: *wait,
-		Node:        *nodeKind,
-		Binary:      exe,
-		Log:         log,
-		Progress:    progress,
-		ProxyArgs:   proxyArgs(*proxySync),
-		ProxyMode:   *proxyMode,
-	})
+	c, err := scenario.Up(ctx, f.options(exe, st, log, progress))
 	if err != nil {
 		return err
 	}
@@ -239,7 +130,7 @@ func runLab(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		}
 	}()
 	if p.LongLived() {
-		err := labLongLived(ctx, c, p, st, *dsn, progress)
+		err := labLongLived(ctx, c, p, st, f.dsn, progress)
 		fmt.Printf("node: %s\n", c.NodeDescription())
 		fmt.Printf("lab time: %s\n", time.Since(started).Round(time.Second))
 		if errors.Is(err, context.Canceled) || ctx.Err() != nil {
@@ -247,40 +138,221 @@ func runLab(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		}
 		return err
 	}
-	results, err := scenario.Execute(ctx, c, scenario.Config{Profile: p, Runs: selected, Progress: progress, Log: log, Ingress: *ingressKind})
+	results, err := scenario.Execute(ctx, c, scenario.Config{Profile: p, Runs: selected, Progress: progress, Log: log, Ingress: f.ingressKind})
 	if len(results) > 0 {
-		fmt.Println()
-		_ = scenario.WriteTable(os.Stdout, results)
-		fmt.Println()
-		c.Sync()
-		if derr := scenario.Diagnose(context.WithoutCancel(ctx), os.Stdout, st, results); derr != nil {
-			fmt.Fprintf(os.Stderr, "drainscope lab: diagnosis: %v\n", derr)
-		}
-		fmt.Println()
-		fmt.Printf("full report: %s\n", scenario.ReportHint(results, *dsn))
-		if !c.Kernel() {
-			fmt.Printf("(kernel capture was off: %v)\n", c.KernelErr)
-		}
-		fmt.Printf("node: %s\n", c.NodeDescription())
-		fmt.Printf("proxy: %s\n", c.ProxyDescription(ctx))
-		fmt.Printf("lab time: %s\n", time.Since(started).Round(time.Second))
+		labReport(ctx, c, st, results, f.dsn, started)
 	}
 	if errors.Is(err, context.Canceled) || ctx.Err() != nil {
 		return errors.New("interrupted; cleaned up")
 	}
-	if err == nil && *keep {
-		return labKeep(ctx, c, p, *dsn, exe)
+	if err == nil && f.keep {
+		return labKeep(ctx, c, p, f.dsn, exe)
 	}
-	if err != nil || *serve == "" || len(results) == 0 {
+	if err != nil || f.serve == "" || len(results) == 0 {
 		return err
 	}
 	down()
 	down = nil
 	st.Close()
-	fmt.Fprintf(progress, "serving the recorded runs at http://%s/ until interrupted (Ctrl-C)\n", *serve)
-	sargs := []string{"--listen", *serve}
-	if *dsn != "" {
-		sargs = append(sargs, "--store", *dsn)
+	return labServe(ctx, f.serve, f.dsn, progress)
+}
+
+// labSubcommand runs the lab's subcommands (cleanup, and sampleapp and
+// pause, which the lab node runs as this binary); handled is false when
+// args[0] names none of them.
+func labSubcommand(ctx context.Context, fs *flag.FlagSet, args []string) (handled bool, err error) {
+	switch args[0] {
+	case "cleanup":
+		return true, runLabCleanup(ctx, fs, args[1:])
+	case "sampleapp":
+		// The lab node runs the sample service as this binary.
+		os.Exit(sampleapp.Main(args[1:], os.Stderr))
+	case "pause":
+		// The real node's sandbox image runs this: it holds the pod's
+		// namespaces until the runtime stops it.
+		sig := make(chan os.Signal, 1)
+		signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+		<-sig
+		os.Exit(0)
+	}
+	return false, nil
+}
+
+// labFlags are the values of drainscope lab's flags once parsed.
+type labFlags struct {
+	profileName, runs, dsn  string
+	duration, rolloutAt     time.Duration
+	noKernel, wait, verbose bool
+	serve                   string
+	proxySync               time.Duration
+	proxyMode, nodeKind     string
+	settle, gap             time.Duration
+	ingressKind             string
+	keep                    bool
+}
+
+// defineLabFlags defines drainscope lab's flags and usage on fs.
+func defineLabFlags(fs *flag.FlagSet) *labFlags {
+	f := &labFlags{}
+	fs.StringVar(&f.profileName, "profile", "short", "experiment shape: "+strings.Join(scenario.ProfileNames(), ", ")+" (seed000: 110 s runs, rollout at 25 s)")
+	fs.StringVar(&f.runs, "runs", "", "comma-separated runs to do (default all): control, exit, graceful, prestop, drain")
+	fs.StringVar(&f.dsn, "store", os.Getenv("DRAINSCOPE_STORE"), "store DSN: postgres://… or a SQLite file path (default: "+store.DefaultPath()+"; env DRAINSCOPE_STORE)")
+	fs.DurationVar(&f.duration, "duration", 0, "load per run (overrides the profile)")
+	fs.DurationVar(&f.rolloutAt, "rollout-at", 0, "rollout start from the start of the load (overrides the profile)")
+	fs.BoolVar(&f.noKernel, "no-kernel", false, "do not start the eBPF capture; the lab node records the signals and exits it causes")
+	fs.BoolVar(&f.wait, "wait", false, "wait for another lab on this machine to finish instead of failing")
+	fs.BoolVar(&f.verbose, "v", false, "log what the lab node and the control plane do")
+	fs.StringVar(&f.serve, "serve", "127.0.0.1:8080", "after the runs, serve the web UI on this address until interrupted (empty: exit)")
+	fs.DurationVar(&f.proxySync, "proxy-min-sync", 0, "kube-proxy's minimum sync period (its --iptables-min-sync-period, which the nftables mode reads; default kube-proxy's 1s): a longer one shows the dataplane lag growing with it")
+	fs.StringVar(&f.proxyMode, "proxy-mode", scenario.ProxyNFTables, "kube-proxy's mode: "+strings.Join(scenario.ProxyModes, ", ")+" (iptables: the nf_tables backend, iptables-nft)")
+	fs.StringVar(&f.nodeKind, "node", scenario.NodeProcess, "the lab node: process (each container a process of the lab) or kubelet (a real kubelet with containerd and runc; needs a static binary, CGO_ENABLED=0)")
+	fs.DurationVar(&f.settle, "settle", 0, "longlived profile: how long the pods run under the load before the first disruption (default the profile's 20m)")
+	fs.DurationVar(&f.gap, "gap", 0, "longlived profile: time between one disruption's end and the next's start (default the profile's 3m)")
+	fs.StringVar(&f.ingressKind, "ingress", "", "put this proxy in front of each run's Service and load the runs through it: "+strings.Join(scenario.Ingresses, ", ")+" (Debian's haproxy; see docs/ingress-lab.md)")
+	fs.BoolVar(&f.keep, "keep", false, "after the runs, keep the cluster up and recording, with the Deployment sample-own behind a Service, until Ctrl-C (instead of --serve)")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), labUsage)
+		fs.PrintDefaults()
+	}
+	return f
+}
+
+// profile checks the flags and returns the profile they shape and the runs
+// they select.
+func (f *labFlags) profile() (scenario.Profile, []scenario.Run, error) {
+	if f.proxySync < 0 {
+		return scenario.Profile{}, nil, fmt.Errorf("%w: --proxy-min-sync %v: want a positive duration, e.g. 3s", errUsage, f.proxySync)
+	}
+	p, ok := scenario.Profiles[f.profileName]
+	if !ok {
+		return scenario.Profile{}, nil, fmt.Errorf("%w: unknown profile %q (want one of %s)", errUsage, f.profileName, strings.Join(scenario.ProfileNames(), ", "))
+	}
+	if f.duration > 0 {
+		p.Duration = f.duration
+		p.Control = 0
+	}
+	if f.rolloutAt > 0 {
+		p.RolloutAt = f.rolloutAt
+	}
+	if (f.settle != 0 || f.gap != 0) && !p.LongLived() {
+		return scenario.Profile{}, nil, fmt.Errorf("%w: --settle and --gap are for --profile longlived", errUsage)
+	}
+	if f.settle != 0 {
+		p.Settle = f.settle
+	}
+	if f.gap != 0 {
+		p.Gap = f.gap
+	}
+	if err := p.Validate(); err != nil {
+		return scenario.Profile{}, nil, fmt.Errorf("%w: %v", errUsage, err)
+	}
+	selected, err := scenario.SelectRuns(f.runs)
+	if err != nil {
+		return scenario.Profile{}, nil, fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if !slices.Contains(scenario.ProxyModes, f.proxyMode) {
+		return scenario.Profile{}, nil, fmt.Errorf("%w: --proxy-mode %q: want one of %s", errUsage, f.proxyMode, strings.Join(scenario.ProxyModes, ", "))
+	}
+	if f.nodeKind != scenario.NodeProcess && f.nodeKind != scenario.NodeKubelet {
+		return scenario.Profile{}, nil, fmt.Errorf("%w: --node %q: want %s or %s", errUsage, f.nodeKind, scenario.NodeProcess, scenario.NodeKubelet)
+	}
+	if f.ingressKind != "" {
+		if !slices.Contains(scenario.Ingresses, f.ingressKind) {
+			return scenario.Profile{}, nil, fmt.Errorf("%w: --ingress %q: want one of %s", errUsage, f.ingressKind, strings.Join(scenario.Ingresses, ", "))
+		}
+		if p.LongLived() {
+			return scenario.Profile{}, nil, fmt.Errorf("%w: --ingress is for the rollout runs, not --profile longlived", errUsage)
+		}
+		if f.keep {
+			return scenario.Profile{}, nil, fmt.Errorf("%w: --ingress is for the rollout runs; --keep's Deployment has none", errUsage)
+		}
+	}
+	return p, selected, nil
+}
+
+// preflight checks that this machine can run the lab the flags ask for
+// and returns this program's path, which the lab node runs.
+func (f *labFlags) preflight(p scenario.Profile) (exe string, err error) {
+	if f.ingressKind != "" {
+		if err := scenario.PreflightIngress(f.ingressKind); err != nil {
+			return "", err
+		}
+	}
+	if err := scenario.Preflight(""); err != nil {
+		return "", err
+	}
+	exe, err = os.Executable()
+	if err != nil {
+		return "", fmt.Errorf("finding this program to run the sample service: %w", err)
+	}
+	if f.nodeKind == scenario.NodeKubelet {
+		if err := scenario.PreflightKubelet("", exe); err != nil {
+			return "", err
+		}
+	}
+	return exe, nil
+}
+
+// labLogger returns the lab's logger, in the format --log-format chose and
+// quieter unless verbose, and routes client-go's klog to it.
+func labLogger(verbose bool) *slog.Logger {
+	level := slog.LevelWarn
+	if verbose {
+		level = slog.LevelInfo
+	}
+	log := slog.New(minLevel{level, slog.Default().Handler()})
+	// client-go logs through klog; a watch cancelled during a run's
+	// teardown is no news unless asked for.
+	if verbose {
+		klog.SetSlogLogger(log)
+	} else {
+		klog.SetSlogLogger(slog.New(slog.DiscardHandler))
+	}
+	return log
+}
+
+// options are the lab cluster's options the flags choose.
+func (f *labFlags) options(exe string, st store.Store, log *slog.Logger, progress io.Writer) scenario.Options {
+	return scenario.Options{
+		AppCommand:  []string{exe, "lab", "sampleapp"},
+		Images:      map[string]simnode.Image{scenario.ServerImage: {Entrypoint: []string{exe}}}, // --keep's server
+		Store:       st,
+		NoKernel:    f.noKernel,
+		WaitForLock: f.wait,
+		Node:        f.nodeKind,
+		Binary:      exe,
+		Log:         log,
+		Progress:    progress,
+		ProxyArgs:   proxyArgs(f.proxySync),
+		ProxyMode:   f.proxyMode,
+	}
+}
+
+// labReport prints the runs' table, the diagnosis and where to read more.
+func labReport(ctx context.Context, c *scenario.Cluster, st store.Store, results []scenario.RunResult, dsn string, started time.Time) {
+	fmt.Println()
+	_ = scenario.WriteTable(os.Stdout, results)
+	fmt.Println()
+	c.Sync()
+	if derr := scenario.Diagnose(context.WithoutCancel(ctx), os.Stdout, st, results); derr != nil {
+		fmt.Fprintf(os.Stderr, "drainscope lab: diagnosis: %v\n", derr)
+	}
+	fmt.Println()
+	fmt.Printf("full report: %s\n", scenario.ReportHint(results, dsn))
+	if !c.Kernel() {
+		fmt.Printf("(kernel capture was off: %v)\n", c.KernelErr)
+	}
+	fmt.Printf("node: %s\n", c.NodeDescription())
+	fmt.Printf("proxy: %s\n", c.ProxyDescription(ctx))
+	fmt.Printf("lab time: %s\n", time.Since(started).Round(time.Second))
+}
+
+// labServe serves the web UI over the recorded runs until interrupted.
+func labServe(ctx context.Context, addr, dsn string, progress io.Writer) error {
+	fmt.Fprintf(progress, "serving the recorded runs at http://%s/ until interrupted (Ctrl-C)\n", addr)
+	sargs := []string{"--listen", addr}
+	if dsn != "" {
+		sargs = append(sargs, "--store", dsn)
 	}
 	return runServe(ctx, flag.NewFlagSet("drainscope serve", flag.ContinueOnError), sargs)
 }

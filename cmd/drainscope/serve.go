@@ -14,6 +14,7 @@ import (
 
 	"github.com/drainscope/drainscope/analysis"
 	"github.com/drainscope/drainscope/export"
+	"github.com/drainscope/drainscope/export/otlp"
 	"github.com/drainscope/drainscope/ingest"
 	"github.com/drainscope/drainscope/internal/httpauth"
 	"github.com/drainscope/drainscope/metrics"
@@ -67,61 +68,16 @@ Flags:
 `
 
 func runServe(ctx context.Context, fs *flag.FlagSet, args []string) error {
-	listen := fs.String("listen", "127.0.0.1:8080", "address to listen on, host:port")
-	token := fs.String("auth-token", os.Getenv("DRAINSCOPE_AUTH_TOKEN"), "token every request must carry, at least 32 characters (env DRAINSCOPE_AUTH_TOKEN); required unless listening on loopback")
-	insecure := fs.Bool("insecure", false, "allow a non-loopback address without --auth-token (anyone who can reach it can read the store)")
-	ingestToken := fs.String("ingest-token", os.Getenv("DRAINSCOPE_INGEST_TOKEN"), "bearer token for POST /api/v1/client-failures, at least 32 characters and not --auth-token (env DRAINSCOPE_INGEST_TOKEN; without it ingest is off)")
-	ingestFormats := fs.String("ingest-formats", strings.Join(ingest.ClientFailureFormats(), ","), "formats POST /api/v1/client-failures takes (?format=), comma-separated; envoy-clusters (a proxy's routing) only when named here, and then only with --ingest-dataplane-token")
-	dataplaneToken := fs.String("ingest-dataplane-token", os.Getenv("DRAINSCOPE_INGEST_DATAPLANE_TOKEN"), "bearer token for posting dataplane formats (envoy-clusters), at least 32 characters, neither --auth-token nor --ingest-token (env DRAINSCOPE_INGEST_DATAPLANE_TOKEN)")
-	metricsListen := fs.String("metrics-listen", "", "address for /metrics, host:port, apart from the token-guarded UI (default: none)")
-	dsn := fs.String("store", os.Getenv("DRAINSCOPE_STORE"), "store DSN: postgres://… or a SQLite file path (default: "+store.DefaultPath()+"; env DRAINSCOPE_STORE)")
-	retention := registerRetention(fs, "delete events older than `AGE`, at start and then hourly: a duration or days (336h, 14d); 0 keeps everything")
-	signalsAfter := fs.Duration("signals-after", 30*time.Second, "report a terminated pod's rollout signals (drainscope_rollout_* on --metrics-listen) once it has been quiet this long")
-	signalsDelay := fs.Duration("signals-delay", 10*time.Second, "how long after an event happened the rollout signals wait for the agents to store it; events stored later are counted in drainscope_rollout_late_events_total")
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), serveUsage)
-		fs.PrintDefaults()
-	}
-	window := registerWindow(fs)
-	ingestMax := fs.Int64("ingest-max-bytes", ingest.DefaultMaxBytes, "largest body POST /api/v1/client-failures takes, before and after gzip decompression")
-	ingestConc := fs.Int("ingest-concurrency", ingest.DefaultMaxConcurrent, "client-failure posts served at once; more are answered 503 with Retry-After")
-	agentSA := fs.String("agent-service-account", os.Getenv("DRAINSCOPE_AGENT_SERVICE_ACCOUNT"), "NAMESPACE/NAME of the agents' service account: take their events at POST "+relay.EventsPath+", each agent's own node's only, authenticated by TokenReview with --kubeconfig/--context or the pod's service account (env DRAINSCOPE_AGENT_SERVICE_ACCOUNT; empty: off)")
-	agentAud := fs.String("agent-audiences", "", "comma-separated audiences the agents' tokens must carry (default: the API server's own, as the default projected token has)")
-	agentConc := fs.Int("agent-concurrency", relay.DefaultMaxConcurrent, "agent batches stored at once; more are answered 429 with Retry-After and the agents retry")
-	exp := registerExport(fs)
+	f := defineServeFlags(fs)
 	if err := parseFlags(fs, args, false); err != nil {
 		return err
 	}
-	host, _, err := net.SplitHostPort(*listen)
-	if err != nil {
-		return fmt.Errorf("%w: --listen %q: want host:port, e.g. 127.0.0.1:8080", errUsage, *listen)
-	}
-	loopback := isLoopback(host)
-	if !loopback && *token == "" && !*insecure {
-		return fmt.Errorf("%w: --listen %s is not a loopback address: set --auth-token (or pass --insecure to serve without one)", errUsage, *listen)
-	}
-	if !loopback && *token == "" {
-		slog.Warn("serving without a token on a non-loopback address: anyone who can reach it can read every event in the store", "listen", *listen)
-	}
-	if err := checkServeTokens(*token, *ingestToken); err != nil {
-		return err
-	}
-	formats, err := checkIngestFormats(*ingestFormats, *token, *ingestToken, *dataplaneToken)
+	c, err := f.check()
 	if err != nil {
 		return err
-	}
-	if err := exp.check(); err != nil {
-		return err
-	}
-	agentNS, agentName, err := parseServiceAccount(*agentSA)
-	if err != nil {
-		return err
-	}
-	if *agentConc < 1 {
-		return fmt.Errorf("%w: --agent-concurrency must be positive", errUsage)
 	}
 
-	opened, err := store.Open(ctx, *dsn)
+	opened, err := store.Open(ctx, *f.dsn)
 	if err != nil {
 		return err
 	}
@@ -129,85 +85,207 @@ func runServe(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	m := metrics.New("serve", version)
 	st := m.WrapStore(opened) // ingest writes are counted and timed
 	// The server prunes: one per cluster, where the agents are many.
-	defer startRetention(ctx, opened, m, retention.keep, nil)() // stops before the store closes
-	otlpExp, err := exp.newOTLP(ctx)
+	defer startRetention(ctx, opened, m, f.retention.keep, nil)() // stops before the store closes
+	otlpExp, err := f.exp.newOTLP(ctx)
 	if err != nil {
 		return err
 	}
 	var extraSinks []export.Sink
 	if otlpExp != nil {
 		// Last to stop: what the feed and the signals hand it is flushed.
-		defer func() {
-			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			defer cancel()
-			if err := otlpExp.Shutdown(sctx); err != nil {
-				slog.Warn("otlp: flushing at shutdown", "err", err)
-			}
-		}()
+		defer flushOTLP(ctx, otlpExp)
 		extraSinks = append(extraSinks, otlpExp.Sink())
 	}
-	stopExport, err := exp.start(ctx, opened, m, extraSinks...)
+	stopExport, err := f.exp.start(ctx, opened, m, extraSinks...)
 	if err != nil {
 		return err
 	}
 	defer stopExport() // stops before the store closes
-	if *metricsListen != "" {
-		mln, err := net.Listen("tcp", *metricsListen)
+	if *f.metricsListen != "" {
+		stopMetrics, err := serveMetrics(*f.metricsListen, m)
 		if err != nil {
-			return fmt.Errorf("--metrics-listen %s: %w", *metricsListen, err)
+			return err
 		}
-		msrv := &http.Server{Handler: m.Handler(), ReadHeaderTimeout: 5 * time.Second}
-		go msrv.Serve(mln)
-		defer msrv.Close()
-		slog.Info("metrics", "url", "http://"+mln.Addr().String()+"/metrics")
+		defer stopMetrics()
 	}
-	if *metricsListen != "" || otlpExp != nil {
-		// The rollout signals are computed here, from every node's events
-		// in the store: in leader mode only one agent records the endpoint
-		// transitions, and only here do they meet the kernel events of the
-		// node each pod ran on.
-		ro := metrics.RolloutOptions{Delay: *signalsDelay, Analysis: analysis.Options{Retain: *signalsAfter}}
-		if otlpExp != nil {
-			ro.Observer = otlpExp.RolloutObserver()
-		}
-		r := m.NewRollouts(ro)
-		tctx, tcancel := context.WithCancel(ctx)
-		tdone := make(chan struct{})
-		go func() { defer close(tdone); r.Tail(tctx, opened, metrics.TailOptions{Logger: slog.Default()}) }()
-		defer func() { tcancel(); <-tdone }()
+	if *f.metricsListen != "" || otlpExp != nil {
+		defer startRolloutSignals(ctx, opened, m, otlpExp, f)()
 	}
 
-	opts := web.Options{
-		Store:     st,
-		AuthToken: *token,
-		Ingest: &ingest.Handler{Store: st, Token: *ingestToken, Formats: formats, DataplaneToken: *dataplaneToken, Log: slog.Default(),
-			MaxBytes: *ingestMax, MaxConcurrent: *ingestConc, Window: window.window()},
-		Log:     slog.Default(),
-		Context: ctx,
-	}
-	if agentName != "" {
-		cs, err := exp.client.Clientset()
-		if err != nil {
-			return fmt.Errorf("--agent-service-account: %w", err)
-		}
-		opts.AgentEvents = &relay.Handler{Store: st, Log: slog.Default(), MaxConcurrent: *agentConc,
-			Auth: &relay.TokenReviewer{Client: cs.AuthenticationV1(), Namespace: agentNS, ServiceAccount: agentName, Audiences: splitList(*agentAud)}}
-		slog.Info("taking agents' events", "path", relay.EventsPath, "service_account", agentNS+"/"+agentName)
-	}
-	if loopback && *token == "" {
-		// Without a token the Host header is the only thing keeping a web
-		// page elsewhere from reaching this listener by DNS rebinding.
-		opts.AllowedHosts = []string{"localhost", "127.0.0.1", "::1", host}
+	opts, err := f.webOptions(ctx, st, c)
+	if err != nil {
+		return err
 	}
 	h := web.New(opts)
 	defer h.Close() // stops background reads before the store closes
-	srv := web.NewServer(*listen, m.InstrumentHTTP("web", h))
-	srv.BaseContext = func(net.Listener) context.Context { return ctx }
-	ln, err := net.Listen("tcp", *listen)
-	if err != nil {
-		return fmt.Errorf("listening on %s: %w", *listen, err)
+	return serveUI(ctx, *f.listen, m.InstrumentHTTP("web", h), st, *f.token != "", *f.ingestToken != "")
+}
+
+// serveFlags are drainscope serve's flags.
+type serveFlags struct {
+	listen, token              *string
+	insecure                   *bool
+	ingestToken, ingestFormats *string
+	dataplaneToken             *string
+	metricsListen, dsn         *string
+	retention                  *retentionFlag
+	signalsAfter, signalsDelay *time.Duration
+	window                     *windowFlags
+	ingestMax                  *int64
+	ingestConc                 *int
+	agentSA, agentAud          *string
+	agentConc                  *int
+	exp                        *exportFlags
+}
+
+// defineServeFlags defines drainscope serve's flags and usage on fs.
+func defineServeFlags(fs *flag.FlagSet) *serveFlags {
+	f := &serveFlags{}
+	f.listen = fs.String("listen", "127.0.0.1:8080", "address to listen on, host:port")
+	f.token = fs.String("auth-token", os.Getenv("DRAINSCOPE_AUTH_TOKEN"), "token every request must carry, at least 32 characters (env DRAINSCOPE_AUTH_TOKEN); required unless listening on loopback")
+	f.insecure = fs.Bool("insecure", false, "allow a non-loopback address without --auth-token (anyone who can reach it can read the store)")
+	f.ingestToken = fs.String("ingest-token", os.Getenv("DRAINSCOPE_INGEST_TOKEN"), "bearer token for POST /api/v1/client-failures, at least 32 characters and not --auth-token (env DRAINSCOPE_INGEST_TOKEN; without it ingest is off)")
+	f.ingestFormats = fs.String("ingest-formats", strings.Join(ingest.ClientFailureFormats(), ","), "formats POST /api/v1/client-failures takes (?format=), comma-separated; envoy-clusters (a proxy's routing) only when named here, and then only with --ingest-dataplane-token")
+	f.dataplaneToken = fs.String("ingest-dataplane-token", os.Getenv("DRAINSCOPE_INGEST_DATAPLANE_TOKEN"), "bearer token for posting dataplane formats (envoy-clusters), at least 32 characters, neither --auth-token nor --ingest-token (env DRAINSCOPE_INGEST_DATAPLANE_TOKEN)")
+	f.metricsListen = fs.String("metrics-listen", "", "address for /metrics, host:port, apart from the token-guarded UI (default: none)")
+	f.dsn = fs.String("store", os.Getenv("DRAINSCOPE_STORE"), "store DSN: postgres://… or a SQLite file path (default: "+store.DefaultPath()+"; env DRAINSCOPE_STORE)")
+	f.retention = registerRetention(fs, "delete events older than `AGE`, at start and then hourly: a duration or days (336h, 14d); 0 keeps everything")
+	f.signalsAfter = fs.Duration("signals-after", 30*time.Second, "report a terminated pod's rollout signals (drainscope_rollout_* on --metrics-listen) once it has been quiet this long")
+	f.signalsDelay = fs.Duration("signals-delay", 10*time.Second, "how long after an event happened the rollout signals wait for the agents to store it; events stored later are counted in drainscope_rollout_late_events_total")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), serveUsage)
+		fs.PrintDefaults()
 	}
-	slog.Info("serving", "url", "http://"+ln.Addr().String()+"/", "store", st.Describe(), "auth", *token != "", "ingest", *ingestToken != "")
+	f.window = registerWindow(fs)
+	f.ingestMax = fs.Int64("ingest-max-bytes", ingest.DefaultMaxBytes, "largest body POST /api/v1/client-failures takes, before and after gzip decompression")
+	f.ingestConc = fs.Int("ingest-concurrency", ingest.DefaultMaxConcurrent, "client-failure posts served at once; more are answered 503 with Retry-After")
+	f.agentSA = fs.String("agent-service-account", os.Getenv("DRAINSCOPE_AGENT_SERVICE_ACCOUNT"), "NAMESPACE/NAME of the agents' service account: take their events at POST "+relay.EventsPath+", each agent's own node's only, authenticated by TokenReview with --kubeconfig/--context or the pod's service account (env DRAINSCOPE_AGENT_SERVICE_ACCOUNT; empty: off)")
+	f.agentAud = fs.String("agent-audiences", "", "comma-separated audiences the agents' tokens must carry (default: the API server's own, as the default projected token has)")
+	f.agentConc = fs.Int("agent-concurrency", relay.DefaultMaxConcurrent, "agent batches stored at once; more are answered 429 with Retry-After and the agents retry")
+	f.exp = registerExport(fs)
+	return f
+}
+
+// serveChecked is what checking drainscope serve's flags found.
+type serveChecked struct {
+	host               string
+	loopback           bool
+	formats            []string
+	agentNS, agentName string
+}
+
+// check checks the flags, and warns of a non-loopback address served
+// without a token.
+func (f *serveFlags) check() (serveChecked, error) {
+	var c serveChecked
+	host, _, err := net.SplitHostPort(*f.listen)
+	if err != nil {
+		return c, fmt.Errorf("%w: --listen %q: want host:port, e.g. 127.0.0.1:8080", errUsage, *f.listen)
+	}
+	c.host = host
+	c.loopback = isLoopback(host)
+	if !c.loopback && *f.token == "" && !*f.insecure {
+		return c, fmt.Errorf("%w: --listen %s is not a loopback address: set --auth-token (or pass --insecure to serve without one)", errUsage, *f.listen)
+	}
+	if !c.loopback && *f.token == "" {
+		slog.Warn("serving without a token on a non-loopback address: anyone who can reach it can read every event in the store", "listen", *f.listen)
+	}
+	if err := checkServeTokens(*f.token, *f.ingestToken); err != nil {
+		return c, err
+	}
+	c.formats, err = checkIngestFormats(*f.ingestFormats, *f.token, *f.ingestToken, *f.dataplaneToken)
+	if err != nil {
+		return c, err
+	}
+	if err := f.exp.check(); err != nil {
+		return c, err
+	}
+	c.agentNS, c.agentName, err = parseServiceAccount(*f.agentSA)
+	if err != nil {
+		return c, err
+	}
+	if *f.agentConc < 1 {
+		return c, fmt.Errorf("%w: --agent-concurrency must be positive", errUsage)
+	}
+	return c, nil
+}
+
+// flushOTLP shuts the OTLP exporter down, flushing what it holds.
+func flushOTLP(ctx context.Context, otlpExp *otlp.Exporter) {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := otlpExp.Shutdown(sctx); err != nil {
+		slog.Warn("otlp: flushing at shutdown", "err", err)
+	}
+}
+
+// serveMetrics serves /metrics on addr until stop is called.
+func serveMetrics(addr string, m *metrics.Metrics) (stop func(), err error) {
+	mln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-listen %s: %w", addr, err)
+	}
+	msrv := &http.Server{Handler: m.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	go msrv.Serve(mln)
+	slog.Info("metrics", "url", "http://"+mln.Addr().String()+"/metrics")
+	return func() { msrv.Close() }, nil
+}
+
+// startRolloutSignals computes the rollout signals from the store's events
+// until the returned stop is called.
+func startRolloutSignals(ctx context.Context, opened store.Store, m *metrics.Metrics, otlpExp *otlp.Exporter, f *serveFlags) (stop func()) {
+	// The rollout signals are computed here, from every node's events
+	// in the store: in leader mode only one agent records the endpoint
+	// transitions, and only here do they meet the kernel events of the
+	// node each pod ran on.
+	ro := metrics.RolloutOptions{Delay: *f.signalsDelay, Analysis: analysis.Options{Retain: *f.signalsAfter}}
+	if otlpExp != nil {
+		ro.Observer = otlpExp.RolloutObserver()
+	}
+	r := m.NewRollouts(ro)
+	tctx, tcancel := context.WithCancel(ctx)
+	tdone := make(chan struct{})
+	go func() { defer close(tdone); r.Tail(tctx, opened, metrics.TailOptions{Logger: slog.Default()}) }()
+	return func() { tcancel(); <-tdone }
+}
+
+// webOptions are the web UI's options: its store, tokens, ingest and the
+// agents' events.
+func (f *serveFlags) webOptions(ctx context.Context, st store.Store, c serveChecked) (web.Options, error) {
+	opts := web.Options{
+		Store:     st,
+		AuthToken: *f.token,
+		Ingest: &ingest.Handler{Store: st, Token: *f.ingestToken, Formats: c.formats, DataplaneToken: *f.dataplaneToken, Log: slog.Default(),
+			MaxBytes: *f.ingestMax, MaxConcurrent: *f.ingestConc, Window: f.window.window()},
+		Log:     slog.Default(),
+		Context: ctx,
+	}
+	if c.agentName != "" {
+		cs, err := f.exp.client.Clientset()
+		if err != nil {
+			return opts, fmt.Errorf("--agent-service-account: %w", err)
+		}
+		opts.AgentEvents = &relay.Handler{Store: st, Log: slog.Default(), MaxConcurrent: *f.agentConc,
+			Auth: &relay.TokenReviewer{Client: cs.AuthenticationV1(), Namespace: c.agentNS, ServiceAccount: c.agentName, Audiences: splitList(*f.agentAud)}}
+		slog.Info("taking agents' events", "path", relay.EventsPath, "service_account", c.agentNS+"/"+c.agentName)
+	}
+	if c.loopback && *f.token == "" {
+		// Without a token the Host header is the only thing keeping a web
+		// page elsewhere from reaching this listener by DNS rebinding.
+		opts.AllowedHosts = []string{"localhost", "127.0.0.1", "::1", c.host}
+	}
+	return opts, nil
+}
+
+// serveUI serves h on listen until ctx is done, then shuts the server down.
+func serveUI(ctx context.Context, listen string, h http.Handler, st store.Store, auth, ingesting bool) error {
+	srv := web.NewServer(listen, h)
+	srv.BaseContext = func(net.Listener) context.Context { return ctx }
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", listen, err)
+	}
+	slog.Info("serving", "url", "http://"+ln.Addr().String()+"/", "store", st.Describe(), "auth", auth, "ingest", ingesting)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {

@@ -194,18 +194,8 @@ func runOne(ctx context.Context, c *Cluster, cfg Config, r Run) (res RunResult, 
 	if _, err := cs.AppsV1().Deployments(Namespace).Create(ctx, deployment(name, r, p), metav1.CreateOptions{}); err != nil {
 		return res, fmt.Errorf("creating the Deployment: %w", err)
 	}
-	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	if err := waitRolledOut(wctx, c, name, p.Replicas, nil); err != nil {
-		return res, fmt.Errorf("waiting for %d ready replicas: %w", p.Replicas, err)
-	}
-	if err := waitServed(wctx, c, res.ClusterIP, int(p.Replicas)); err != nil {
-		return res, fmt.Errorf("waiting for the ClusterIP %s to reach every replica: %w", res.ClusterIP, err)
-	}
-	if ing != nil {
-		if err := ing.waitRouted(wctx, c, int(p.Replicas)); err != nil {
-			return res, fmt.Errorf("waiting for the ingress %s to reach every replica: %w", ing.h.Listen, err)
-		}
+	if err := waitRunReady(ctx, c, name, p, res.ClusterIP, ing); err != nil {
+		return res, err
 	}
 	old, err := runPods(ctx, c, r)
 	if err != nil {
@@ -220,9 +210,68 @@ func runOne(ctx context.Context, c *Cluster, cfg Config, r Run) (res RunResult, 
 	defer lcancel()
 	loadDone := make(chan load.Result, 1)
 	res.Start = time.Now()
+	lc, url := runLoadConfig(c, p, res, ing)
+	go func() {
+		lr, _ := load.Run(lctx, lc)
+		loadDone <- lr
+	}()
+
+	rolled := make(chan error, 1)
+	if r.Rollout {
+		select {
+		case <-time.After(p.RolloutAt):
+		case <-lctx.Done():
+		}
+		if ctx.Err() != nil {
+			return res, ctx.Err()
+		}
+		if err := startRollout(ctx, c, name, p, dur, old, &res, rolled); err != nil {
+			lcancel()
+			<-loadDone
+			return res, err
+		}
+	}
+	res.Load = <-loadDone
+	res.End = time.Now()
+	if r.Rollout {
+		if err := finishRollout(ctx, c, r, old, &res, rolled); err != nil {
+			return res, err
+		}
+	}
+	if ing != nil {
+		if err := finishIngress(ctx, c, ing, url, &res); err != nil {
+			return res, err
+		}
+	}
+	return res, nil // the deferred teardownRun syncs the recorder first
+}
+
+// waitRunReady waits, two minutes at most, for the run's Deployment to have
+// every replica ready and for the ClusterIP, and the ingress if any, to
+// reach each of them.
+func waitRunReady(ctx context.Context, c *Cluster, name string, p Profile, clusterIP netip.AddrPort, ing *ingressRun) error {
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if err := waitRolledOut(wctx, c, name, p.Replicas, nil); err != nil {
+		return fmt.Errorf("waiting for %d ready replicas: %w", p.Replicas, err)
+	}
+	if err := waitServed(wctx, c, clusterIP, int(p.Replicas)); err != nil {
+		return fmt.Errorf("waiting for the ClusterIP %s to reach every replica: %w", clusterIP, err)
+	}
+	if ing != nil {
+		if err := ing.waitRouted(wctx, c, int(p.Replicas)); err != nil {
+			return fmt.Errorf("waiting for the ingress %s to reach every replica: %w", ing.h.Listen, err)
+		}
+	}
+	return nil
+}
+
+// runLoadConfig is the run's load: on the ClusterIP, or through the
+// ingress if any; url is the one its failures are stored with.
+func runLoadConfig(c *Cluster, p Profile, res RunResult, ing *ingressRun) (lc load.Config, url string) {
 	host := res.ServiceName()
-	url := "http://" + host + "/"
-	lc := load.Config{
+	url = "http://" + host + "/"
+	lc = load.Config{
 		Target:   res.ClusterIP,
 		Host:     host,
 		Clients:  p.Clients,
@@ -244,71 +293,66 @@ func runOne(ctx context.Context, c *Cluster, cfg Config, r Run) (res RunResult, 
 		lc.OnFailure = nil
 		url = "http://" + ing.h.Listen.String() + "/"
 	}
-	go func() {
-		lr, _ := load.Run(lctx, lc)
-		loadDone <- lr
-	}()
+	return lc, url
+}
 
-	rolled := make(chan error, 1)
-	if r.Rollout {
-		select {
-		case <-time.After(p.RolloutAt):
-		case <-lctx.Done():
-		}
-		if ctx.Err() != nil {
-			return res, ctx.Err()
-		}
-		res.RolloutStart = time.Now()
-		if err := triggerRollout(ctx, c, name); err != nil {
-			lcancel()
-			<-loadDone
-			return res, err
-		}
-		c.opts.progress("  rollout started at +%.1fs", res.RolloutStart.Sub(res.Start).Seconds())
-		go func() {
-			rctx, cancel := context.WithTimeout(ctx, dur+2*time.Minute)
-			defer cancel()
-			err := waitRolledOut(rctx, c, name, p.Replicas, old)
-			if err == nil {
-				res.RolloutEnd = time.Now()
-			}
-			rolled <- err
-		}()
+// startRollout rolls the Deployment out and waits for the rollout in the
+// background, setting res.RolloutEnd and sending its outcome on rolled.
+func startRollout(ctx context.Context, c *Cluster, name string, p Profile, dur time.Duration, old []PodRecord, res *RunResult, rolled chan<- error) error {
+	res.RolloutStart = time.Now()
+	if err := triggerRollout(ctx, c, name); err != nil {
+		return err
 	}
-	res.Load = <-loadDone
-	res.End = time.Now()
-	if r.Rollout {
-		select {
-		case err := <-rolled:
-			if err != nil {
-				return res, fmt.Errorf("rollout: %w", err)
-			}
-		default:
-			res.Note = "the rollout outlasted the load"
-			if err := <-rolled; err != nil {
-				return res, fmt.Errorf("rollout: %w", err)
-			}
+	c.opts.progress("  rollout started at +%.1fs", res.RolloutStart.Sub(res.Start).Seconds())
+	go func() {
+		rctx, cancel := context.WithTimeout(ctx, dur+2*time.Minute)
+		defer cancel()
+		err := waitRolledOut(rctx, c, name, p.Replicas, old)
+		if err == nil {
+			res.RolloutEnd = time.Now()
 		}
-		res.Replaced = old
-		if res.New, err = runPods(ctx, c, r); err != nil {
-			return res, err
-		}
-	}
-	if ing != nil {
-		// Its removals of the replaced pods are in; stop it before the
-		// teardown so the Service's deletion is not recorded as its own.
-		ing.stop()
-		ir, kept, err := ing.importLog(ctx, c, res.Load.Failures)
-		for _, f := range kept {
-			c.Record(f.Event(NodeName, url))
-		}
-		res.Ingress = &ir
+		rolled <- err
+	}()
+	return nil
+}
+
+// finishRollout waits for the rollout, noting when it outlasted the load,
+// and records the pods it replaced and those it started.
+func finishRollout(ctx context.Context, c *Cluster, r Run, old []PodRecord, res *RunResult, rolled <-chan error) (err error) {
+	select {
+	case err := <-rolled:
 		if err != nil {
-			return res, fmt.Errorf("importing the ingress's access log: %w", err)
+			return fmt.Errorf("rollout: %w", err)
 		}
-		c.opts.progress("  %s", ir.Line())
+	default:
+		res.Note = "the rollout outlasted the load"
+		if err := <-rolled; err != nil {
+			return fmt.Errorf("rollout: %w", err)
+		}
 	}
-	return res, nil // the deferred teardownRun syncs the recorder first
+	res.Replaced = old
+	if res.New, err = runPods(ctx, c, r); err != nil {
+		return err
+	}
+	return nil
+}
+
+// finishIngress stops the ingress and imports its access log, recording
+// the client's failures the proxy did not log.
+func finishIngress(ctx context.Context, c *Cluster, ing *ingressRun, url string, res *RunResult) error {
+	// Its removals of the replaced pods are in; stop it before the
+	// teardown so the Service's deletion is not recorded as its own.
+	ing.stop()
+	ir, kept, err := ing.importLog(ctx, c, res.Load.Failures)
+	for _, f := range kept {
+		c.Record(f.Event(NodeName, url))
+	}
+	res.Ingress = &ir
+	if err != nil {
+		return fmt.Errorf("importing the ingress's access log: %w", err)
+	}
+	c.opts.progress("  %s", ir.Line())
+	return nil
 }
 
 func labels(r Run) map[string]string {
