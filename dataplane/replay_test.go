@@ -66,65 +66,11 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 // printed at the end of the same run.
 func TestReplayKubeProxyCapture(t *testing.T) {
 	dgrams := loadCapture(t, "testdata/"+captureFile)
-	f := &follower{md: newModel()}
-	type ch struct {
-		commit int
-		Change
-	}
-	var got []ch
-	commits := 0
-	for _, msgs := range dgrams {
-		for _, nm := range msgs {
-			if _, err := decode(nm); err != nil {
-				t.Errorf("message type %#x: %v", uint16(nm.Header.Type), err)
-			}
-		}
-		for _, cs := range f.feed(msgs, quiet) {
-			commits++
-			for _, c := range cs {
-				got = append(got, ch{commits, c})
-			}
-		}
-	}
-	addedAt := map[Endpoint]int{}
-	removedAt := map[Endpoint]int{}
+	f, got := replay(t, dgrams)
 	for _, c := range got {
 		t.Logf("commit %d: added=%v %s %s (%s)", c.commit, c.Added, c.ServicePort, c.Addr, c.Chain)
-		m := removedAt
-		if c.Added {
-			m = addedAt
-		}
-		if _, dup := m[c.Endpoint]; dup {
-			t.Errorf("%s %s reported twice (added=%v)", c.ServicePort, c.Addr, c.Added)
-		}
-		m[c.Endpoint] = c.commit
 	}
-	ep := func(svc, addr string) Endpoint {
-		return Endpoint{ServicePort{"dp", svc, "tcp", "http"}, netip.MustParseAddrPort(addr)}
-	}
-	for _, svc := range []string{"web", "sticky"} {
-		for _, a := range []string{"10.244.0.11:8080", "10.244.0.12:8080", "10.244.0.13:8080"} {
-			if _, ok := addedAt[ep(svc, a)]; !ok {
-				t.Errorf("%s %s: no entry reported", svc, a)
-			}
-		}
-		first, ok1 := removedAt[ep(svc, "10.244.0.11:8080")]
-		second, ok2 := removedAt[ep(svc, "10.244.0.12:8080")]
-		if !ok1 || !ok2 {
-			t.Errorf("%s: removals of .11 and .12: %v %v", svc, ok1, ok2)
-		} else if first > second {
-			t.Errorf("%s: .11 left in commit %d, after .12 in %d; .11 was marked terminating first", svc, first, second)
-		}
-		if first <= addedAt[ep(svc, "10.244.0.11:8080")] {
-			t.Errorf("%s: .11 left before or as it entered", svc)
-		}
-		if _, ok := removedAt[ep(svc, "10.244.0.13:8080")]; ok {
-			t.Errorf("%s: .13 stayed ready and was reported removed", svc)
-		}
-	}
-	if len(removedAt) != 4 {
-		t.Errorf("%d removals, want 4", len(removedAt))
-	}
+	checkReplayedSequence(t, got)
 	// The capture holds each way kube-proxy writes a choice of endpoint:
 	// at its end web has one endpoint left (a plain dnat) and sticky
 	// one too (a vmap of endpoint chains, beside the affinity rule's goto).
@@ -259,12 +205,39 @@ func TestReadRuleRegisters(t *testing.T) {
 // iptables-nft-save listed at the end of the same run.
 func TestReplayKubeProxyIPTablesCapture(t *testing.T) {
 	dgrams := loadCapture(t, "testdata/"+captureFileIPT)
-	f := &follower{md: newModel()}
-	type ch struct {
-		commit int
-		Change
+	f, got := replay(t, dgrams)
+	for _, c := range got {
+		t.Logf("commit %d: added=%v %s %s (%s, %s)", c.commit, c.Added, c.ServicePort, c.Addr, c.Chain, c.Proxy)
+		if c.Proxy != "iptables" || !strings.HasPrefix(c.Chain, "KUBE-SVC-") {
+			t.Errorf("%s %s: proxy %q, chain %q", c.ServicePort, c.Addr, c.Proxy, c.Chain)
+		}
 	}
-	var got []ch
+	checkReplayedSequence(t, got)
+	if len(f.md.flat()) != 0 {
+		t.Errorf("nftables-mode endpoints in an iptables-mode capture: %v", keys(f.md.flat()))
+	}
+	listing, err := os.ReadFile("testdata/kube-proxy-v1.37.2-iptables.save")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := keys(f.md.xt.current), endpointsFromSave(t, listing, "testdata/kube-proxy-v1.37.2-iptables.save"); !slices.Equal(got, want) || len(want) != 2 {
+		t.Errorf("after the replay: %v\niptables-nft-save: %v (want the two endpoints left)", got, want)
+	}
+}
+
+// replayedChange is one change a replay reported, with the commit (1, 2,
+// …) that reported it.
+type replayedChange struct {
+	commit int
+	Change
+}
+
+// replay feeds a capture's datagrams through the decoder and a follower,
+// as the watcher does, and returns the follower and the changes in order.
+func replay(t *testing.T, dgrams [][]netlink.Message) (*follower, []replayedChange) {
+	t.Helper()
+	f := &follower{md: newModel()}
+	var got []replayedChange
 	commits := 0
 	for _, msgs := range dgrams {
 		for _, nm := range msgs {
@@ -275,17 +248,22 @@ func TestReplayKubeProxyIPTablesCapture(t *testing.T) {
 		for _, cs := range f.feed(msgs, quiet) {
 			commits++
 			for _, c := range cs {
-				got = append(got, ch{commits, c})
+				got = append(got, replayedChange{commits, c})
 			}
 		}
 	}
+	return f, got
+}
+
+// checkReplayedSequence checks the sequence both captures hold: Services
+// dp/web and dp/sticky with endpoints 10.244.0.11–13:8080, then .11 and
+// then .12 marked terminating. Each endpoint enters once; .11 and .12
+// leave once each, .11 first and after it entered; .13 never leaves.
+func checkReplayedSequence(t *testing.T, got []replayedChange) {
+	t.Helper()
 	addedAt := map[Endpoint]int{}
 	removedAt := map[Endpoint]int{}
 	for _, c := range got {
-		t.Logf("commit %d: added=%v %s %s (%s, %s)", c.commit, c.Added, c.ServicePort, c.Addr, c.Chain, c.Proxy)
-		if c.Proxy != "iptables" || !strings.HasPrefix(c.Chain, "KUBE-SVC-") {
-			t.Errorf("%s %s: proxy %q, chain %q", c.ServicePort, c.Addr, c.Proxy, c.Chain)
-		}
 		m := removedAt
 		if c.Added {
 			m = addedAt
@@ -320,15 +298,5 @@ func TestReplayKubeProxyIPTablesCapture(t *testing.T) {
 	}
 	if len(removedAt) != 4 {
 		t.Errorf("%d removals, want 4", len(removedAt))
-	}
-	if len(f.md.flat()) != 0 {
-		t.Errorf("nftables-mode endpoints in an iptables-mode capture: %v", keys(f.md.flat()))
-	}
-	listing, err := os.ReadFile("testdata/kube-proxy-v1.37.2-iptables.save")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got, want := keys(f.md.xt.current), endpointsFromSave(t, listing, "testdata/kube-proxy-v1.37.2-iptables.save"); !slices.Equal(got, want) || len(want) != 2 {
-		t.Errorf("after the replay: %v\niptables-nft-save: %v (want the two endpoints left)", got, want)
 	}
 }
