@@ -80,7 +80,7 @@ func (a *Aligner) infer(e *event.Event, p *podState) {
 		}
 	case event.ConnClosed:
 		if e.Flags.Has(event.FlagAtExit) && e.Reason != "peer" && e.Duration > 0 && e.Duration <= int64(a.opts.InUseWithin) &&
-			(p == nil || p.servedBy(e)) {
+			(p == nil || p.appHeld(e)) {
 			proof, class = ProofInUseAtExit, event.FailEOF
 		}
 	}

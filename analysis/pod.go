@@ -482,13 +482,13 @@ func (p *podState) mainExit(t int64) *event.Event {
 	return best
 }
 
-// servedBy reports whether a connection event of the pod's is one the
+// appHeld reports whether a connection event of the pod's is one the
 // app served: the process that held it is the app (an exec probe's or a
 // worker's connection ends nothing a client had), and, where the pod's
 // served ports are known (its endpoints, its listener), the pod's side is
 // one of them, not the client side of a connection the pod made itself
 // (a probe's request to 127.0.0.1:8080).
-func (p *podState) servedBy(e *event.Event) bool {
+func (p *podState) appHeld(e *event.Event) bool {
 	if !p.isMain(e) {
 		return false
 	}

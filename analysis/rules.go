@@ -129,7 +129,7 @@ var Rules = []Rule{
 		},
 		Explain: `{{.Class}} on a new connection to {{.Pod}}: {{.Terminating}} with no SIGTERM or deletion before (an OOM kill or a crash), while {{.Rotation}}`,
 		Summary: `these {{.Count}} {{plural .Count "failure" "failures"}} were new connections sent to {{.PodsPhrase}} after {{plural .PodCount "its container" "their containers"}} died with no SIGTERM or deletion (an OOM kill or a crash), while the endpoint stayed in rotation until the readiness probe failed{{if .RotationLag}} (up to {{.RotationLag}}){{end}}`,
-		Fix:     "find why the container died: the pod's lastState names OOMKilled or the exit code. No preStop or drain runs for a container that dies; until its readiness probe fails the endpoint stays in rotation, so a shorter periodSeconds × failureThreshold shortens these refusals",
+		Fix:     diedFix,
 	},
 	{
 		Cause: CauseEndpointRace,
@@ -165,7 +165,7 @@ var Rules = []Rule{
 		Likely:  true,
 		Explain: `{{.Class}} on a new connection to the Service while the container of {{.Candidates}} had died with no SIGTERM or deletion (an OOM kill or a crash) and {{plural .CandidateCount "its endpoint was" "their endpoints were"}} still in rotation: likely sent to {{plural .CandidateCount "it" "one of them"}} (no record names the pod)`,
 		Summary: `these {{.Count}} {{plural .Count "failure" "failures"}} were new connections the proxies likely still sent to pods whose containers had died (an OOM kill or a crash; no record names the pod, the candidates are listed){{if .RotationLag}}, in rotation for up to {{.RotationLag}}{{end}}`,
-		Fix:     "find why the container died: the pod's lastState names OOMKilled or the exit code. No preStop or drain runs for a container that dies; until its readiness probe fails the endpoint stays in rotation, so a shorter periodSeconds × failureThreshold shortens these refusals",
+		Fix:     diedFix,
 	},
 	{
 		Cause: CauseNoReadyEndpoints,
@@ -537,7 +537,13 @@ func NotTakenNoPod(f *Facts, dst []Piece) []Piece {
 // node's lag: a proxy could send the new connection there and nothing
 // answered it. Each such pod is a candidate; with none, or without the
 // Service, it does not hold.
-func DeadPodInRotation(f *Facts, dst []Piece) []Piece {
+func DeadPodInRotation(f *Facts, dst []Piece) []Piece { return deadCandidates(f, dst, false) }
+
+// deadCandidates appends, as candidates, the Service's pods whose app had
+// ended at the request's start while some node could still route to them:
+// those nothing ended (died: an OOM kill, a crash) or those a shutdown
+// ended (!died), each rule naming its own fix.
+func deadCandidates(f *Facts, dst []Piece, died bool) []Piece {
 	if len(f.svcs) == 0 {
 		return dst
 	}
@@ -545,15 +551,17 @@ func DeadPodInRotation(f *Facts, dst []Piece) []Piece {
 	out := dst
 	for _, p := range f.a.servicePods(f.svcs, t) {
 		life := p.at(t)
-		if life.diedAt(t) != nil {
-			continue // DiedCandidateInRotation's
+		x := life.diedAt(t)
+		if died != (x != nil) {
+			continue
 		}
-		x := life.lastMainExit()
-		if x == nil || x.Time > t {
-			if life.kill.Time == 0 || life.kill.Time > t {
-				continue
+		if x == nil {
+			if x = life.lastMainExit(); x == nil || x.Time > t {
+				if life.kill.Time == 0 || life.kill.Time > t {
+					continue
+				}
+				x = &life.kill
 			}
-			x = &life.kill
 		}
 		if p.routedAt(t, f.svcs) {
 			out = append(out, piece(candidateRole, x))
@@ -582,19 +590,7 @@ func DiedInRotation(f *Facts, dst []Piece) []Piece {
 
 // DiedCandidateInRotation is DeadPodInRotation for the pods whose app
 // died with no SIGTERM and no deletion before.
-func DiedCandidateInRotation(f *Facts, dst []Piece) []Piece {
-	if len(f.svcs) == 0 {
-		return dst
-	}
-	t := f.Start
-	out := dst
-	for _, p := range f.a.servicePods(f.svcs, t) {
-		if x := p.at(t).diedAt(t); x != nil && p.routedAt(t, f.svcs) {
-			out = append(out, piece(candidateRole, x))
-		}
-	}
-	return out
-}
+func DiedCandidateInRotation(f *Facts, dst []Piece) []Piece { return deadCandidates(f, dst, true) }
 
 // routedAt reports whether some node's proxy could still send new
 // connections of svcs to the pod at t: its endpoint in rotation, or out
@@ -603,6 +599,10 @@ func (p *podState) routedAt(t int64, svcs []string) bool {
 	r := p.rotationAt(t, svcs)
 	return r.seen && (r.in || (r.lastLeave != nil && t-r.lastLeave.Time <= r.lag))
 }
+
+// diedFix is the fix for a container that died in rotation, known or
+// likely.
+const diedFix = "find why the container died: the pod's lastState names OOMKilled or the exit code. No preStop or drain runs for a container that dies; until its readiness probe fails the endpoint stays in rotation, so a shorter periodSeconds × failureThreshold shortens these refusals"
 
 // candidateRole marks the evidence of a candidate pod (Rule.Likely).
 const candidateRole = "candidate: exited while still in rotation"
