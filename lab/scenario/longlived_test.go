@@ -13,10 +13,7 @@ import (
 
 	"github.com/drainscope/drainscope/analysis"
 	"github.com/drainscope/drainscope/analysis/textreport"
-	"github.com/drainscope/drainscope/controlplane"
 	"github.com/drainscope/drainscope/event"
-	"github.com/drainscope/drainscope/internal/testenv"
-	"github.com/drainscope/drainscope/lab/realnode"
 	"github.com/drainscope/drainscope/lab/scenario"
 	"github.com/drainscope/drainscope/store"
 )
@@ -35,19 +32,7 @@ var (
 // name each later disruption by what it was, and name no cause for a
 // failure on a pod that was not terminating.
 func TestLabLongLived(t *testing.T) {
-	testenv.RequireRoot(t)
-	if _, err := controlplane.CheckBinaries("", "kubelet"); err != nil {
-		testenv.Unavailable(t, err.Error())
-	}
-	if err := scenario.Preflight(""); err != nil {
-		testenv.Unavailable(t, err.Error())
-	}
-	if err := realnode.Available(filepath.Join(controlplane.BinDir(), "kubelet")); err != nil {
-		testenv.Unavailable(t, err.Error())
-	}
-	if testing.Short() {
-		t.Skip("the long-lived sequence takes about five minutes")
-	}
+	requireRealNode(t, "the long-lived sequence takes about five minutes")
 	bin := buildStatic(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute) // the lab lock may be held for a while
 	defer cancel()

@@ -13,10 +13,7 @@ import (
 	"time"
 
 	"github.com/drainscope/drainscope/analysis"
-	"github.com/drainscope/drainscope/controlplane"
 	"github.com/drainscope/drainscope/event"
-	"github.com/drainscope/drainscope/internal/testenv"
-	"github.com/drainscope/drainscope/lab/realnode"
 	"github.com/drainscope/drainscope/lab/scenario"
 	"github.com/drainscope/drainscope/store"
 )
@@ -38,19 +35,7 @@ const parityRuns = "exit,prestop"
 // termination, cause and --keep server checks, subtest "kubelet"), so the
 // real runs are made once; subtest "process" adds the process node's.
 func TestLabNodeParity(t *testing.T) {
-	testenv.RequireRoot(t)
-	if _, err := controlplane.CheckBinaries("", "kubelet"); err != nil {
-		testenv.Unavailable(t, err.Error())
-	}
-	if err := scenario.Preflight(""); err != nil {
-		testenv.Unavailable(t, err.Error())
-	}
-	if err := realnode.Available(filepath.Join(controlplane.BinDir(), "kubelet")); err != nil {
-		testenv.Unavailable(t, err.Error())
-	}
-	if testing.Short() {
-		t.Skip("the two nodes' lab runs take about four minutes")
-	}
+	requireRealNode(t, "the two nodes' lab runs take about four minutes")
 	var process, real map[string]map[analysis.Cause]int
 	okProcess := t.Run("process", func(t *testing.T) { process = processNodeCauses(t) })
 	okReal := t.Run("kubelet", func(t *testing.T) { real = testLabRealNode(t) })

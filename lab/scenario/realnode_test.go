@@ -84,19 +84,7 @@ var containerID = regexp.MustCompile(`^[0-9a-f]{64}$`)
 // It returns the causes the analysis names per run, with their counts;
 // nil when it stopped early.
 func testLabRealNode(t *testing.T) map[string]map[analysis.Cause]int {
-	testenv.RequireRoot(t)
-	if _, err := controlplane.CheckBinaries("", "kubelet"); err != nil {
-		testenv.Unavailable(t, err.Error())
-	}
-	if err := scenario.Preflight(""); err != nil {
-		testenv.Unavailable(t, err.Error())
-	}
-	if err := realnode.Available(filepath.Join(controlplane.BinDir(), "kubelet")); err != nil {
-		testenv.Unavailable(t, err.Error())
-	}
-	if testing.Short() {
-		t.Skip("the real node's lab runs take about three minutes")
-	}
+	requireRealNode(t, "the real node's lab runs take about three minutes")
 	bin := buildStatic(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute) // the lab lock may be held for a while
 	defer cancel()
@@ -361,4 +349,25 @@ func checkServerOnRealNode(ctx context.Context, t *testing.T, c *scenario.Cluste
 		}
 	}
 	t.Logf("--keep's server on the real node (store %s mounted from the host): %d rollouts listed", dbPath, len(list.Rollouts))
+}
+
+// requireRealNode stops a test that needs the real node where it cannot
+// run: without root, the kubelet binary, the lab's preflight or the
+// container runtime it fails in CI and is reported unavailable elsewhere;
+// with -short it is skipped, saying how long it takes (long).
+func requireRealNode(t *testing.T, long string) {
+	t.Helper()
+	testenv.RequireRoot(t)
+	if _, err := controlplane.CheckBinaries("", "kubelet"); err != nil {
+		testenv.Unavailable(t, err.Error())
+	}
+	if err := scenario.Preflight(""); err != nil {
+		testenv.Unavailable(t, err.Error())
+	}
+	if err := realnode.Available(filepath.Join(controlplane.BinDir(), "kubelet")); err != nil {
+		testenv.Unavailable(t, err.Error())
+	}
+	if testing.Short() {
+		t.Skip(long)
+	}
 }
