@@ -236,14 +236,17 @@ func checkRBAC(t *testing.T, where string, o objects, leader bool) {
 		}
 		delete(o.roles, name)
 	}
-	// With agent.server: create on tokenreviews, nothing else.
+	// With agent.server: create on tokenreviews, list and watch on pods
+	// (where each pod runs), nothing else.
 	for name, r := range o.roles {
 		if !strings.HasSuffix(name, "-server-tokenreviews") {
 			continue
 		}
-		if len(r.Rules) != 1 || !slices.Equal(r.Rules[0].APIGroups, []string{"authentication.k8s.io"}) || !slices.Equal(r.Rules[0].Resources, []string{"tokenreviews"}) ||
-			!slices.Equal(r.Rules[0].Verbs, []string{"create"}) || len(r.Rules[0].ResourceNames) > 0 {
-			t.Errorf("%s: %s grants %+v, want create on tokenreviews only", where, name, r.Rules)
+		if len(r.Rules) != 2 || !slices.Equal(r.Rules[0].APIGroups, []string{"authentication.k8s.io"}) || !slices.Equal(r.Rules[0].Resources, []string{"tokenreviews"}) ||
+			!slices.Equal(r.Rules[0].Verbs, []string{"create"}) || len(r.Rules[0].ResourceNames) > 0 ||
+			!slices.Equal(r.Rules[1].APIGroups, []string{""}) || !slices.Equal(r.Rules[1].Resources, []string{"pods"}) ||
+			!slices.Equal(r.Rules[1].Verbs, []string{"list", "watch"}) || len(r.Rules[1].ResourceNames) > 0 {
+			t.Errorf("%s: %s grants %+v, want create on tokenreviews and list, watch on pods only", where, name, r.Rules)
 		}
 		delete(o.roles, name)
 	}

@@ -11,6 +11,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/drainscope/drainscope/event"
@@ -63,19 +64,36 @@ var agentSources = map[event.Source]bool{
 // is then sealed again, so its ID is that of what it says, node included:
 // an agent cannot send another node's ID to pre-empt its event.
 //
+// A kernel event naming a pod must also be about a pod of the token's node,
+// when Pods is set: the analysis attaches kernel events to pods (by UID,
+// else by namespace/name), so without this an agent could forge a SIGKILL
+// of a pod elsewhere under its own node's name. An event whose pod Pods
+// places on another node, whose UID is another pod's name, or whose name
+// (with a UID Pods does not know) is that of a pod on another node refuses
+// the batch like an event of another node (403, naming the event, the pod
+// and both nodes). A pod Pods does not know at all (it ended before the
+// index saw it, or longer ago than the index remembers, or it is so new
+// that the index's watch is behind the agent's) is let through and counted
+// in Stats.Unplaced: the index cannot say where it ran.
+//
 // What the node check cannot tell: a watcher event (an endpoint
 // transition, a pod's readiness) is about the cluster, not the node, and
 // every agent may record any, as each does in all-nodes mode and the lease
 // holder does in leader mode; it carries the recording agent's node. So a
 // compromised node's agent can still write watcher events about pods
-// elsewhere, under its own node's name, never under another's.
+// elsewhere, under its own node's name, never under another's. The same
+// holds for dataplane events: a node's proxy rules name endpoints on every
+// node.
 //
 // The store is written by this process only. At most MaxConcurrent batches
 // are stored at once; past that, batches are answered 429 with Retry-After
 // (the store is behind), and the agent keeps them and retries.
 type Handler struct {
-	Store         store.Store
-	Auth          Authenticator
+	Store store.Store
+	Auth  Authenticator
+	// Pods, when set, places the pods kernel events name (PodIndex);
+	// nil: only the events' node is checked.
+	Pods          PodLocator
 	MaxBytes      int64 // 0: DefaultMaxBytes
 	MaxEvents     int   // 0: DefaultMaxEvents
 	MaxConcurrent int   // 0: DefaultMaxConcurrent
@@ -84,9 +102,45 @@ type Handler struct {
 
 	semOnce sync.Once
 	sem     chan struct{}
+
+	stored, events, refused, failed, unplaced atomic.Int64
 }
 
-func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+// Stats counts what a Handler did with the batches it was sent.
+type Stats struct {
+	Stored   int64 // batches stored
+	Events   int64 // events in them
+	Refused  int64 // batches refused for the token or what they say (4xx but 429)
+	Failed   int64 // batches not stored for the server's sake: 429, 503 (the agent retries)
+	Unplaced int64 // stored kernel events whose pod Pods could not place
+}
+
+// Stats reports the counts so far.
+func (h *Handler) Stats() Stats {
+	return Stats{Stored: h.stored.Load(), Events: h.events.Load(), Refused: h.refused.Load(),
+		Failed: h.failed.Load(), Unplaced: h.unplaced.Load()}
+}
+
+// String is one line of the counts.
+func (s Stats) String() string {
+	out := fmt.Sprintf("%d batches stored (%d events), %d refused, %d to retry", s.Stored, s.Events, s.Refused, s.Failed)
+	if s.Unplaced > 0 {
+		out += fmt.Sprintf(", %d kernel events of pods the server could not place", s.Unplaced)
+	}
+	return out
+}
+
+func (h *Handler) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
+	w := &counting{ResponseWriter: rw}
+	defer func() {
+		switch {
+		case w.code == http.StatusOK:
+		case w.code == http.StatusTooManyRequests || w.code >= 500:
+			h.failed.Add(1)
+		default:
+			h.refused.Add(1)
+		}
+	}()
 	log := h.Log
 	if log == nil {
 		log = slog.Default()
@@ -132,7 +186,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, status, Refusal{Error: msg})
 		return
 	}
-	if i, status, msg := check(batch.Events, agent); status != 0 {
+	unplaced, i, status, msg := h.check(batch.Events, agent)
+	if status == http.StatusServiceUnavailable {
+		log.Warn("agent events: placing pods", "err", msg)
+		w.Header().Set("Retry-After", "5")
+		writeJSON(w, status, Refusal{Error: msg})
+		return
+	}
+	if status != 0 {
 		log.Warn("agent events: batch refused", "node", agent.Node, "pod", agent.PodNamespace+"/"+agent.Pod, "event", i, "err", msg)
 		writeJSON(w, status, Refusal{Error: msg, Event: &i})
 		return
@@ -149,8 +210,26 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	h.stored.Add(1)
+	h.events.Add(int64(len(batch.Events)))
+	h.unplaced.Add(int64(unplaced))
 	writeJSON(w, http.StatusOK, Result{Stored: len(batch.Events)})
 }
+
+// counting keeps the status a response was answered with.
+type counting struct {
+	http.ResponseWriter
+	code int
+}
+
+func (c *counting) WriteHeader(code int) {
+	if c.code == 0 {
+		c.code = code
+	}
+	c.ResponseWriter.WriteHeader(code)
+}
+
+func (c *counting) Unwrap() http.ResponseWriter { return c.ResponseWriter }
 
 // read decodes the body within the bounds; status is non-zero when it
 // cannot.
@@ -194,28 +273,81 @@ func (h *Handler) read(w http.ResponseWriter, r *http.Request) (b Batch, status 
 }
 
 // check stamps and seals evs for agent, or names the first it refuses:
-// 403 for an event of another node or of a source agents do not record,
-// 400 for one that is not valid.
-func check(evs []event.Event, agent Agent) (i, status int, msg string) {
+// 403 for an event of another node, of a source agents do not record or
+// about a pod on another node, 400 for one that is not valid; 503 when
+// the pods cannot be placed yet. unplaced counts the kernel events whose
+// pod could not be placed.
+func (h *Handler) check(evs []event.Event, agent Agent) (unplaced, i, status int, msg string) {
 	for i := range evs {
 		e := &evs[i]
 		if e.Node == "" {
 			e.Node = agent.Node
 		}
 		if e.Node != agent.Node {
-			return i, http.StatusForbidden, fmt.Sprintf("event %d (kind %s, time %d) is node %q's, but the token is node %q's; nothing was stored",
+			return 0, i, http.StatusForbidden, fmt.Sprintf("event %d (kind %s, time %d) is node %q's, but the token is node %q's; nothing was stored",
 				i, e.Kind, e.Time, e.Node, agent.Node)
 		}
 		if !agentSources[e.Source] {
-			return i, http.StatusForbidden, fmt.Sprintf("event %d (kind %s, time %d): source %q is not an agent's; nothing was stored",
+			return 0, i, http.StatusForbidden, fmt.Sprintf("event %d (kind %s, time %d): source %q is not an agent's; nothing was stored",
 				i, e.Kind, e.Time, e.Source)
+		}
+		if h.Pods != nil && e.Source == event.SourceKernel && !e.Pod.IsZero() {
+			placed, status, msg := h.placePod(i, e, agent)
+			if status != 0 {
+				return 0, i, status, msg
+			}
+			if !placed {
+				unplaced++
+			}
 		}
 		e.Seal()
 		if err := e.Validate(); err != nil {
-			return i, http.StatusBadRequest, fmt.Sprintf("event %d (kind %s, time %d): %v; nothing was stored", i, e.Kind, e.Time, err)
+			return 0, i, http.StatusBadRequest, fmt.Sprintf("event %d (kind %s, time %d): %v; nothing was stored", i, e.Kind, e.Time, err)
 		}
 	}
-	return 0, 0, ""
+	return unplaced, 0, 0, ""
+}
+
+// placePod checks that kernel event i's pod is on agent's node. placed is
+// false when Pods does not know the pod.
+func (h *Handler) placePod(i int, e *event.Event, agent Agent) (placed bool, status int, msg string) {
+	ref := e.Pod
+	refuse := func(why string) (bool, int, string) {
+		pod := fmt.Sprintf("pod %s (uid %q)", ref, ref.UID)
+		if ref.Name == "" {
+			pod = fmt.Sprintf("the pod of uid %q", ref.UID)
+		}
+		return false, http.StatusForbidden, fmt.Sprintf("event %d (kind %s, time %d) is about %s, %s; the token is node %q's; nothing was stored",
+			i, e.Kind, e.Time, pod, why, agent.Node)
+	}
+	p, ok, err := h.Pods.Place(ref)
+	if err != nil {
+		return false, http.StatusServiceUnavailable, "placing the events' pods: " + err.Error() + "; nothing was stored, retry later"
+	}
+	if ok {
+		switch {
+		case ref.Name != "" && (p.Namespace != ref.Namespace || p.Name != ref.Name):
+			return refuse(fmt.Sprintf("but that UID is pod %s/%s's, on node %q", p.Namespace, p.Name, p.Node))
+		case p.Node == "":
+			return false, 0, "" // not bound yet as far as the index knows
+		case p.Node != agent.Node:
+			return refuse(fmt.Sprintf("which is on node %q", p.Node))
+		}
+		return true, 0, ""
+	}
+	// A UID the index does not know, with a name: refused when that name is
+	// a pod's on another node, as an agent's own pods are known by name
+	// and UID alike.
+	if ref.UID != "" && ref.Name != "" {
+		p, ok, err := h.Pods.Place(event.PodRef{Namespace: ref.Namespace, Name: ref.Name})
+		if err != nil {
+			return false, http.StatusServiceUnavailable, "placing the events' pods: " + err.Error() + "; nothing was stored, retry later"
+		}
+		if ok && p.Node != "" && p.Node != agent.Node {
+			return refuse(fmt.Sprintf("a UID the server does not know, while pod %s/%s (uid %q) is on node %q", p.Namespace, p.Name, p.UID, p.Node))
+		}
+	}
+	return false, 0, ""
 }
 
 // acquire takes one of MaxConcurrent slots without waiting.

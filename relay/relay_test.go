@@ -40,6 +40,8 @@ const (
 type cluster struct {
 	cs     kubernetes.Interface
 	tokens map[string]string // agent-a, agent-b, unbound, other-a
+	// Workload pods in namespace shop: web-1 on node A, web-9 on node B.
+	web1, web9 *corev1.Pod
 }
 
 func startCluster(t *testing.T, ctx context.Context) *cluster {
@@ -61,6 +63,12 @@ func startCluster(t *testing.T, ctx context.Context) *cluster {
 	if err := cp.EnsureNamespace(ctx, ns); err != nil {
 		t.Fatal(err)
 	}
+	if err := cp.EnsureNamespace(ctx, "shop"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().ServiceAccounts("shop").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	for _, sa := range []string{agentSA, "other"} {
 		if _, err := cs.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
@@ -71,8 +79,8 @@ func startCluster(t *testing.T, ctx context.Context) *cluster {
 			t.Fatal(err)
 		}
 	}
-	pod := func(name, node, sa string) *corev1.Pod {
-		p, err := cs.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
+	podIn := func(pns, name, node, sa string) *corev1.Pod {
+		p, err := cs.CoreV1().Pods(pns).Create(ctx, &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: name},
 			Spec: corev1.PodSpec{NodeName: node, ServiceAccountName: sa, AutomountServiceAccountToken: ptr.To(false),
 				Containers: []corev1.Container{{Name: "agent", Image: "drainscope.invalid/agent:1"}}},
@@ -82,6 +90,9 @@ func startCluster(t *testing.T, ctx context.Context) *cluster {
 		}
 		return p
 	}
+	pod := func(name, node, sa string) *corev1.Pod { return podIn(ns, name, node, sa) }
+	c.web1 = podIn("shop", "web-1", "node-a", "default")
+	c.web9 = podIn("shop", "web-9", "node-b", "default")
 	token := func(sa string, bound *corev1.Pod, audiences ...string) string {
 		tr := &authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(3600)), Audiences: audiences}}
 		if bound != nil {
@@ -163,7 +174,13 @@ func TestAgentWritesOnlyItsNode(t *testing.T) {
 	now := time.Now()
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	reviewer := &relay.TokenReviewer{Client: c.cs.AuthenticationV1(), Namespace: ns, ServiceAccount: agentSA, Now: clock}
-	srv := httptest.NewServer(&relay.Handler{Store: st, Auth: reviewer})
+	pods := &relay.PodIndex{Client: c.cs}
+	go pods.Run(ctx)
+	if err := pods.WaitForSync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	handler := &relay.Handler{Store: st, Auth: reviewer, Pods: pods}
+	srv := httptest.NewServer(handler)
 	defer srv.Close()
 	base := time.Now().Add(-time.Minute)
 
@@ -304,4 +321,95 @@ func TestAgentWritesOnlyItsNode(t *testing.T) {
 	if n := count(t, st, "node-b"); n != 1 {
 		t.Errorf("node-b has %d events, want 1 (its own)", n)
 	}
+
+	agentCannotForgePodsElsewhere(t, ctx, c, srv.URL, handler, pods, st)
+}
+
+// agentCannotForgePodsElsewhere: under its own node's name, node A's agent
+// cannot store a kernel event about a pod on node B (shop/web-9), by its
+// UID, its name or both, nor after the pod is deleted; it can store one of
+// its own pod (shop/web-1), and one of a pod the server cannot place.
+func agentCannotForgePodsElsewhere(t *testing.T, ctx context.Context, c *cluster, url string, h *relay.Handler, pods *relay.PodIndex, st store.Store) {
+	base := time.Now().Add(-30 * time.Second)
+	kernel := func(at time.Duration, ref event.PodRef) event.Event {
+		e := event.Event{Time: base.Add(at).UnixNano(), Kind: event.Signal, Node: "node-a", Source: event.SourceKernel, Pod: ref, PID: 7, Signal: 9}
+		e.Seal()
+		return e
+	}
+	ref := func(p *corev1.Pod) event.PodRef {
+		return event.PodRef{Namespace: p.Namespace, Name: p.Name, UID: string(p.UID)}
+	}
+	stored := func() int {
+		evs, err := store.Events(ctx, st, store.Query{Node: "node-a", PodUIDs: []string{string(c.web1.UID), string(c.web9.UID), "made-up"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(evs)
+	}
+	// Its own pod's SIGKILL is stored, and counted as placed.
+	before := h.Stats()
+	if code, _ := post(t, url, c.tokens["agent-a"], []event.Event{kernel(0, ref(c.web1))}); code != http.StatusOK {
+		t.Fatalf("node A's kernel event of its own pod %s: %d, want 200", ref(c.web1), code)
+	}
+	if s := h.Stats(); s.Unplaced != before.Unplaced {
+		t.Errorf("its own pod was not placed: %+v", s)
+	}
+	forged := []struct {
+		name string
+		ref  event.PodRef
+		says []string
+	}{
+		{"node B's pod by name and UID", ref(c.web9), []string{"shop/web-9", `which is on node "node-b"`}},
+		{"node B's pod by UID alone", event.PodRef{UID: string(c.web9.UID)}, []string{string(c.web9.UID), `"node-b"`}},
+		{"node B's pod by name with a made-up UID", event.PodRef{Namespace: "shop", Name: "web-9", UID: "made-up"}, []string{"shop/web-9", `"node-b"`}},
+		{"node B's pod by name alone", event.PodRef{Namespace: "shop", Name: "web-9"}, []string{"shop/web-9", `"node-b"`}},
+		{"its own pod's UID under node B's pod's name", event.PodRef{Namespace: "shop", Name: "web-9", UID: string(c.web1.UID)}, []string{"shop/web-9", "shop/web-1"}},
+	}
+	check := func(when string) {
+		for _, f := range forged {
+			// Behind an event of its own pod: nothing of the batch is stored.
+			code, r := post(t, url, c.tokens["agent-a"], []event.Event{kernel(time.Second, ref(c.web1)), kernel(2*time.Second, f.ref)})
+			ok := code == http.StatusForbidden && r.Event != nil && *r.Event == 1 && strings.Contains(r.Error, `"node-a"`)
+			for _, s := range f.says {
+				ok = ok && strings.Contains(r.Error, s)
+			}
+			if !ok {
+				t.Errorf("%s, %s: %d %+v, want 403 naming event 1, node-a and %q", when, f.name, code, r, f.says)
+			}
+		}
+		if n := stored(); n != 1 {
+			t.Errorf("%s: node A has %d events of web-1 and web-9 stored, want 1 (its own pod's first)", when, n)
+		}
+	}
+	check("while web-9 runs")
+	// Node B's agent stores its own pod's events.
+	evB := kernel(3*time.Second, ref(c.web9))
+	evB.Node = ""
+	if code, _ := post(t, url, c.tokens["agent-b"], []event.Event{evB}); code != http.StatusOK {
+		t.Errorf("node B's kernel event of its own pod: %d, want 200", code)
+	}
+	// A pod the server never saw is let through, and counted.
+	before = h.Stats()
+	if code, _ := post(t, url, c.tokens["agent-a"], []event.Event{kernel(4*time.Second, event.PodRef{Namespace: "shop", Name: "gone-long-ago", UID: "uid-gone"})}); code != http.StatusOK {
+		t.Errorf("a pod the server cannot place: %d, want 200", code)
+	}
+	if s := h.Stats(); s.Unplaced != before.Unplaced+1 {
+		t.Errorf("unplaced %d → %d, want one more", before.Unplaced, s.Unplaced)
+	}
+	// Deleted, node B's pod is remembered on node B.
+	if err := c.cs.CoreV1().Pods("shop").Delete(ctx, "web-9", metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, gone := pods.Len(); gone == 1 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("the pod index did not see web-9 deleted")
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	check("after web-9 was deleted")
+	t.Logf("relay stats: %s", h.Stats())
 }

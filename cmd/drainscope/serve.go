@@ -135,6 +135,7 @@ type serveFlags struct {
 	ingestConc                 *int
 	agentSA, agentAud          *string
 	agentConc                  *int
+	agentPods                  *bool
 	exp                        *exportFlags
 }
 
@@ -162,6 +163,7 @@ func defineServeFlags(fs *flag.FlagSet) *serveFlags {
 	f.agentSA = fs.String("agent-service-account", os.Getenv("DRAINSCOPE_AGENT_SERVICE_ACCOUNT"), "NAMESPACE/NAME of the agents' service account: take their events at POST "+relay.EventsPath+", each agent's own node's only, authenticated by TokenReview with --kubeconfig/--context or the pod's service account (env DRAINSCOPE_AGENT_SERVICE_ACCOUNT; empty: off)")
 	f.agentAud = fs.String("agent-audiences", "", "comma-separated audiences the agents' tokens must carry (default: the API server's own, as the default projected token has)")
 	f.agentConc = fs.Int("agent-concurrency", relay.DefaultMaxConcurrent, "agent batches stored at once; more are answered 429 with Retry-After and the agents retry")
+	f.agentPods = fs.Bool("agent-check-pods", true, "refuse an agent's kernel event about a pod on another node, knowing where pods are from one watch of every pod (needs list and watch on pods); false: check the events' node only")
 	f.exp = registerExport(fs)
 	return f
 }
@@ -265,8 +267,20 @@ func (f *serveFlags) webOptions(ctx context.Context, st store.Store, c serveChec
 		if err != nil {
 			return opts, fmt.Errorf("--agent-service-account: %w", err)
 		}
-		opts.AgentEvents = &relay.Handler{Store: st, Log: slog.Default(), MaxConcurrent: *f.agentConc,
+		h := &relay.Handler{Store: st, Log: slog.Default(), MaxConcurrent: *f.agentConc,
 			Auth: &relay.TokenReviewer{Client: cs.AuthenticationV1(), Namespace: c.agentNS, ServiceAccount: c.agentName, Audiences: splitList(*f.agentAud)}}
+		if *f.agentPods {
+			// Until it has listed the pods, batches are answered 503 and
+			// the agents retry.
+			pods := &relay.PodIndex{Client: cs}
+			h.Pods = pods
+			go func() {
+				if err := pods.Run(ctx); err != nil {
+					slog.Warn("agent events: the pod index stopped", "err", err)
+				}
+			}()
+		}
+		opts.AgentEvents = h
 		slog.Info("taking agents' events", "path", relay.EventsPath, "service_account", c.agentNS+"/"+c.agentName)
 	}
 	if c.loopback && *f.token == "" {
