@@ -54,6 +54,10 @@ var agentSources = map[event.Source]bool{
 	event.SourceWatcher: true, event.SourceKernel: true, event.SourceDataplane: true,
 }
 
+// AgentSource reports whether agents record events of source s, and so
+// may send them to Handler.
+func AgentSource(s event.Source) bool { return agentSources[s] }
+
 // Handler takes agents' events: POST Batch as JSON (gzip allowed) with
 // "Authorization: Bearer TOKEN", the agent pod's service account token.
 //

@@ -27,7 +27,7 @@ import (
 const labUsage = `usage: drainscope lab [--profile short|seed000|ci] [--runs control,exit,graceful,prestop,drain]
                       [--proxy-mode nftables|iptables|iptables-legacy] [--ingress haproxy]
                       [--store DSN] [--duration D] [--rollout-at D] [--no-kernel]
-                      [--serve ADDR] [--keep] [-v]
+                      [--serve ADDR] [--keep] [--direct-writes] [-v]
        drainscope lab --profile longlived [--node kubelet] [--settle 20m] [--gap 3m] [--store DSN]
        drainscope lab cleanup
 
@@ -48,7 +48,9 @@ service shutting down its own way:
   drain     answers with "Connection: close" while draining, exits when idle (5 s at least)
 
 drainscope records the pods, endpoints, kernel events and the clients'
-failures into the store, then prints per run the requests, failures by class
+failures into the store (what an agent records through the server's relay,
+as drainscope agent --server does, with the token of an agent pod on the
+lab node; --direct-writes: straight), then prints per run the requests, failures by class
 and the causes it found, tears the cluster down and serves the web UI over
 the recorded runs until interrupted (--serve '' to exit instead). Needs root.
 
@@ -189,6 +191,7 @@ type labFlags struct {
 	settle, gap             time.Duration
 	ingressKind             string
 	keep                    bool
+	directWrites            bool
 }
 
 // defineLabFlags defines drainscope lab's flags and usage on fs.
@@ -209,6 +212,7 @@ func defineLabFlags(fs *flag.FlagSet) *labFlags {
 	fs.DurationVar(&f.settle, "settle", 0, "longlived profile: how long the pods run under the load before the first disruption (default the profile's 20m)")
 	fs.DurationVar(&f.gap, "gap", 0, "longlived profile: time between one disruption's end and the next's start (default the profile's 3m)")
 	fs.StringVar(&f.ingressKind, "ingress", "", "put this proxy in front of each run's Service and load the runs through it: "+strings.Join(scenario.Ingresses, ", ")+" (Debian's haproxy; see docs/ingress-lab.md)")
+	fs.BoolVar(&f.directWrites, "direct-writes", false, "store the agent's events (watcher, kernel, dataplane) straight into the store, instead of through the server's relay with the agent pod's token as drainscope agent --server does (for debugging)")
 	fs.BoolVar(&f.keep, "keep", false, "after the runs, keep the cluster up and recording, with the Deployment sample-own behind a Service, until Ctrl-C (instead of --serve)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), labUsage)
@@ -314,17 +318,18 @@ func labLogger(verbose bool) *slog.Logger {
 // options are the lab cluster's options the flags choose.
 func (f *labFlags) options(exe string, st store.Store, log *slog.Logger, progress io.Writer) scenario.Options {
 	return scenario.Options{
-		AppCommand:  []string{exe, "lab", "sampleapp"},
-		Images:      map[string]simnode.Image{scenario.ServerImage: {Entrypoint: []string{exe}}}, // --keep's server
-		Store:       st,
-		NoKernel:    f.noKernel,
-		WaitForLock: f.wait,
-		Node:        f.nodeKind,
-		Binary:      exe,
-		Log:         log,
-		Progress:    progress,
-		ProxyArgs:   proxyArgs(f.proxySync),
-		ProxyMode:   f.proxyMode,
+		AppCommand:   []string{exe, "lab", "sampleapp"},
+		Images:       map[string]simnode.Image{scenario.ServerImage: {Entrypoint: []string{exe}}}, // --keep's server
+		Store:        st,
+		NoKernel:     f.noKernel,
+		WaitForLock:  f.wait,
+		Node:         f.nodeKind,
+		Binary:       exe,
+		Log:          log,
+		Progress:     progress,
+		ProxyArgs:    proxyArgs(f.proxySync),
+		ProxyMode:    f.proxyMode,
+		DirectWrites: f.directWrites,
 	}
 }
 
@@ -344,6 +349,11 @@ func labReport(ctx context.Context, c *scenario.Cluster, st store.Store, results
 	}
 	fmt.Printf("node: %s\n", c.NodeDescription())
 	fmt.Printf("proxy: %s\n", c.ProxyDescription(ctx))
+	if rs, ok := c.RelayStats(); ok {
+		fmt.Printf("agent events: through the server's relay (pod-bound token, TokenReview): %s\n", rs)
+	} else {
+		fmt.Printf("agent events: straight to the store (--direct-writes)\n")
+	}
 	fmt.Printf("lab time: %s\n", time.Since(started).Round(time.Second))
 }
 

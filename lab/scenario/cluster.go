@@ -72,6 +72,11 @@ type Options struct {
 	// Shadow, when set, is a second eBPF capture beside the lab's own
 	// (process node only), see ShadowKernel.
 	Shadow *ShadowKernel
+	// DirectWrites stores the agent's events (watcher, kernel,
+	// dataplane) straight into Store. By default they go as an agent's
+	// do with --server: through the server's relay, which the lab serves
+	// on loopback, with the token of an agent pod on the lab node.
+	DirectWrites bool
 }
 
 // Node kinds.
@@ -96,6 +101,7 @@ type Cluster struct {
 	net      netns.Network
 	tree     cgroup.Tree
 	rec      *recorder
+	relay    *labRelay // nil with Options.DirectWrites
 	kernel   *ebpf.Collector
 	kernelCh chan error
 	watchers []func()
@@ -183,7 +189,6 @@ func Up(ctx context.Context, o Options) (c *Cluster, err error) {
 		return c, err
 	}
 	o.progress("pod network: bridge %s %s, pods %s, services %s", c.net.Bridge, c.net.Gateway, c.net.PodCIDR(), c.net.ServiceCIDR)
-	c.rec = newRecorder(o.Store, o.Log)
 
 	start := time.Now()
 	o.progress("starting etcd, kube-apiserver, kube-controller-manager (%s) …", controlplane.Version)
@@ -201,6 +206,14 @@ func Up(ctx context.Context, o Options) (c *Cluster, err error) {
 	}
 	c.Client = c.CP.Client()
 	o.progress("control plane ready in %.1fs (API %s)", time.Since(start).Seconds(), c.CP.Host())
+	var agentStore store.Store
+	if !o.DirectWrites {
+		if err := c.startRelay(ctx); err != nil {
+			return c, fmt.Errorf("the agent's relay: %w", err)
+		}
+		agentStore = c.relay.client
+	}
+	c.rec = newRecorder(o.Store, agentStore, o.Log)
 
 	if err := c.Node.up(ctx, c, start); err != nil {
 		return c, err
@@ -347,6 +360,9 @@ func (c *Cluster) Down() {
 		}
 		if c.rec != nil {
 			c.rec.Close()
+		}
+		if c.relay != nil {
+			c.relay.close()
 		}
 		if c.Node != nil {
 			// The pods end at once: the lab is going away, there is

@@ -95,6 +95,7 @@ func labDataplaneRun(ctx context.Context, t *testing.T, c *scenario.Cluster, st 
 		t.Fatal(err)
 	}
 	c.Sync()
+	requireRelayed(t, ctx, c, st)
 	exit := results[0]
 	if len(exit.Replaced) != 4 {
 		t.Fatalf("exit run replaced %d pods, want 4", len(exit.Replaced))

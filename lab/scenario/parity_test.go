@@ -176,6 +176,7 @@ func processNodeCauses(t *testing.T) map[string]map[analysis.Cause]int {
 		t.Fatal(err)
 	}
 	c.Sync()
+	requireRelayed(t, ctx, c, st)
 	var table strings.Builder
 	_ = scenario.WriteTable(&table, results)
 	t.Logf("runs (%v):\n%s", time.Since(start).Round(time.Second), table.String())

@@ -132,6 +132,7 @@ func testLabRealNode(t *testing.T) map[string]map[analysis.Cause]int {
 		t.Fatal(err)
 	}
 	c.Sync()
+	requireRelayed(t, ctx, c, st)
 	var table, diag strings.Builder
 	_ = scenario.WriteTable(&table, results)
 	_ = scenario.Diagnose(ctx, &diag, st, results)

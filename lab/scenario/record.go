@@ -7,15 +7,19 @@ import (
 	"time"
 
 	"github.com/drainscope/drainscope/event"
+	"github.com/drainscope/drainscope/relay"
 	"github.com/drainscope/drainscope/store"
 )
 
 // recorder batches events into the store from any goroutine: the load's
-// failures, the kernel capture's events, the watcher's transitions.
+// failures, the kernel capture's events, the watcher's transitions. What
+// an agent records (relay.AgentSource) goes to agent, the lab's relay
+// client, when it is set; the rest straight to st.
 type recorder struct {
-	st  store.Store
-	log *slog.Logger
-	ch  chan item
+	st    store.Store
+	agent store.Store
+	log   *slog.Logger
+	ch    chan item
 
 	done   chan struct{}
 	once   sync.Once
@@ -34,8 +38,8 @@ type item struct {
 	synced chan struct{}
 }
 
-func newRecorder(st store.Store, log *slog.Logger) *recorder {
-	r := &recorder{st: st, log: log, ch: make(chan item, 1<<16), done: make(chan struct{}), counts: map[event.Kind]int{}}
+func newRecorder(st, agent store.Store, log *slog.Logger) *recorder {
+	r := &recorder{st: st, agent: agent, log: log, ch: make(chan item, 1<<16), done: make(chan struct{}), counts: map[event.Kind]int{}}
 	go r.loop()
 	return r
 }
@@ -58,30 +62,26 @@ func (r *recorder) loop() {
 	batch := make([]event.Event, 0, maxBatch)
 	t := time.NewTicker(200 * time.Millisecond)
 	defer t.Stop()
+	var agentBatch []event.Event
 	flush := func() {
 		if len(batch) == 0 {
 			return
 		}
-		var err error
-		for try := 0; try < 5; try++ {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			err = r.st.Append(ctx, batch)
-			cancel()
-			if err == nil {
-				break
+		if r.agent != nil {
+			agentBatch = agentBatch[:0]
+			n := 0
+			for _, e := range batch {
+				if relay.AgentSource(e.Source) {
+					agentBatch = append(agentBatch, e)
+				} else {
+					batch[n] = e
+					n++
+				}
 			}
-			time.Sleep(time.Duration(try+1) * 200 * time.Millisecond)
+			r.write(r.agent, agentBatch)
+			batch = batch[:n]
 		}
-		r.mu.Lock()
-		if err != nil {
-			r.failed += len(batch)
-			r.log.Error("writing events to the store", "events", len(batch), "err", err)
-		} else {
-			for i := range batch {
-				r.counts[batch[i].Kind]++
-			}
-		}
-		r.mu.Unlock()
+		r.write(r.st, batch)
 		batch = batch[:0]
 	}
 	for {
@@ -103,6 +103,34 @@ func (r *recorder) loop() {
 		case <-t.C:
 			flush()
 		}
+	}
+}
+
+// write stores batch in st, retrying a failure that is not the events'
+// own (store.RowLevel: the relay's refusals too).
+func (r *recorder) write(st store.Store, batch []event.Event) {
+	if len(batch) == 0 {
+		return
+	}
+	var err error
+	for try := 0; try < 5; try++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err = st.Append(ctx, batch)
+		cancel()
+		if err == nil || store.RowLevel(err) {
+			break
+		}
+		time.Sleep(time.Duration(try+1) * 200 * time.Millisecond)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err != nil {
+		r.failed += len(batch)
+		r.log.Error("writing events to the store", "store", st.Describe(), "events", len(batch), "err", err)
+		return
+	}
+	for i := range batch {
+		r.counts[batch[i].Kind]++
 	}
 }
 

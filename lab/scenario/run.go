@@ -118,6 +118,9 @@ func Execute(ctx context.Context, c *Cluster, cfg Config) ([]RunResult, error) {
 			return out, fmt.Errorf("run %s: %w", r.Name, err)
 		}
 		c.opts.progress("  %s", res.Summary())
+		if rs, ok := c.RelayStats(); ok {
+			c.opts.progress("  agent events through the relay so far: %s", rs)
+		}
 		out = append(out, res)
 	}
 	return out, nil
