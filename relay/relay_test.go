@@ -17,6 +17,7 @@ import (
 
 	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
@@ -38,7 +39,12 @@ const (
 // another service account. The pods need not run: a pod object bound to
 // a node is what a token is bound to.
 type cluster struct {
-	cs     kubernetes.Interface
+	cs kubernetes.Interface
+	// server is the server's identity: a service account granted only
+	// what the Helm chart's server ClusterRole grants (create on
+	// tokenreviews, list and watch on pods; deploy/deploy_test.go checks
+	// the chart's), by impersonation.
+	server kubernetes.Interface
 	tokens map[string]string // agent-a, agent-b, unbound, other-a
 	// Workload pods in namespace shop: web-1 on node A, web-9 on node B.
 	web1, web9 *corev1.Pod
@@ -73,6 +79,26 @@ func startCluster(t *testing.T, ctx context.Context) *cluster {
 		if _, err := cs.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if _, err := cs.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "server"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "drainscope-server-tokenreviews"},
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"tokenreviews"}, Verbs: []string{"create"}},
+			{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list", "watch"}},
+		}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "drainscope-server-tokenreviews"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "drainscope-server-tokenreviews"},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "server", Namespace: ns}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := cp.Config()
+	cfg.Impersonate.UserName = "system:serviceaccount:" + ns + ":server"
+	if c.server, err = kubernetes.NewForConfig(cfg); err != nil {
+		t.Fatal(err)
 	}
 	for _, n := range []string{"node-a", "node-b"} {
 		if _, err := cp.RegisterNode(ctx, controlplane.NodeOptions{Name: n}); err != nil {
@@ -173,11 +199,14 @@ func TestAgentWritesOnlyItsNode(t *testing.T) {
 	var mu sync.Mutex
 	now := time.Now()
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	reviewer := &relay.TokenReviewer{Client: c.cs.AuthenticationV1(), Namespace: ns, ServiceAccount: agentSA, Now: clock}
-	pods := &relay.PodIndex{Client: c.cs}
+	// The server as the chart grants it, no more.
+	reviewer := &relay.TokenReviewer{Client: c.server.AuthenticationV1(), Namespace: ns, ServiceAccount: agentSA, Now: clock}
+	pods := &relay.PodIndex{Client: c.server}
 	go pods.Run(ctx)
-	if err := pods.WaitForSync(ctx); err != nil {
-		t.Fatal(err)
+	sctx, scancel := context.WithTimeout(ctx, 30*time.Second)
+	defer scancel()
+	if err := pods.WaitForSync(sctx); err != nil {
+		t.Fatalf("%v (can the server list and watch pods?)", err)
 	}
 	handler := &relay.Handler{Store: st, Auth: reviewer, Pods: pods}
 	srv := httptest.NewServer(handler)
