@@ -99,6 +99,14 @@ type KernelConfig struct {
 // agent records the rest.
 type DataplaneConfig struct {
 	Disabled bool
+	// OwnPodsOnly stores the rule changes of this node's own pods'
+	// endpoints only (those the pod cache resolves), not of every
+	// endpoint of the cluster: a node outside the sample
+	// (watcher.SampledNode) sets it, so that what a node stores about
+	// proxy rules grows with its own pods, not with the cluster's
+	// Services. Every removal still feeds the lag histogram
+	// (drainscope_dataplane_lag_seconds). docs/dataplane.md, "Volume".
+	OwnPodsOnly bool
 	// KubeProxyMetrics is kube-proxy's metrics address on this node
 	// (dataplane.DefaultKubeProxyMetrics when empty).
 	KubeProxyMetrics string
@@ -113,6 +121,11 @@ type Agent struct {
 	writer *store.Writer
 	dp     *dataplane.Watcher
 	lag    *dataplane.LagMeter
+	// ownPods are this node's pods (the watcher's cache): whose
+	// endpoints' rule changes a node outside the sample stores.
+	ownPods watcher.PodLookup
+	// dpSeen and dpStored count the dataplane changes read and stored.
+	dpSeen, dpStored atomic.Uint64
 	// proxyMode is the node's proxy mode as last detected.
 	proxyMode atomic.Pointer[dataplane.Mode]
 
@@ -179,6 +192,11 @@ func New(cfg Config) (*Agent, error) {
 		wo.Mode = watcher.EveryNode
 	}
 	wo.Sink = a.record
+	if tap := wo.Tap; tap != nil {
+		wo.Tap = func(e *event.Event) { a.tap(e); tap(e) }
+	} else {
+		wo.Tap = a.tap
+	}
 	if wo.Logger == nil {
 		wo.Logger = cfg.Logger
 	}
@@ -186,10 +204,10 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	a.w = w
+	a.w, a.ownPods = w, w.Pods()
 	a.cfg.Watch = wo
 	if !cfg.Dataplane.Disabled {
-		dp, err := dataplane.New(dataplane.Options{Node: cfg.Node, Emit: a.record, Logger: cfg.Logger})
+		dp, err := dataplane.New(dataplane.Options{Node: cfg.Node, Emit: a.recordDataplane, Logger: cfg.Logger})
 		if err != nil {
 			return nil, err
 		}
@@ -210,14 +228,6 @@ func (a *Agent) Watcher() *watcher.Watcher { return a.w }
 // record takes every event: counted and queued for the store.
 func (a *Agent) record(e event.Event) {
 	a.m.Observe(&e)
-	if a.ciliumServices != nil {
-		a.ciliumServices.Observe(&e)
-	}
-	if a.lag != nil {
-		if node, lag, ok := a.lag.Observe(&e); ok {
-			a.m.ObserveDataplaneLag(node, lag)
-		}
-	}
 	if n := a.writer.Add(e); n > 0 {
 		a.warnDrops()
 	}
@@ -342,11 +352,14 @@ type Stats struct {
 	Writer store.WriterStats
 	Watch  watcher.Stats
 	Kernel *ebpf.Stats // nil without kernel capture
+	// DataplaneSeen are the proxy rule changes read, DataplaneStored
+	// those recorded (all of them unless DataplaneConfig.OwnPodsOnly).
+	DataplaneSeen, DataplaneStored uint64
 }
 
 // Stats returns the counters; valid once Run has started.
 func (a *Agent) Stats() Stats {
-	s := Stats{Watch: a.w.Stats()}
+	s := Stats{Watch: a.w.Stats(), DataplaneSeen: a.dpSeen.Load(), DataplaneStored: a.dpStored.Load()}
 	if a.writer != nil {
 		s.Writer = a.writer.Stats()
 	}

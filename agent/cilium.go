@@ -31,7 +31,7 @@ func (a *Agent) newCilium() error {
 	}
 	idx := cilium.NewServiceIndex()
 	r, err := cilium.New(cilium.Options{
-		Node: a.cfg.Node, Emit: a.record, Dir: a.cfg.Cilium.Dir, Interval: a.cfg.Cilium.Interval,
+		Node: a.cfg.Node, Emit: a.recordDataplane, Dir: a.cfg.Cilium.Dir, Interval: a.cfg.Cilium.Interval,
 		Services: idx.Lookup, Logger: a.cfg.Logger,
 	})
 	if err != nil {

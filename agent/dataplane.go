@@ -38,7 +38,7 @@ func (a *Agent) followProxyMode(ctx context.Context, wg *sync.WaitGroup) {
 			}
 		}
 		if m.Proxy == event.ProxyIPTablesLegacy && !legacy {
-			lp, err := dataplane.NewLegacy(dataplane.LegacyOptions{Node: a.cfg.Node, Emit: a.record, Logger: a.log,
+			lp, err := dataplane.NewLegacy(dataplane.LegacyOptions{Node: a.cfg.Node, Emit: a.recordDataplane, Logger: a.log,
 				Metrics: a.cfg.Dataplane.KubeProxyMetrics})
 			if err == nil {
 				legacy = true
@@ -73,4 +73,59 @@ func (a *Agent) proxyAttrs(attrs map[string]string) {
 	attrs[event.AttrProxyMode] = m.Proxy
 	attrs[event.AttrProxyRecorded] = strconv.FormatBool(m.Recorded)
 	attrs[event.AttrProxyEvidence] = m.Evidence
+}
+
+// recordDataplane takes a change of this node's proxy rules (nftables,
+// iptables on either backend, Cilium's maps): every removal feeds the lag
+// histogram, and the change is stored unless OwnPodsOnly leaves it out.
+func (a *Agent) recordDataplane(e event.Event) {
+	if a.admitDataplane(&e) {
+		a.record(e)
+	}
+}
+
+// admitDataplane counts a dataplane change, measures its lag and tells
+// whether it is stored.
+func (a *Agent) admitDataplane(e *event.Event) bool {
+	a.dpSeen.Add(1)
+	if a.lag != nil {
+		if node, lag, ok := a.lag.Observe(e); ok {
+			a.m.ObserveDataplaneLag(node, lag)
+		}
+	}
+	if !a.storesDataplane(e) {
+		return false
+	}
+	a.dpStored.Add(1)
+	return true
+}
+
+// storesDataplane tells whether a dataplane change is stored: every one
+// on a node of the sample; else only those of an endpoint that is one of
+// this node's pods, as the pod cache knows them (deleted pods linger in
+// it, so a terminating pod's removal is kept). A node's record of an
+// endpoint is then whole (its entry and its exits) or absent, never
+// partial: the analysis reads a node's dataplane view of an endpoint
+// instead of its watch view, and falls back to the watch and the lag
+// where there is none.
+func (a *Agent) storesDataplane(e *event.Event) bool {
+	if !a.cfg.Dataplane.OwnPodsOnly {
+		return true
+	}
+	_, _, own := a.ownPods.PodByIP(e.Local.Addr())
+	return own
+}
+
+// tap sees every event of the watcher's cluster-wide watches, recorded or
+// not (a standby in leader mode records none): the lag meter pairs this
+// node's proxy removals with its own watch, so that every node reports
+// its lag histogram, and the Cilium reader names frontends by the
+// Services' ClusterIPs.
+func (a *Agent) tap(e *event.Event) {
+	if a.ciliumServices != nil {
+		a.ciliumServices.Observe(e)
+	}
+	if a.lag != nil {
+		a.lag.Observe(e)
+	}
 }

@@ -70,7 +70,7 @@ var variants = []variant{
 		"server.existingSecret=drainscope-token", "metrics.prometheusRule.enabled=true", "metrics.podMonitor.enabled=true",
 		"server.publicURL=https://drainscope.example.com", "server.otlp.endpoint=http://otel-collector.observability:4318",
 	}},
-	{"watches only", []string{"agent.kernel=false", "server.enabled=false", "postgres.enabled=false", "store.dsn=postgres://drainscope@db:5432/drainscope"}},
+	{"watches only", []string{"agent.kernel=false", "agent.endpointsMode=all-nodes", "server.enabled=false", "postgres.enabled=false", "store.dsn=postgres://drainscope@db:5432/drainscope"}},
 	{"extras", []string{"agent.mountBPFFS=true", "agent.extraCapabilities={DAC_READ_SEARCH}", "agent.netnsDir=", "postgres.persistence.enabled=false"}},
 	{"monitoring extras", []string{"metrics.serviceMonitor.enabled=true", "logFormat=json", "metrics.grafanaDashboard.enabled=true"}},
 	{"agents through the server", []string{"agent.server=true"}},
@@ -109,7 +109,7 @@ func TestHelmRefusesBadValues(t *testing.T) {
 		set  []string
 		want string
 	}{
-		{[]string{"agent.endpointsMode=some-nodes"}, "at '/agent/endpointsMode': value must be one of 'all-nodes', 'leader'"},
+		{[]string{"agent.endpointsMode=some-nodes"}, "at '/agent/endpointsMode': value must be one of 'auto', 'all-nodes', 'leader'"},
 		{[]string{"postgres.enabled=false"}, "no store"},
 		{[]string{"agent.server=true", "server.enabled=false"}, "it needs server.enabled"},
 	} {
@@ -221,7 +221,8 @@ func checkAgentPod(t *testing.T, where string, ds *appsv1.DaemonSet, kernel bool
 }
 
 // checkRBAC asserts least privilege: read-only pods, services,
-// endpointslices and the apps workloads; leases only in leader mode, only in a Role.
+// endpointslices and the apps workloads, a list of nodes; leases only
+// where leader mode may run (auto or leader), only in a Role.
 func checkRBAC(t *testing.T, where string, o objects, leader bool) {
 	t.Helper()
 	// The server's one ClusterRole, with server.events.enabled: create on
@@ -256,7 +257,9 @@ func checkRBAC(t *testing.T, where string, o objects, leader bool) {
 	for name, r := range o.roles {
 		var got []string
 		for _, rule := range r.Rules {
-			if !slices.Equal(rule.Verbs, []string{"get", "list", "watch"}) {
+			// Nodes: a list (of one) at start, for the cluster's size.
+			nodes := slices.Equal(rule.Resources, []string{"nodes"}) && slices.Equal(rule.Verbs, []string{"list"})
+			if !nodes && !slices.Equal(rule.Verbs, []string{"get", "list", "watch"}) {
 				t.Errorf("%s: %s grants %v on %v", where, name, rule.Verbs, rule.Resources)
 			}
 			for _, res := range rule.Resources {
@@ -264,7 +267,7 @@ func checkRBAC(t *testing.T, where string, o objects, leader bool) {
 			}
 		}
 		slices.Sort(got)
-		if want := []string{"/pods", "/services", "apps/daemonsets", "apps/deployments", "apps/replicasets", "apps/statefulsets", "discovery.k8s.io/endpointslices"}; !slices.Equal(got, want) {
+		if want := []string{"/nodes", "/pods", "/services", "apps/daemonsets", "apps/deployments", "apps/replicasets", "apps/statefulsets", "discovery.k8s.io/endpointslices"}; !slices.Equal(got, want) {
 			t.Errorf("%s: ClusterRole covers %v, want %v", where, got, want)
 		}
 	}
@@ -290,7 +293,7 @@ func TestChartPrivileges(t *testing.T) {
 			extra = append(extra, "DAC_READ_SEARCH")
 		}
 		checkAgentPod(t, v.name, o.daemonSet, kernel, extra...)
-		checkRBAC(t, v.name, o, slices.Contains(v.set, "agent.endpointsMode=leader"))
+		checkRBAC(t, v.name, o, !slices.Contains(v.set, "agent.endpointsMode=all-nodes"))
 	}
 }
 
@@ -346,8 +349,8 @@ func TestKustomizePrivileges(t *testing.T) {
 		}
 		o := parse(t, out)
 		checkAgentPod(t, dir, o.daemonSet, true)
-		checkRBAC(t, dir, o, leader)
-		if got := o.daemonSet.Spec.Template.Spec.Containers[0].Args[1]; got != map[bool]string{false: "--endpoints-mode=all-nodes", true: "--endpoints-mode=leader"}[leader] {
+		checkRBAC(t, dir, o, true) // auto may choose leader
+		if got := o.daemonSet.Spec.Template.Spec.Containers[0].Args[1]; got != map[bool]string{false: "--endpoints-mode=auto", true: "--endpoints-mode=leader"}[leader] {
 			t.Errorf("%s: agent runs with %s", dir, got)
 		}
 	}

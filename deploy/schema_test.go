@@ -21,7 +21,7 @@ var badValues = []struct {
 	{"misspelt top-level key", "agnet:\n  kernel: false\n", []string{"additional properties 'agnet' not allowed"}},
 	{"misspelt nested key", "agent:\n  kernal: false\n", []string{"at '/agent'", "'kernal' not allowed"}},
 	{"retention in words", "store:\n  retention: ten days\n", []string{"at '/store/retention'", "'ten days' does not match"}},
-	{"unknown endpoints mode", "agent:\n  endpointsMode: some-nodes\n", []string{"at '/agent/endpointsMode'", "'all-nodes', 'leader'"}},
+	{"unknown endpoints mode", "agent:\n  endpointsMode: some-nodes\n", []string{"at '/agent/endpointsMode'", "'auto', 'all-nodes', 'leader'"}},
 	{"unknown log format", "logFormat: xml\n", []string{"at '/logFormat'", "'text', 'json'"}},
 	{"short digest", "image:\n  digest: sha256:abc\n", []string{"at '/image/digest'"}},
 	{"duration as a number", "agent:\n  flushInterval: 200\n", []string{"at '/agent/flushInterval'", "want string"}},

@@ -74,6 +74,7 @@ func (f *ClientFlags) Clientset() (kubernetes.Interface, error) {
 //	... parse ...
 //	cs, err := wf.Client.Clientset()
 //	opts, err := wf.Options()  // then set opts.Sink, opts.Logger
+//	choice := watcher.ChooseMode(ctx, cs, opts.Mode, wf.LeaderAbove) // resolves auto
 type Flags struct {
 	Client        ClientFlags
 	Node          string
@@ -81,6 +82,7 @@ type Flags struct {
 	SliceSelector string
 	AllPods       bool
 	Mode          string
+	LeaderAbove   int
 	Lease         LeaseOptions
 	Observe       time.Duration
 }
@@ -96,7 +98,8 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&f.Namespace, "namespace", "", "watch only this namespace (default: all)")
 	fs.StringVar(&f.SliceSelector, "endpointslice-selector", "", "label selector for the EndpointSlices to record, e.g. kubernetes.io/service-name=web")
 	fs.BoolVar(&f.AllPods, "all-pods", false, "watch the pods of every node, not only this node's")
-	fs.StringVar(&f.Mode, "endpoints-mode", string(EveryNode), "who records EndpointSlice transitions: all-nodes (each node; shows the propagation spread) or leader (one node, elected with a Lease)")
+	fs.StringVar(&f.Mode, "endpoints-mode", string(Auto), "who records EndpointSlice transitions: all-nodes (each node; shows the propagation spread), leader (one node, elected with a Lease), or auto (leader past --leader-above-nodes nodes, counted at start; all-nodes up to it)")
+	fs.IntVar(&f.LeaderAbove, "leader-above-nodes", LeaderAboveNodes, "with --endpoints-mode auto: the cluster size (nodes at start) past which one elected agent records the EndpointSlices")
 	fs.StringVar(&f.Lease.Namespace, "lease-namespace", "", "namespace of the leader Lease (default $POD_NAMESPACE, else default)")
 	fs.StringVar(&f.Lease.Name, "lease-name", "drainscope-endpointslices", "name of the leader Lease")
 	fs.DurationVar(&f.Observe, "observe-interval", ObserveEvery, "how often to record again the state of every endpoint, pod, container and Service watched (as at the initial list), so that any window of history holds each one's state")
@@ -117,6 +120,9 @@ func (f *Flags) Options() (Options, error) {
 		SliceSelector: f.SliceSelector,
 		Mode:          mode,
 		Lease:         f.Lease,
+	}
+	if f.LeaderAbove < 1 {
+		return Options{}, fmt.Errorf("--leader-above-nodes %d: want a positive number of nodes", f.LeaderAbove)
 	}
 	if f.Observe < 0 {
 		return Options{}, fmt.Errorf("--observe-interval %v: want a positive duration", f.Observe)

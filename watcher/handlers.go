@@ -80,7 +80,9 @@ func (h *sliceHandler) replaceAll(objs []any, initial bool, at time.Time) {
 	defer h.w.sliceMu.Unlock()
 	h.w.slices.at = at
 	h.w.slices.replaceAll(list, event.FlagRelist, initial)
-	h.w.slices.observe(at)
+	if h.w.observesShared() {
+		h.w.slices.observe(at)
+	}
 }
 
 func (h *sliceHandler) upsert(obj any, at time.Time) {
@@ -153,11 +155,18 @@ func (w *Watcher) emitEndpoint(at time.Time, k event.Kind, key epKey, st epState
 }
 
 // emitShared delivers an event of the cluster-wide watches (EndpointSlices,
-// workloads), or, on a standby in Leader mode, keeps it for a takeover.
+// Services, workloads), or, on a standby in Leader mode, keeps it for a
+// takeover; an observed state goes only where observesShared.
 func (w *Watcher) emitShared(at time.Time, e *event.Event) {
 	w.emitMu.Lock()
 	defer w.emitMu.Unlock()
 	e.Time = w.stamp(at)
+	if w.opts.Tap != nil {
+		w.opts.Tap(e)
+	}
+	if e.Flags.Has(event.FlagObserved) && !w.observesShared() {
+		return
+	}
 	if !w.leading.Load() {
 		w.standby.add(*e)
 		return

@@ -144,7 +144,11 @@ func (w *Watcher) runElection(ctx context.Context) {
 			ReleaseOnCancel: true,
 			Name:            "drainscope-endpointslices",
 			Callbacks: leaderelection.LeaderCallbacks{
-				OnStartedLeading: func(context.Context) { w.takeOver(lock.previous()) },
+				OnStartedLeading: func(context.Context) {
+					w.takeOver(lock.previous())
+					// The state as of now: standbys keep no observation.
+					w.observe(w.svcs)
+				},
 				OnStoppedLeading: func() {
 					w.leading.Store(false)
 					w.log.Info("stopped recording EndpointSlices: lost the lease", "lease", o.Namespace+"/"+o.Name)

@@ -60,12 +60,12 @@ const (
 // ParseMode parses a Mode flag value.
 func ParseMode(s string) (Mode, error) {
 	switch Mode(s) {
-	case EveryNode, Leader:
+	case EveryNode, Leader, Auto:
 		return Mode(s), nil
 	case "":
 		return EveryNode, nil
 	}
-	return "", fmt.Errorf("--endpoints-mode %q: want %s or %s", s, EveryNode, Leader)
+	return "", fmt.Errorf("--endpoints-mode %q: want %s, %s or %s", s, Auto, EveryNode, Leader)
 }
 
 // Options configure a Watcher.
@@ -104,6 +104,21 @@ type Options struct {
 	// list, so that any window of history holds each one's state however
 	// long ago it began; default ObserveEvery.
 	ObserveInterval time.Duration
+	// NoSharedObserve: record no observed state of the cluster-wide
+	// watches (every endpoint and Service, at the initial list, at a
+	// relist and every ObserveInterval), only their transitions. In
+	// EveryNode mode the nodes outside a small sample set it
+	// (SampledNode), so that the cluster stores the state of its
+	// endpoints and Services a few times per interval, not once per node;
+	// this node's own pods are still observed.
+	NoSharedObserve bool
+	// Tap, when set, sees every event of the cluster-wide watches
+	// (EndpointSlices, Services, workloads) as it is stamped, whether or
+	// not this watcher records it (a standby in Leader mode, an observed
+	// state NoSharedObserve leaves out): a node's proxy lag is measured
+	// against its own watch. It runs with the watcher's emit lock held and
+	// must not block; the event is not sealed.
+	Tap func(*event.Event)
 
 	Logger *slog.Logger
 	// Now is the clock; default time.Now. Tests replace it.
@@ -143,6 +158,9 @@ type Watcher struct {
 
 	leading atomic.Bool
 	standby *standbyBuffer
+	// svcs is the Service handler, for an observation at a takeover; set
+	// by Run before the election starts.
+	svcs *serviceHandler
 
 	synced             chan struct{}
 	events, relistEv   atomic.Uint64
@@ -164,6 +182,9 @@ func New(cs kubernetes.Interface, o Options) (*Watcher, error) {
 	}
 	if _, err := ParseMode(string(o.Mode)); err != nil {
 		return nil, err
+	}
+	if o.Mode == Auto {
+		return nil, errors.New("watcher: Mode auto must be resolved first (ChooseMode)")
 	}
 	if o.SliceSelector != "" {
 		if _, err := labels.Parse(o.SliceSelector); err != nil {
@@ -283,6 +304,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 		// Services: what a client's target (a ClusterIP, a DNS name)
 		// was at the time it failed.
 		svcs = &serviceHandler{w: w, known: map[string]serviceState{}}
+		w.svcs = svcs
 		ctrl, done = runInformer(ctx, "services", w.serviceListWatch(), &corev1.Service{}, stripService,
 			svcs, w.opts.Now, w.watchError("services"))
 		waits, running = append(waits, ctrl.HasSynced), append(running, done)
@@ -328,14 +350,23 @@ func (w *Watcher) observe(svcs *serviceHandler) {
 		w.pods.observe(w.opts.Now())
 		w.pods.opMu.Unlock()
 	}
-	if !w.opts.NoSlices {
+	if !w.opts.NoSlices && w.observesShared() {
 		w.sliceMu.Lock()
 		w.slices.observe(w.opts.Now())
 		w.sliceMu.Unlock()
 	}
-	if svcs != nil {
+	if svcs != nil && w.observesShared() {
 		svcs.snapshot(w.opts.Now())
 	}
+}
+
+// observesShared tells whether the observed state of the cluster-wide
+// watches would be recorded now: not with NoSharedObserve, nor on a
+// standby (which keeps no observation for a takeover either: the state
+// is recorded again within ObserveInterval, and 150,000 endpoints held
+// for the standby window would cost every standby node tens of MB).
+func (w *Watcher) observesShared() bool {
+	return !w.opts.NoSharedObserve && w.leading.Load()
 }
 
 func (w *Watcher) watchError(what string) func(error) {

@@ -24,7 +24,7 @@ import (
 	"github.com/drainscope/drainscope/watcher"
 )
 
-const agentUsage = `usage: drainscope agent [--store DSN | --server URL] [--node NAME] [--endpoints-mode all-nodes|leader]
+const agentUsage = `usage: drainscope agent [--store DSN | --server URL] [--node NAME] [--endpoints-mode auto|all-nodes|leader]
                        [--kubeconfig FILE] [--context NAME] [--metrics-listen ADDR] [--no-kernel] ...
 
 Records, on this node, the transitions of the node's pods and of the
@@ -78,6 +78,7 @@ func runAgent(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	netnsGlob := fs.String("netns-glob", "*", "track only the namespaces in --netns-dir whose names match this pattern")
 	without := fs.String("kernel-without", "", "comma-separated kernel features to act as if missing (e.g. no_socket_resets: refused connections through the fallback of kernels before 6.10; see docs/kernels.md)")
 	ringBuffer := fs.Int("ring-buffer-bytes", 0, "BPF ring buffer size, a power of two (default 8 MiB)")
+	sampleNodes := fs.Int("sample-nodes", defaultSampleNodes, "about this many nodes, drawn by a hash of their names, store the proxy rule changes of every endpoint (the others store only their own pods', and all report the lag histogram) and, in all-nodes mode, the state of every endpoint and Service every --observe-interval (docs/dataplane.md, Volume)")
 	retention := registerRetention(fs, "delete events older than `AGE` (336h, 14d; 0: never). Unset, the agent prunes only as the lease holder in leader mode or on a SQLite store; drainscope serve prunes otherwise")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), agentUsage)
@@ -108,10 +109,17 @@ func runAgent(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	if err := checkAgentWrite(*dsn, *server, retention); err != nil {
 		return err
 	}
+	if *sampleNodes < 1 {
+		return fmt.Errorf("%w: --sample-nodes %d: want 1 or more", errUsage, *sampleNodes)
+	}
 	cs, err := wf.Client.Clientset()
 	if err != nil {
 		return err
 	}
+	scope := chooseScope(watcher.ChooseMode(ctx, cs, wopts.Mode, wf.LeaderAbove), wopts.Node, *sampleNodes)
+	wopts.Mode, wopts.NoSharedObserve = scope.mode.Mode, scope.noSharedObserve
+	slog.Info("endpoint recording", "endpoints_mode", scope.mode.Mode, "why", scope.mode.Reason, "nodes", scope.mode.Nodes,
+		"sample_nodes", *sampleNodes, "in_sample", scope.sampled, "dataplane", scope.dataplane())
 
 	st, err := openAgentStore(ctx, *dsn, *server, *tokenFile, *serverCA, retention)
 	if err != nil {
@@ -133,7 +141,7 @@ func runAgent(ctx context.Context, fs *flag.FlagSet, args []string) error {
 			NetNSDir:  *netnsDir,
 			NetNSGlob: *netnsGlob,
 		},
-		Dataplane:       agent.DataplaneConfig{Disabled: *dp == "off", KubeProxyMetrics: *kpMetrics},
+		Dataplane:       agent.DataplaneConfig{Disabled: *dp == "off", KubeProxyMetrics: *kpMetrics, OwnPodsOnly: !scope.sampled},
 		Cilium:          agent.CiliumConfig{Dir: ciliumDir(*ciliumMaps), Interval: *ciliumInterval},
 		ShutdownTimeout: *shutdown,
 		Logger:          slog.Default(),
@@ -184,6 +192,43 @@ func runAgent(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		slog.Info("retention left to drainscope serve; set --retention to prune from this agent")
 	}
 	return a.Run(ctx)
+}
+
+// defaultSampleNodes is --sample-nodes' default: enough that a cluster
+// has a node of the sample with probability 1 - e^-5 (99.3 %), few enough
+// that their rule changes stay a small share of the store.
+const defaultSampleNodes = 5
+
+// agentScope is what this node records of the cluster-wide state.
+type agentScope struct {
+	mode    watcher.ModeChoice
+	sampled bool // in the sample: every endpoint's rule changes, the observed state
+	// noSharedObserve: all-nodes mode outside the sample records the
+	// endpoints' and Services' transitions but not their state every
+	// interval.
+	noSharedObserve bool
+}
+
+// chooseScope decides, from the mode chosen and the cluster's size, what
+// this node records. When the nodes could not be counted (Nodes 0), a
+// leader-mode agent draws the sample as in a 5,000-node cluster, the
+// largest Kubernetes supports, so that the volume stays bounded; an
+// all-nodes agent is in the sample, as every node was before it existed.
+func chooseScope(m watcher.ModeChoice, node string, k int) agentScope {
+	nodes := m.Nodes
+	if nodes == 0 && m.Mode == watcher.Leader {
+		nodes = 5000
+	}
+	sc := agentScope{mode: m, sampled: watcher.SampledNode(node, nodes, k)}
+	sc.noSharedObserve = m.Mode == watcher.EveryNode && !sc.sampled
+	return sc
+}
+
+func (s agentScope) dataplane() string {
+	if s.sampled {
+		return "every endpoint's rule changes"
+	}
+	return "this node's pods' rule changes; the lag histogram of every endpoint"
 }
 
 // openAgentStore opens --store, or with --server the server's endpoint.

@@ -1,8 +1,12 @@
 package main
 
 import (
+	"cmp"
+	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/drainscope/drainscope/watcher"
 )
 
 func TestAgentRefusesBadFlags(t *testing.T) {
@@ -10,7 +14,9 @@ func TestAgentRefusesBadFlags(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--endpoints-mode=some-nodes"}, "want all-nodes or leader"},
+		{[]string{"--endpoints-mode=some-nodes"}, "want auto, all-nodes or leader"},
+		{[]string{"--leader-above-nodes=0"}, "want a positive number of nodes"},
+		{[]string{"--sample-nodes=0"}, "want 1 or more"},
 		{[]string{"--buffer-events=0"}, "must be positive"},
 		{[]string{"--metrics-listen=9090"}, "want host:port"},
 		{[]string{"--node="}, "--node is empty"},
@@ -36,5 +42,40 @@ func TestAgentWithoutACluster(t *testing.T) {
 	code, _, stderr := runCLI(t, "agent", "--node=n1", "--no-kernel", "--metrics-listen=")
 	if code != 1 || !strings.Contains(stderr, "no Kubernetes configuration") {
 		t.Fatalf("exit %d, stderr %q", code, stderr)
+	}
+}
+
+// chooseScope: which nodes store every endpoint's rule changes and the
+// observed state, by mode, cluster size and sample.
+func TestChooseScope(t *testing.T) {
+	// A name in the sample of 5 of 5,000 nodes, and one outside it.
+	in, out := "", ""
+	for i := 0; in == "" || out == ""; i++ {
+		name := fmt.Sprintf("node-%d", i)
+		if watcher.SampledNode(name, 5000, 5) {
+			in = cmp.Or(in, name)
+		} else {
+			out = cmp.Or(out, name)
+		}
+	}
+	for _, tc := range []struct {
+		name            string
+		mode            watcher.Mode
+		nodes, k        int
+		node            string
+		sampled, noObsv bool
+	}{
+		{"small cluster: all in the sample", watcher.EveryNode, 3, 5, out, true, false},
+		{"all-nodes, big, in", watcher.EveryNode, 5000, 5, in, true, false},
+		{"all-nodes, big, outside: no shared observation", watcher.EveryNode, 5000, 5, out, false, true},
+		{"all-nodes, uncounted: as before the sample", watcher.EveryNode, 0, 5, out, true, false},
+		{"leader, big, outside: the leader observes", watcher.Leader, 5000, 5, out, false, false},
+		{"leader, uncounted: drawn as in 5,000 nodes", watcher.Leader, 0, 5, out, false, false},
+		{"leader, uncounted, in", watcher.Leader, 0, 5, in, true, false},
+	} {
+		sc := chooseScope(watcher.ModeChoice{Mode: tc.mode, Nodes: tc.nodes}, tc.node, tc.k)
+		if sc.sampled != tc.sampled || sc.noSharedObserve != tc.noObsv {
+			t.Errorf("%s: sampled %v, no shared observation %v; want %v, %v", tc.name, sc.sampled, sc.noSharedObserve, tc.sampled, tc.noObsv)
+		}
 	}
 }
