@@ -44,7 +44,7 @@ type Aligner struct {
 
 	// Pod-side connection events in time order, each linked to the
 	// previous one on the same client address; kidx holds the latest per
-	// client address.
+	// client address (or one already dropped, until trimKernelIndex).
 	kbuf         ring[kentry]
 	kidx         map[addrKey]int64
 	inferredSeen map[connKey]seenInference
@@ -199,7 +199,7 @@ func (a *Aligner) Add(e *event.Event) error {
 	case event.ConnClosed, event.RSTSent, event.RSTReceived, event.ConnRefused:
 		if e.Remote.IsValid() {
 			c := keyOf(e.Remote)
-			prev, ok := a.kidx[c]
+			prev, ok := a.kidx[c] // may be before the window: kbuf.at says so
 			if !ok {
 				prev = -1
 			}
@@ -368,16 +368,12 @@ func (a *Aligner) sweep() {
 	la, kw := int64(a.opts.Lookahead), int64(a.opts.KernelWindow)
 	horizon := a.now - la - kw
 	for k := a.kbuf.front(); k != nil && k.ev.Time < horizon; k = a.kbuf.front() {
-		// The index points at an address's latest entry: when that is
-		// the one going, nothing of the address is left.
-		if c := keyOf(k.ev.Remote); a.kidx[c] == a.kbuf.head {
-			delete(a.kidx, c)
-		}
 		a.kbuf.drop()
 	}
 	if n := a.kbuf.len(); n > a.stats.MaxKernelWindow {
 		a.stats.MaxKernelWindow = n
 	}
+	a.trimKernelIndex()
 	for k, seen := range a.inferredSeen {
 		if seen.t < horizon {
 			delete(a.inferredSeen, k)
@@ -421,6 +417,26 @@ func (a *Aligner) sweep() {
 		a.forget(p)
 		a.stats.PodsEvicted++
 	}
+}
+
+// trimKernelIndex drops the index entries of client addresses whose
+// connection events have all left the kernel window. An entry that points
+// before the window finds nothing (kbuf.at returns nil), so stale entries
+// may stay until they are as many as the live ones; then the live ones
+// move to a new map. Deleting each address as its last event left cost a
+// lookup per event, and a map that keys come and go from fills with
+// deleted slots that every lookup must step over.
+func (a *Aligner) trimKernelIndex() {
+	if len(a.kidx) < 2*a.kbuf.len()+1024 {
+		return
+	}
+	live := make(map[addrKey]int64, a.kbuf.len())
+	for c, seq := range a.kidx {
+		if seq >= a.kbuf.head {
+			live[c] = seq
+		}
+	}
+	a.kidx = live
 }
 
 // forget reports the pod's timeline and drops its state.

@@ -35,8 +35,14 @@ type epOthers struct{ serving, terminating bool }
 type nodeCount struct {
 	n                    int // ready
 	serving, terminating int
-	hist                 []countTrans
+	// hist[lo:] is the node's history (see live); trim moves lo past
+	// what it drops and compacts hist only now and then.
+	hist []countTrans
+	lo   int
 }
+
+// live is the node's history of counts, oldest first.
+func (nc *nodeCount) live() []countTrans { return nc.hist[nc.lo:] }
 
 // countTrans is a node's counts from t on; ev is the event that set the
 // ready count n (an entry that changed only the others repeats it).
@@ -111,8 +117,9 @@ func (a *Aligner) endpoint(e *event.Event) {
 			// began, so every earlier count of this node was one higher.
 			was = true
 			nc.n++
-			for i := range nc.hist {
-				nc.hist[i].n++
+			h := nc.live()
+			for i := range h {
+				h[i].n++
 			}
 		}
 		if e.Kind == event.EndpointRemoved {
@@ -129,12 +136,13 @@ func (a *Aligner) endpoint(e *event.Event) {
 			changed = true
 		}
 	}
-	if !changed && len(nc.hist) > 0 {
+	h := nc.live()
+	if !changed && len(h) > 0 {
 		return // no change in this node's counts
 	}
 	tr := countTrans{t: e.Time, n: nc.n, serving: nc.serving, terminating: nc.terminating}
-	if last := len(nc.hist) - 1; last >= 0 && nc.hist[last].n == nc.n {
-		tr.ev = nc.hist[last].ev // the ready count's evidence stays the event that set it
+	if last := len(h) - 1; last >= 0 && h[last].n == nc.n {
+		tr.ev = h[last].ev // the ready count's evidence stays the event that set it
 	} else {
 		tr.ev = e.Clone()
 	}
@@ -193,11 +201,12 @@ func conditionIn(s, name string) bool {
 func (s *svcState) endpointsAt(t int64) string {
 	ready, serving, terminating, seen := 0, 0, 0, false
 	for _, nc := range s.nodes {
-		i := sort.Search(len(nc.hist), func(i int) bool { return nc.hist[i].t > t })
+		h := nc.live()
+		i := sort.Search(len(h), func(i int) bool { return h[i].t > t })
 		if i == 0 {
 			continue
 		}
-		c := &nc.hist[i-1]
+		c := &h[i-1]
 		seen = true
 		ready, serving, terminating = max(ready, c.n), max(serving, c.serving), max(terminating, c.terminating)
 	}
@@ -220,12 +229,19 @@ func lastSlash(s string) int {
 // (the count then in force).
 func (s *svcState) trim(before int64) {
 	for _, nc := range s.nodes {
+		h := nc.live()
 		i := 0
-		for i+1 < len(nc.hist) && nc.hist[i+1].t < before {
+		for i+1 < len(h) && h[i+1].t < before {
 			i++
 		}
-		if i > 0 {
-			nc.hist = append(nc.hist[:0], nc.hist[i:]...)
+		nc.lo += i
+		// Moving the kept entries down costs as much as there are (a
+		// busy Service keeps thousands): do it once the dropped ones are
+		// as many, so that an entry moves about once.
+		if nc.lo > 0 && nc.lo >= len(nc.hist)-nc.lo {
+			n := copy(nc.hist, nc.hist[nc.lo:])
+			clear(nc.hist[n:]) // the dropped events, for the collector
+			nc.hist, nc.lo = nc.hist[:n], 0
 		}
 	}
 }
@@ -239,11 +255,12 @@ func (s *svcState) noReadyAt(t, grace int64) (bool, []*event.Event) {
 	for _, nc := range s.nodes {
 		// hist is in time order: the count in force at t is the last
 		// entry at or before it.
-		i := sort.Search(len(nc.hist), func(i int) bool { return nc.hist[i].t > t })
+		h := nc.live()
+		i := sort.Search(len(h), func(i int) bool { return h[i].t > t })
 		if i == 0 {
 			continue // this node had no view yet
 		}
-		cur := &nc.hist[i-1]
+		cur := &h[i-1]
 		if cur.n > 0 {
 			return false, nil
 		}
@@ -263,8 +280,9 @@ func (s *svcState) noReadyAt(t, grace int64) (bool, []*event.Event) {
 func (s *svcState) firstReadyIn(from, to int64) *event.Event {
 	var first *event.Event
 	for _, nc := range s.nodes {
-		for i := range nc.hist {
-			h := &nc.hist[i]
+		live := nc.live()
+		for i := range live {
+			h := &live[i]
 			if h.t > from && h.t <= to && h.n > 0 && (first == nil || h.ev.Time < first.Time) {
 				first = &h.ev
 				break
