@@ -48,7 +48,11 @@ var buildOnce = sync.OnceValues(func() (string, error) {
 	buildDir = dir
 	exe := filepath.Join(dir, "drainscope")
 	// The flags of deploy/Dockerfile (and its test): one build cache entry.
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", exe, "../cmd/drainscope")
+	ldflags := "-s -w"
+	if os.Getenv("DRAINSCOPE_TEST_SYMBOLS") != "" {
+		ldflags = "" // symbols for perf, when profiling the agent's process
+	}
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", ldflags, "-o", exe, "../cmd/drainscope")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("building drainscope: %v\n%s", err, out)
