@@ -245,8 +245,13 @@ func (a *Agent) record(e event.Event) {
 	a.persist(e)
 }
 
-// persist queues e for the store (and Config.Sink).
+// persist queues e for the store (and Config.Sink), sealing it: the
+// kernel capture leaves that to here, since most of its events are
+// connection closes the flight recorder never stores.
 func (a *Agent) persist(e event.Event) {
+	if e.ID == 0 {
+		e.Seal()
+	}
 	if n := a.writer.Add(e); n > 0 {
 		a.warnDrops()
 	}
