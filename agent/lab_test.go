@@ -385,6 +385,20 @@ func TestAgentInTheLab(t *testing.T) {
 			t.Log(l)
 		}
 	}
+	// The flight recorder: the rollout's connection closes stored (handed
+	// on from the ring at a trigger, or passed during the disruption), and
+	// its per-pod counts served.
+	held, _ := metricValue(agentBody, "drainscope_flight_events_total", `outcome="held"`)
+	persisted, _ := metricValue(agentBody, "drainscope_flight_events_total", `outcome="persisted"`)
+	passed, _ := metricValue(agentBody, "drainscope_flight_events_total", `outcome="passed"`)
+	discarded, _ := metricValue(agentBody, "drainscope_flight_events_total", `outcome="discarded"`)
+	t.Logf("flight recorder: held %v, persisted %v, discarded %v, passed %v", held, persisted, discarded, passed)
+	if persisted+passed == 0 {
+		t.Errorf("the flight recorder stored no connection close during a rollout")
+	}
+	if code, body := big.get("/debug/flight"); code != 200 || !strings.Contains(body, `"enabled":true`) || !strings.Contains(body, `"total":{"held":`) {
+		t.Errorf("/debug/flight: %d %s", code, body)
+	}
 	if v, _ := metricValue(agentBody, "drainscope_store_write_failures_total"); v == 0 {
 		t.Errorf("no failed store write reported during the outage")
 	}

@@ -60,7 +60,10 @@ func (c *Config) defaults() {
 // Held − Persisted − Discarded are in the ring now. Passed counts
 // connection closes handed on at once because their pod was disrupted.
 type Counts struct {
-	Held, Persisted, Discarded, Passed uint64
+	Held      uint64 `json:"held"`
+	Persisted uint64 `json:"persisted"`
+	Discarded uint64 `json:"discarded"`
+	Passed    uint64 `json:"passed"`
 }
 
 func (c *Counts) add(o Counts) {
