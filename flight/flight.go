@@ -27,7 +27,8 @@ type Config struct {
 	// held again. Default 2 min.
 	Calm time.Duration
 	// PerPod and Total bound the held events of one pod and of all pods.
-	// Defaults 4,096 and 65,536 (about 20 MB at the events' size).
+	// Defaults 4,096 and 32,768 (360 bytes an event: 1.5 and 12 MB, plus
+	// the strings an event does not share with the pod cache).
 	PerPod, Total int
 	// Now is the clock, in UTC unix nanoseconds (tests pass a fake one).
 	Now func() int64
@@ -44,7 +45,7 @@ func (c *Config) defaults() {
 		c.PerPod = 4096
 	}
 	if c.Total <= 0 {
-		c.Total = 65536
+		c.Total = 32768
 	}
 	if c.PerPod > c.Total {
 		c.PerPod = c.Total
