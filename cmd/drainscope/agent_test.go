@@ -12,6 +12,7 @@ func TestAgentRefusesBadFlags(t *testing.T) {
 	}{
 		{[]string{"--endpoints-mode=some-nodes"}, "want all-nodes or leader"},
 		{[]string{"--buffer-events=0"}, "must be positive"},
+		{[]string{"--flight-lead=0s"}, "--flight-lead and --flight-calm must be positive"},
 		{[]string{"--metrics-listen=9090"}, "want host:port"},
 		{[]string{"--node="}, "--node is empty"},
 		{[]string{"stray"}, "unexpected argument"},
