@@ -13,6 +13,7 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -27,6 +28,7 @@ import (
 	"github.com/drainscope/drainscope/dataplane/cilium"
 	"github.com/drainscope/drainscope/ebpf"
 	"github.com/drainscope/drainscope/event"
+	"github.com/drainscope/drainscope/flight"
 	"github.com/drainscope/drainscope/metrics"
 	"github.com/drainscope/drainscope/store"
 	"github.com/drainscope/drainscope/watcher"
@@ -54,6 +56,8 @@ type Config struct {
 	Dataplane DataplaneConfig
 	// Cilium configures the reading of Cilium's service maps.
 	Cilium CiliumConfig
+	// Flight configures the flight recorder in front of the store.
+	Flight FlightConfig
 
 	// Metrics receives the agent's metrics; nil makes a registry of its own
 	// (see Agent.Metrics).
@@ -90,6 +94,15 @@ type KernelConfig struct {
 	// Pods, when nil, is the watcher's pod cache (the lab passes its node,
 	// which also knows each pod's network namespace).
 	Collector ebpf.Config
+}
+
+// FlightConfig configures the flight recorder (package flight): each
+// pod's ordinary connection closes are held in memory and stored only
+// around the pod's disruptions. Disabled stores every event.
+type FlightConfig struct {
+	Disabled bool
+	// Lead and Calm: see flight.Config (defaults 10 s and 2 min).
+	Lead, Calm time.Duration
 }
 
 // DataplaneConfig configures the recording of the node's proxy rules
@@ -131,6 +144,8 @@ type Agent struct {
 
 	cilium         *cilium.Reader
 	ciliumServices *cilium.ServiceIndex
+
+	flight *flight.Recorder // nil when disabled
 
 	kernelMu sync.Mutex
 	kernel   *ebpf.Collector
@@ -182,6 +197,9 @@ func New(cfg Config) (*Agent, error) {
 		cfg.Metrics = metrics.New("agent", cfg.Version)
 	}
 	a := &Agent{cfg: cfg, log: cfg.Logger, m: cfg.Metrics}
+	if !cfg.Flight.Disabled {
+		a.flight = flight.New(flight.Config{Lead: cfg.Flight.Lead, Calm: cfg.Flight.Calm}, a.persist)
+	}
 
 	wo := cfg.Watch
 	wo.Node = cfg.Node
@@ -225,9 +243,25 @@ func (a *Agent) Metrics() *metrics.Metrics { return a.m }
 // Watcher is the agent's watcher (its pod cache is Watcher().Pods()).
 func (a *Agent) Watcher() *watcher.Watcher { return a.w }
 
-// record takes every event: counted and queued for the store.
+// record takes every event: counted, then through the flight recorder
+// (which holds ordinary connection closes until their pod's disruption)
+// to persist.
 func (a *Agent) record(e event.Event) {
 	a.m.Observe(&e)
+	if a.flight != nil {
+		a.flight.Add(e)
+		return
+	}
+	a.persist(e)
+}
+
+// persist queues e for the store (and Config.Sink), sealing it: the
+// kernel capture leaves that to here, since most of its events are
+// connection closes the flight recorder never stores.
+func (a *Agent) persist(e event.Event) {
+	if e.ID == 0 {
+		e.Seal()
+	}
 	if n := a.writer.Add(e); n > 0 {
 		a.warnDrops()
 	}
@@ -259,6 +293,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.m.WatchWriter(a.cfg.Writer.Limit, a.writer.Stats)
 	a.m.WatchWatches(a.watchStats)
 	a.m.WatchReady(func() bool { return a.Ready() == nil })
+	if a.flight != nil {
+		a.m.WatchFlight(func() metrics.FlightStats {
+			c := a.flight.Counts()
+			return metrics.FlightStats{Held: c.Held, Persisted: c.Persisted, Discarded: c.Discarded, Passed: c.Passed}
+		})
+	}
 
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -288,6 +328,23 @@ func (a *Agent) Run(ctx context.Context) error {
 		}()
 	}
 	a.startCilium(runCtx, &wg)
+	if a.flight != nil {
+		// Ages out what calm pods hold while no event arrives to do it.
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t := time.NewTicker(5 * time.Second)
+			defer t.Stop()
+			for {
+				select {
+				case <-runCtx.Done():
+					return
+				case <-t.C:
+					a.flight.Sweep()
+				}
+			}
+		}()
+	}
 
 	wctx, wcancel := context.WithCancel(runCtx)
 	wdone := make(chan struct{})
@@ -394,7 +451,8 @@ func (a *Agent) Ready() error {
 }
 
 // Handler serves /healthz (the process works: no component failed),
-// /readyz (Ready) and /metrics.
+// /readyz (Ready), /metrics and /debug/flight (the flight recorder's
+// counts, in all and per pod, as JSON).
 func (a *Agent) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -412,6 +470,18 @@ func (a *Agent) Handler() http.Handler {
 		fmt.Fprintln(w, "ready")
 	})
 	mux.Handle("GET /metrics", a.m.Handler())
+	mux.HandleFunc("GET /debug/flight", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		if a.flight == nil {
+			fmt.Fprintln(w, `{"enabled":false}`)
+			return
+		}
+		json.NewEncoder(w).Encode(struct {
+			Enabled bool               `json:"enabled"`
+			Total   flight.Counts      `json:"total"`
+			Pods    []flight.PodCounts `json:"pods"`
+		}{true, a.flight.Counts(), a.flight.Pods()})
+	})
 	return mux
 }
 

@@ -88,7 +88,7 @@ type costAgent struct {
 	wg    sync.WaitGroup
 }
 
-func startCostAgent(b *testing.B, c *scenario.Cluster, tree cgroup.Tree, podRoot, name string) *costAgent {
+func startCostAgent(b *testing.B, c *scenario.Cluster, tree cgroup.Tree, podRoot, name string, args ...string) *costAgent {
 	exe, err := buildOnce()
 	if err != nil {
 		b.Fatal(err)
@@ -102,6 +102,7 @@ func startCostAgent(b *testing.B, c *scenario.Cluster, tree cgroup.Tree, podRoot
 	a.cmd = exec.Command(exe, "agent", "--metrics-listen="+addr, "--kubeconfig="+c.CP.Kubeconfig(),
 		"--cgroup-root="+podRoot, "--netns-dir="+netns.RunDir, "--netns-glob="+netns.Prefix+"-*",
 		"--store=sqlite:"+filepath.Join(b.TempDir(), "agent.db"))
+	a.cmd.Args = append(a.cmd.Args, args...)
 	a.cmd.Env = append(os.Environ(), "NODE_NAME="+scenario.NodeName, "POD_NAMESPACE=drainscope")
 	a.cmd.Stderr = a.log
 	a.cmd.SysProcAttr = &syscall.SysProcAttr{}
@@ -154,6 +155,12 @@ func (a *costAgent) metrics() string {
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
 	return string(body)
+}
+
+// stored is how many events the agent's store writer has written.
+func (a *costAgent) stored() float64 {
+	v, _ := metricValue(a.metrics(), "drainscope_store_events_written_total")
+	return v
 }
 
 func (a *costAgent) kill() {
@@ -286,6 +293,10 @@ func TestCostLoadChild(t *testing.T) {
 // pair of rounds runs both, in alternating order, back to back; each pair
 // gives one ratio, and the benchmark prints the median and the spread
 // (p10–p90, min–max) over the pairs, and the machine's load average.
+// With a connection per request each pair has a third round, the agent
+// with --flight-recorder=false (every connection's close stored), so the
+// flight recorder's effect is measured side by side; every agent round
+// also gives the events its store writer wrote per 1,000 requests.
 func BenchmarkAgentCost(b *testing.B) {
 	c, tree, podRoot := costLab(b)
 	p := scenario.Profiles["ci"]
@@ -309,45 +320,79 @@ func BenchmarkAgentCost(b *testing.B) {
 			name = "conn-per-request"
 		}
 		b.Run(name, func(b *testing.B) {
-			var cpuRatio, rateRatio []float64
-			var perOff, perOn []float64
+			// The agent as it ships (flight recorder on), and, with a
+			// connection per request, the same agent storing every
+			// connection's close (--flight-recorder=false), each against
+			// no agent in the same pair.
+			variants := []costVariant{{name: "agent"}}
+			if !keepAlive {
+				variants = append(variants, costVariant{name: "agent --flight-recorder=false", args: []string{"--flight-recorder=false"}})
+			}
+			var rateRatio []float64
 			load0 := loadAvg()
 			loadFailures.Store(0)
 			for i := 0; i < pairs; i++ {
-				var nOn, nOff int64
-				var cOn, cOff time.Duration
-				on := func() {
-					a := startCostAgent(b, c, tree, podRoot, "agent")
-					time.Sleep(time.Second) // past the start's own work
-					nOn, cOn = loadRound(b, client, podRoot, a, target, keepAlive, d)
-					if i == 0 {
-						b.Logf("agent /metrics after the first round: %s", pipelineLine(a.metrics()))
+				var nOff int64
+				var cOff time.Duration
+				type onRound struct {
+					n      int64
+					cpu    time.Duration
+					stored float64
+				}
+				ons := make([]onRound, len(variants))
+				rounds := []func(){func() { nOff, cOff = loadRound(b, client, podRoot, nil, target, keepAlive, d) }}
+				for v := range variants {
+					rounds = append(rounds, func() {
+						a := startCostAgent(b, c, tree, podRoot, "agent", variants[v].args...)
+						time.Sleep(time.Second) // past the start's own work
+						before := a.stored()
+						n, cpu := loadRound(b, client, podRoot, a, target, keepAlive, d)
+						time.Sleep(500 * time.Millisecond) // the writer's flush interval, twice
+						ons[v] = onRound{n, cpu, a.stored() - before}
+						if i == 0 {
+							b.Logf("%s: /metrics after the first round: %s", variants[v].name, pipelineLine(a.metrics()))
+						}
+						a.kill()
+					})
+				}
+				// Rotate the order, so that no variant always runs first.
+				for k := range rounds {
+					rounds[(i+k)%len(rounds)]()
+				}
+				for v, on := range ons {
+					if on.n == 0 || nOff == 0 {
+						b.Fatalf("pair %d: %d requests with the %s, %d without", i, on.n, variants[v].name, nOff)
 					}
-					a.kill()
+					pOn, pOff := float64(on.cpu)/float64(on.n), float64(cOff)/float64(nOff)
+					vr := &variants[v]
+					vr.perOn, vr.perOff = append(vr.perOn, pOn), append(vr.perOff, pOff)
+					vr.cpuRatio = append(vr.cpuRatio, pOn/pOff)
+					vr.storedPerK = append(vr.storedPerK, 1000*on.stored/float64(on.n))
+					if v == 0 {
+						rateRatio = append(rateRatio, float64(on.n)/float64(nOff))
+					}
 				}
-				off := func() { nOff, cOff = loadRound(b, client, podRoot, nil, target, keepAlive, d) }
-				if i%2 == 0 {
-					on()
-					off()
-				} else {
-					off()
-					on()
-				}
-				if nOn == 0 || nOff == 0 {
-					b.Fatalf("pair %d: %d requests with the agent, %d without", i, nOn, nOff)
-				}
-				pOn, pOff := float64(cOn)/float64(nOn), float64(cOff)/float64(nOff)
-				perOn, perOff = append(perOn, pOn), append(perOff, pOff)
-				cpuRatio = append(cpuRatio, pOn/pOff)
-				rateRatio = append(rateRatio, float64(nOn)/float64(nOff))
 			}
-			b.ReportMetric(quant(cpuRatio, 0.5), "cpu/req-ratio")
+			b.ReportMetric(quant(variants[0].cpuRatio, 0.5), "cpu/req-ratio")
 			b.ReportMetric(quant(rateRatio, 0.5), "req/s-ratio")
-			b.Logf("%s, %d pairs of %v (load average %s at the start, %s at the end): CPU per request with the agent ÷ without: median %.4f (p10–p90 %.4f–%.4f, min–max %.4f–%.4f); %.1f µs vs %.1f µs per request (medians); requests served with ÷ without: median %.4f (p10–p90 %.4f–%.4f); %d requests failed in all rounds; conntrack %s entries at the end",
-				name, pairs, d, load0, loadAvg(), quant(cpuRatio, 0.5), quant(cpuRatio, 0.1), quant(cpuRatio, 0.9), slices.Min(cpuRatio), slices.Max(cpuRatio),
-				quant(perOn, 0.5)/1e3, quant(perOff, 0.5)/1e3, quant(rateRatio, 0.5), quant(rateRatio, 0.1), quant(rateRatio, 0.9), loadFailures.Load(), conntrack())
+			b.ReportMetric(quant(variants[0].storedPerK, 0.5), "stored/1k-req")
+			for _, v := range variants {
+				b.Logf("%s, %s, %d pairs of %v (load average %s at the start, %s at the end): CPU per request with the %s ÷ without: median %.4f (p10–p90 %.4f–%.4f, min–max %.4f–%.4f); %.1f µs vs %.1f µs per request (medians); stored events per 1,000 requests: median %.1f (min–max %.1f–%.1f)",
+					name, v.name, pairs, d, load0, loadAvg(), v.name, quant(v.cpuRatio, 0.5), quant(v.cpuRatio, 0.1), quant(v.cpuRatio, 0.9), slices.Min(v.cpuRatio), slices.Max(v.cpuRatio),
+					quant(v.perOn, 0.5)/1e3, quant(v.perOff, 0.5)/1e3, quant(v.storedPerK, 0.5), slices.Min(v.storedPerK), slices.Max(v.storedPerK))
+			}
+			b.Logf("%s: requests served with the agent ÷ without: median %.4f (p10–p90 %.4f–%.4f); %d requests failed in all rounds; conntrack %s entries at the end",
+				name, quant(rateRatio, 0.5), quant(rateRatio, 0.1), quant(rateRatio, 0.9), loadFailures.Load(), conntrack())
 		})
 	}
+}
+
+// costVariant is one way of running the agent in BenchmarkAgentCost,
+// with its figures over the pairs.
+type costVariant struct {
+	name                                string
+	args                                []string
+	cpuRatio, perOn, perOff, storedPerK []float64
 }
 
 // BenchmarkAgentIdle measures the agent's cost on a node with 100 tracked
@@ -388,7 +433,7 @@ func BenchmarkAgentIdle(b *testing.B) {
 func pipelineLine(body string) string {
 	var out []string
 	for _, l := range strings.Split(body, "\n") {
-		for _, m := range []string{"drainscope_events_observed_total", "drainscope_events_stored_total", "drainscope_events_dropped_total", "drainscope_kernel_records"} {
+		for _, m := range []string{"drainscope_events_observed_total", "drainscope_events_stored_total", "drainscope_events_dropped_total", "drainscope_kernel_records", "drainscope_flight_events_total"} {
 			if strings.HasPrefix(l, m) {
 				out = append(out, l)
 			}

@@ -30,6 +30,7 @@ func (a *Agent) startKernel(ctx context.Context, wg *sync.WaitGroup, errc chan<-
 	if kc.Logger == nil {
 		kc.Logger = a.log
 	}
+	kc.Unsealed = true // persist seals what the flight recorder hands on
 	k, err := ebpf.Open(kc)
 	if err != nil {
 		return fmt.Errorf("kernel capture (run with --no-kernel to record only the watches): %w", err)

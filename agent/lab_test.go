@@ -48,7 +48,11 @@ var buildOnce = sync.OnceValues(func() (string, error) {
 	buildDir = dir
 	exe := filepath.Join(dir, "drainscope")
 	// The flags of deploy/Dockerfile (and its test): one build cache entry.
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", exe, "../cmd/drainscope")
+	ldflags := "-s -w"
+	if os.Getenv("DRAINSCOPE_TEST_SYMBOLS") != "" {
+		ldflags = "" // symbols for perf, when profiling the agent's process
+	}
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", ldflags, "-o", exe, "../cmd/drainscope")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("building drainscope: %v\n%s", err, out)
@@ -380,6 +384,20 @@ func TestAgentInTheLab(t *testing.T) {
 		if strings.HasPrefix(l, "drainscope_rollout_inferred_failures_total{") || strings.HasPrefix(l, "drainscope_rollout_sigterm_minus_endpoint_removal_seconds_bucket{") {
 			t.Log(l)
 		}
+	}
+	// The flight recorder: the rollout's connection closes stored (handed
+	// on from the ring at a trigger, or passed during the disruption), and
+	// its per-pod counts served.
+	held, _ := metricValue(agentBody, "drainscope_flight_events_total", `outcome="held"`)
+	persisted, _ := metricValue(agentBody, "drainscope_flight_events_total", `outcome="persisted"`)
+	passed, _ := metricValue(agentBody, "drainscope_flight_events_total", `outcome="passed"`)
+	discarded, _ := metricValue(agentBody, "drainscope_flight_events_total", `outcome="discarded"`)
+	t.Logf("flight recorder: held %v, persisted %v, discarded %v, passed %v", held, persisted, discarded, passed)
+	if persisted+passed == 0 {
+		t.Errorf("the flight recorder stored no connection close during a rollout")
+	}
+	if code, body := big.get("/debug/flight"); code != 200 || !strings.Contains(body, `"enabled":true`) || !strings.Contains(body, `"total":{"held":`) {
+		t.Errorf("/debug/flight: %d %s", code, body)
 	}
 	if v, _ := metricValue(agentBody, "drainscope_store_write_failures_total"); v == 0 {
 		t.Errorf("no failed store write reported during the outage")

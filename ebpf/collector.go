@@ -61,6 +61,10 @@ type Config struct {
 	// else cgroup v1 "pids"), "v2", or "v1:<controller>" for nodes whose
 	// kubelet uses cgroup v1 only. IDs passed to Track are of that hierarchy.
 	Cgroups string
+	// Unsealed leaves sealing (event.Event.Seal) to the receiver of Run's
+	// events, for a receiver that keeps only some: the agent's flight
+	// recorder holds most connection closes and stores few of them.
+	Unsealed bool
 	// WakeupEvents is how many events may wait in the ring buffer before
 	// the kernel wakes the reader; below that the reader finds them when it
 	// polls, every FlushInterval. Waking per event costs the kernel an
@@ -116,6 +120,7 @@ var programDefs = []programDef{
 
 // Collector owns the loaded programs, their maps and the ring buffer reader.
 type Collector struct {
+	unsealed bool
 	log      *slog.Logger
 	programs []Program
 	progs    map[string]*ebpf.Program
@@ -192,7 +197,7 @@ func Open(cfg Config) (*Collector, error) {
 		return nil, err
 	}
 
-	c := &Collector{log: log, layout: layout, progs: map[string]*ebpf.Program{}, links: map[string]link.Link{}, flush: s.flush, exitWindow: s.exitWindow,
+	c := &Collector{unsealed: cfg.Unsealed, log: log, layout: layout, progs: map[string]*ebpf.Program{}, links: map[string]link.Link{}, flush: s.flush, exitWindow: s.exitWindow,
 		features: feats, release: kernelRelease()}
 	ok := false
 	defer func() {
@@ -647,7 +652,7 @@ func (c *Collector) UntrackNetNS(ino uint64) error {
 // Run reads events until ctx is done or the collector is closed, and then
 // returns nil. Events are emitted in the kernel's order, ExitWindow after
 // they happened (plus up to FlushInterval while the kernel batches them).
-// emit receives each event, complete and sealed; the pointer
+// emit receives each event, complete and sealed (unless Config.Unsealed); the pointer
 // and the event are reused for the next one, so emit must copy what it
 // keeps. Attrs is shared between events and must not be modified. Only one
 // Run may be active at a time.
@@ -755,7 +760,9 @@ func (c *Collector) handle(b []byte, raw *probesEvent, ev *event.Event) error {
 	if c.resolver.misses != c.unresolved.Load() {
 		c.unresolved.Store(c.resolver.misses)
 	}
-	ev.Seal()
+	if !c.unsealed {
+		ev.Seal()
+	}
 	return nil
 }
 

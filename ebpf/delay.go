@@ -44,7 +44,9 @@ func (d *delayLine) flagExit(pid int32, at int64) {
 		switch x.Kind {
 		case event.ListenerClosed, event.ConnClosed, event.RSTSent:
 			x.Flags |= event.FlagAtExit
-			x.Seal()
+			if x.ID != 0 { // sealed: seal again
+				x.Seal()
+			}
 		}
 	}
 }

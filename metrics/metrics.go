@@ -62,6 +62,7 @@ type Metrics struct {
 	kernelStats func() (KernelStats, bool)
 	evidence    map[string]bool // kernel evidence this node can (true) or cannot see
 	watchStats  func() WatchStats
+	flight      func() FlightStats
 	ready       func() bool
 	retention   retentionMetrics
 
@@ -88,7 +89,7 @@ func New(component, version string) *Metrics {
 	m.names = append(m.names, Namespace+"_build_info")
 	f := factory{m}
 	m.observed = f.counterVec("events_observed_total",
-		"Events observed and handed to the store writer, by source (watcher, kernel, client, lab) and kind.",
+		"Events observed, by source (watcher, kernel, client, lab) and kind; on an agent, before its flight recorder holds ordinary connection closes (drainscope_flight_events_total), so more than reach the store writer.",
 		"source", "kind")
 	m.stored = f.counterVec("events_stored_total",
 		"Events the store accepted, by kind.", "kind")
@@ -264,6 +265,29 @@ func (m *Metrics) WatchWatches(stats func() WatchStats) {
 	m.watchStats = stats
 }
 
+// FlightStats are the flight recorder's counts of connection events (see
+// package flight): held in its ring, persisted from it at a disruption,
+// discarded from it unread, passed at once during a disruption.
+type FlightStats struct {
+	Held, Persisted, Discarded, Passed uint64
+}
+
+// Outcomes of drainscope_flight_events_total.
+const (
+	FlightHeld      = "held"
+	FlightPersisted = "persisted"
+	FlightDiscarded = "discarded"
+	FlightPassed    = "passed"
+)
+
+// WatchFlight reports the flight recorder's counts at every scrape as
+// drainscope_flight_events_total{outcome}.
+func (m *Metrics) WatchFlight(stats func() FlightStats) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.flight = stats
+}
+
 // WatchReady reports drainscope_ready: 1 while ready() holds.
 func (m *Metrics) WatchReady(ready func() bool) {
 	m.mu.Lock()
@@ -279,6 +303,7 @@ type scrapeDescs struct {
 	restarts, relists, relistEv, pods, eps, recorder, synced *prometheus.Desc
 	ready                                                    *prometheus.Desc
 	evidence                                                 *prometheus.Desc
+	flight                                                   *prometheus.Desc
 }
 
 func (m *Metrics) registerScrape() {
@@ -304,18 +329,19 @@ func (m *Metrics) registerScrape() {
 	d.recorder = m.desc("endpointslice_recorder", "1 when this process records EndpointSlice transitions (always in all-nodes mode; the elected leader in leader mode).")
 	d.synced = m.desc("watch_synced", "1 once the initial lists are in the cache.")
 	d.evidence = m.desc("kernel_evidence_available", "1 when this node's kernel lets the capture see this kind of evidence, 0 when it cannot (e.g. refused_connections before Linux 6.10): its absence from a report then proves nothing.", "evidence")
+	d.flight = m.desc("flight_events_total", "The flight recorder's connection closes (on a pod, not at its process's exit), by outcome: held (entered the in-memory ring of a calm pod), persisted (handed to the store at the pod's disruption: the ring's lead), discarded (aged out of the ring or past its bound, never stored), passed (stored at once: the pod was disrupted). Held − persisted − discarded are in the ring now.", "outcome")
 	d.ready = m.desc("ready", "1 while the process is ready (caches synced, kernel programs loaded, not shutting down).")
 	m.reg.MustRegister(&funcCollector{
 		descs: []*prometheus.Desc{d.dropped, d.backlog, d.limit, d.failures, d.written,
 			d.produced, d.kdropped, d.unresolved, d.clock, d.programs, d.netns,
-			d.restarts, d.relists, d.relistEv, d.pods, d.eps, d.recorder, d.synced, d.ready, d.evidence},
+			d.restarts, d.relists, d.relistEv, d.pods, d.eps, d.recorder, d.synced, d.ready, d.evidence, d.flight},
 		collect: m.collectScrape,
 	})
 }
 
 func (m *Metrics) collectScrape(ch chan<- prometheus.Metric) {
 	m.mu.RLock()
-	writer, limit, kernel, watches, ready := m.writerStats, m.writerLimit, m.kernelStats, m.watchStats, m.ready
+	writer, limit, kernel, watches, ready, flight := m.writerStats, m.writerLimit, m.kernelStats, m.watchStats, m.ready, m.flight
 	evidence := m.evidence
 	m.mu.RUnlock()
 	d := &m.sd
@@ -364,6 +390,13 @@ func (m *Metrics) collectScrape(ch chan<- prometheus.Metric) {
 	}
 	if ready != nil {
 		g(d.ready, b2f(ready()))
+	}
+	if flight != nil {
+		s := flight()
+		c(d.flight, float64(s.Held), FlightHeld)
+		c(d.flight, float64(s.Persisted), FlightPersisted)
+		c(d.flight, float64(s.Discarded), FlightDiscarded)
+		c(d.flight, float64(s.Passed), FlightPassed)
 	}
 	for name, ok := range evidence {
 		ch <- prometheus.MustNewConstMetric(d.evidence, prometheus.GaugeValue, b2f(ok), name)

@@ -79,6 +79,9 @@ func runAgent(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	without := fs.String("kernel-without", "", "comma-separated kernel features to act as if missing (e.g. no_socket_resets: refused connections through the fallback of kernels before 6.10; see docs/kernels.md)")
 	ringBuffer := fs.Int("ring-buffer-bytes", 0, "BPF ring buffer size, a power of two (default 8 MiB)")
 	sampleNodes := fs.Int("sample-nodes", defaultSampleNodes, "about this many nodes, drawn by a hash of their names, store the proxy rule changes of every endpoint (the others store only their own pods', and all report the lag histogram) and, in all-nodes mode, the state of every endpoint and Service every --observe-interval (docs/dataplane.md, Volume)")
+	flightOn := fs.Bool("flight-recorder", true, "hold each pod's ordinary connection closes in memory and store them only around the pod's disruptions (deletion, SIGTERM, not ready, endpoint change, exit): the store grows with disruptions, not traffic; false stores every one (see docs/flight-recorder.md)")
+	flightLead := fs.Duration("flight-lead", 10*time.Second, "with --flight-recorder: how far before a pod's disruption its held connection closes are stored")
+	flightCalm := fs.Duration("flight-calm", 2*time.Minute, "with --flight-recorder: how long a disrupted pod must be ready with no new trigger before its connection closes are held again")
 	retention := registerRetention(fs, "delete events older than `AGE` (336h, 14d; 0: never). Unset, the agent prunes only as the lease holder in leader mode or on a SQLite store; drainscope serve prunes otherwise")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), agentUsage)
@@ -97,6 +100,9 @@ func runAgent(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	withoutFeats, err := kernelFeatures(*without)
 	if err != nil {
 		return err
+	}
+	if *flightLead <= 0 || *flightCalm <= 0 {
+		return fmt.Errorf("%w: --flight-lead and --flight-calm must be positive", errUsage)
 	}
 	if *bufferEvents < 1 || *batch < 1 {
 		return fmt.Errorf("%w: --buffer-events and --batch-size must be positive", errUsage)
@@ -143,6 +149,7 @@ func runAgent(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		},
 		Dataplane:       agent.DataplaneConfig{Disabled: *dp == "off", KubeProxyMetrics: *kpMetrics, OwnPodsOnly: !scope.sampled},
 		Cilium:          agent.CiliumConfig{Dir: ciliumDir(*ciliumMaps), Interval: *ciliumInterval},
+		Flight:          agent.FlightConfig{Disabled: !*flightOn, Lead: *flightLead, Calm: *flightCalm},
 		ShutdownTimeout: *shutdown,
 		Logger:          slog.Default(),
 		Version:         version,
@@ -183,7 +190,7 @@ func runAgent(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		slog.Info("serving /healthz, /readyz and /metrics", "addr", ln.Addr().String())
 	}
 	slog.Info("agent starting", "node", wopts.Node, "endpointslices", wopts.Mode, "store", st.Describe(),
-		"kernel", !*noKernel, "buffer_events", *bufferEvents)
+		"kernel", !*noKernel, "buffer_events", *bufferEvents, "flight_recorder", *flightOn)
 	if _, remote := st.(*relay.Client); remote {
 		slog.Info("retention left to drainscope serve: this agent writes through it")
 	} else if active, ok := agentPrunes(retention, wopts.Mode, st, func() bool { return a.Watcher().Stats().Leader }); ok {

@@ -18,6 +18,7 @@ func TestAgentRefusesBadFlags(t *testing.T) {
 		{[]string{"--leader-above-nodes=0"}, "want a positive number of nodes"},
 		{[]string{"--sample-nodes=0"}, "want 1 or more"},
 		{[]string{"--buffer-events=0"}, "must be positive"},
+		{[]string{"--flight-lead=0s"}, "--flight-lead and --flight-calm must be positive"},
 		{[]string{"--metrics-listen=9090"}, "want host:port"},
 		{[]string{"--node="}, "--node is empty"},
 		{[]string{"stray"}, "unexpected argument"},

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/drainscope/drainscope/event"
+	"github.com/drainscope/drainscope/flight"
 	"github.com/drainscope/drainscope/relay"
 	"github.com/drainscope/drainscope/store"
 )
@@ -20,6 +21,9 @@ type recorder struct {
 	agent store.Store
 	log   *slog.Logger
 	ch    chan item
+	// flight holds ordinary connection closes until their pod's
+	// disruption, as the agent's does.
+	flight *flight.Recorder
 
 	done   chan struct{}
 	once   sync.Once
@@ -40,12 +44,17 @@ type item struct {
 
 func newRecorder(st, agent store.Store, log *slog.Logger) *recorder {
 	r := &recorder{st: st, agent: agent, log: log, ch: make(chan item, 1<<16), done: make(chan struct{}), counts: map[event.Kind]int{}}
+	r.flight = flight.New(flight.Config{}, r.enqueue)
 	go r.loop()
 	return r
 }
 
-// Add queues one event (sealed by the caller).
-func (r *recorder) Add(e event.Event) {
+// Add takes one event through the flight recorder.
+func (r *recorder) Add(e event.Event) { r.flight.Add(e) }
+
+// enqueue queues one event for the store, sealed here unless the caller
+// sealed it.
+func (r *recorder) enqueue(e event.Event) {
 	if e.ID == 0 {
 		e.Seal()
 	}
