@@ -45,6 +45,9 @@ type Options struct {
 	// of its own there, dropped afterwards unless Keep.
 	Postgres string
 	Keep     bool
+	// NoDigestWait skips the wait for the rollout to end (event.RolloutGap)
+	// and the cold timeline from its digest.
+	NoDigestWait bool
 	// Server makes the command of drainscope with args (a separate
 	// process, so that its CPU and memory are its own).
 	Server func(args ...string) *exec.Cmd
@@ -76,7 +79,8 @@ type Row struct {
 	Reviews                       float64       // TokenReviews/s the API server served
 	Analysed                      time.Duration // after the rollout: until the server listed it analysed
 	Report, ReportAll             time.Duration // drainscope report: the rollout's workload; the whole run
-	Cold                          time.Duration // first timeline request to a fresh server
+	ColdLive                      time.Duration // first timeline request to a fresh server right after the rollout
+	Cold                          time.Duration // the same once the rollout ended and a server kept its digest
 	RolloutPods, RolloutEvents    int
 	Load                          string
 	Duration                      time.Duration
@@ -378,6 +382,7 @@ func afterRollout(ctx context.Context, o Options, cl *Cluster, srv *server, dsn 
 	t0 := time.Now()
 	var ro struct {
 		ID       string `json:"id"`
+		To       int64  `json:"to_ns"`
 		Pods     int    `json:"pods_replaced"`
 		Events   int    `json:"events"`
 		Analysed bool   `json:"analysed"`
@@ -386,6 +391,7 @@ func afterRollout(ctx context.Context, o Options, cl *Cluster, srv *server, dsn 
 		var list struct {
 			Rollouts []struct {
 				ID       string `json:"id"`
+				To       int64  `json:"to_ns"`
 				Pods     int    `json:"pods_replaced"`
 				Events   int    `json:"events"`
 				Analysed bool   `json:"analysed"`
@@ -396,7 +402,7 @@ func afterRollout(ctx context.Context, o Options, cl *Cluster, srv *server, dsn 
 		}
 		if len(list.Rollouts) > 0 {
 			r := list.Rollouts[0]
-			ro.ID, ro.Pods, ro.Events, ro.Analysed = r.ID, r.Pods, r.Events, r.Analysed
+			ro.ID, ro.To, ro.Pods, ro.Events, ro.Analysed = r.ID, r.To, r.Pods, r.Events, r.Analysed
 		}
 		if ro.Analysed {
 			break
@@ -408,6 +414,20 @@ func afterRollout(ctx context.Context, o Options, cl *Cluster, srv *server, dsn 
 	}
 	row.Analysed = time.Since(t0)
 	logf("  rollout %s: %d pods, %d events, listed analysed after %v", ro.ID, ro.Pods, ro.Events, row.Analysed.Round(time.Millisecond))
+
+	// A fresh server right away: the rollout is still live (its last pod
+	// ended less than event.RolloutGap ago), so no digest is kept yet and
+	// the first timeline analyses the events.
+	srv.stop()
+	fresh, err := startServer(ctx, o, cl, dsn, fmt.Sprintf("serve-%d-cold-live", row.Nodes))
+	if err != nil {
+		return err
+	}
+	defer func() { fresh.stop() }()
+	if row.ColdLive, err = timeline(ctx, fresh.url, ro.ID); err != nil {
+		return fmt.Errorf("cold timeline: %w", err)
+	}
+	logf("  cold timeline, right after the rollout (no digest): %v", row.ColdLive.Round(time.Millisecond))
 
 	since := time.Since(start).Round(time.Second) + time.Minute
 	for _, r := range []struct {
@@ -432,22 +452,61 @@ func afterRollout(ctx context.Context, o Options, cl *Cluster, srv *server, dsn 
 		}
 	}
 	logf("  report of the rollout %v; of the whole run %v", row.Report.Round(time.Millisecond), row.ReportAll.Round(time.Millisecond))
+	if o.NoDigestWait {
+		return nil
+	}
 
-	// A fresh server: its first request is the rollout's timeline.
-	srv.stop()
-	fresh, err := startServer(ctx, o, cl, dsn, fmt.Sprintf("serve-%d-cold", row.Nodes))
+	// As a user meets it later: the rollout has ended, a server has read
+	// it once and kept its digest, and a fresh server is asked for it.
+	wait := time.Until(time.Unix(0, ro.To).Add(event.RolloutGap + 5*time.Second))
+	logf("  waiting %v for the rollout to end (%v quiet) and its digest", wait.Round(time.Second), event.RolloutGap)
+	select {
+	case <-time.After(wait):
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	fresh.stop()
+	if fresh, err = startServer(ctx, o, cl, dsn, fmt.Sprintf("serve-%d-digest", row.Nodes)); err != nil {
+		return err
+	}
+	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
 		return err
 	}
-	defer fresh.stop()
-	t := time.Now()
-	var tl json.RawMessage
-	if err := getJSON(ctx, fresh.url+"/api/v1/rollouts/"+ro.ID+"/timeline?width=1400", &tl); err != nil {
+	defer conn.Close(context.Background())
+	for t0 := time.Now(); ; time.Sleep(250 * time.Millisecond) {
+		var list json.RawMessage
+		if err := getJSON(ctx, fresh.url+"/api/v1/rollouts?namespace=shop&workload=Deployment/checkout&since=all", &list); err != nil {
+			return err
+		}
+		var n int
+		if err := conn.QueryRow(ctx, "SELECT count(*) FROM digests WHERE key LIKE 'shop/Deployment/checkout@%'").Scan(&n); err != nil {
+			return err
+		}
+		if n > 0 {
+			break
+		}
+		if time.Since(t0) > 3*time.Minute {
+			return errors.New("no digest of the rollout was kept within 3 min")
+		}
+	}
+	fresh.stop()
+	if fresh, err = startServer(ctx, o, cl, dsn, fmt.Sprintf("serve-%d-cold", row.Nodes)); err != nil {
+		return err
+	}
+	if row.Cold, err = timeline(ctx, fresh.url, ro.ID); err != nil {
 		return fmt.Errorf("cold timeline: %w", err)
 	}
-	row.Cold = time.Since(t)
-	logf("  cold timeline of the rollout: %v (%d bytes)", row.Cold.Round(time.Millisecond), len(tl))
+	logf("  cold timeline of the ended rollout (from its digest): %v", row.Cold.Round(time.Millisecond))
 	return nil
+}
+
+// timeline times the first request for rollout id's timeline.
+func timeline(ctx context.Context, base, id string) (time.Duration, error) {
+	t := time.Now()
+	var tl json.RawMessage
+	err := getJSON(ctx, base+"/api/v1/rollouts/"+id+"/timeline?width=1400", &tl)
+	return time.Since(t), err
 }
 
 func getJSON(ctx context.Context, u string, v any) error {
@@ -585,15 +644,15 @@ func WriteTable(w io.Writer, rows []Row) {
 			r.PGCPU, r.APICPU, r.Reviews, r.GenCPU, r.Load)
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| nodes | rollout pods | rollout events | listed analysed after | report of the rollout | report of the whole run | cold timeline | produced = stored + dropped | events under a wrong node |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| nodes | rollout pods | rollout events | listed analysed after | report of the rollout | report of the whole run | cold timeline right after (no digest) | cold timeline once ended (digest) | produced = stored + dropped | events under a wrong node |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|")
 	for _, r := range rows {
 		ok := "yes"
 		if r.Produced != r.InPostgres+r.Dropped+r.Rejected+r.Unwritten || r.Written != r.InPostgres {
 			ok = fmt.Sprintf("NO: %d ≠ %d + %d", r.Produced, r.InPostgres, r.Dropped+r.Rejected+r.Unwritten)
 		}
-		fmt.Fprintf(w, "| %d | %d | %d | %s | %s | %s | %s | %s | %d |\n", r.Nodes, r.RolloutPods, r.RolloutEvents,
-			ms(r.Analysed), ms(r.Report), ms(r.ReportAll), ms(r.Cold), ok, r.WrongNode)
+		fmt.Fprintf(w, "| %d | %d | %d | %s | %s | %s | %s | %s | %s | %d |\n", r.Nodes, r.RolloutPods, r.RolloutEvents,
+			ms(r.Analysed), ms(r.Report), ms(r.ReportAll), ms(r.ColdLive), ms(r.Cold), ok, r.WrongNode)
 	}
 	for _, r := range rows {
 		for _, e := range r.Errors {
