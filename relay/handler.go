@@ -26,7 +26,7 @@ const EventsPath = "/api/v1/agent/events"
 const (
 	DefaultMaxBytes      = 16 << 20 // a body, before and after gzip
 	DefaultMaxEvents     = 20000    // events in one batch
-	DefaultMaxConcurrent = 8        // batches written at once
+	DefaultMaxConcurrent = 64       // batches taken at once (read, checked, waiting for a merged write)
 	DefaultBodyTimeout   = 30 * time.Second
 )
 
@@ -72,8 +72,9 @@ var agentSources = map[event.Source]bool{
 // elsewhere, under its own node's name, never under another's.
 //
 // The store is written by this process only. At most MaxConcurrent batches
-// are stored at once; past that, batches are answered 429 with Retry-After
-// (the store is behind), and the agent keeps them and retries.
+// are taken at once, merged into at most MergeWriters store writes; past
+// that, batches are answered 429 with Retry-After (the store is behind),
+// and the agent keeps them and retries.
 type Handler struct {
 	Store         store.Store
 	Auth          Authenticator
