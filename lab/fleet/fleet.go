@@ -22,6 +22,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -98,6 +99,33 @@ type agentSim struct {
 type counters struct {
 	posts, s429, other atomic.Int64
 	post, age          samples
+	mu                 sync.Mutex
+	others             map[string]int64 // what the other answers were
+}
+
+func (c *counters) otherAnswer(what string) {
+	c.other.Add(1)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.others == nil {
+		c.others = map[string]int64{}
+	}
+	if len(c.others) < 20 {
+		c.others[what]++
+	} else {
+		c.others["(others)"]++
+	}
+}
+
+func (c *counters) otherAnswers() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for k, v := range c.others {
+		out = append(out, fmt.Sprintf("%d× %s", v, k))
+	}
+	slices.Sort(out)
+	return strings.Join(out, "; ")
 }
 
 // timed is an agent's relay.Client with its POSTs timed.
@@ -132,11 +160,15 @@ func (s statusCounter) RoundTrip(r *http.Request) (*http.Response, error) {
 	s.c.posts.Add(1)
 	switch {
 	case err != nil:
-		s.c.other.Add(1)
+		msg := err.Error()
+		if i := strings.LastIndex(msg, ": "); i >= 0 {
+			msg = msg[i+2:] // the cause, not the URL
+		}
+		s.c.otherAnswer(msg)
 	case resp.StatusCode == http.StatusTooManyRequests:
 		s.c.s429.Add(1)
 	case resp.StatusCode != http.StatusOK:
-		s.c.other.Add(1)
+		s.c.otherAnswer(resp.Status)
 	}
 	return resp, err
 }
@@ -310,6 +342,9 @@ func Run(ctx context.Context, cl *Cluster, nodes int, o Options) (row Row, err e
 		row.SteadyPosts = float64(steadyPosts) / o.Steady.Seconds()
 	}
 	row.Posts, row.Status429, row.StatusOther = c.posts.Load(), c.s429.Load(), c.other.Load()
+	if row.StatusOther > 0 {
+		row.Errors = append(row.Errors, fmt.Sprintf("%d POSTs failed otherwise than 429 (kept and retried by the writers): %s", row.StatusOther, c.otherAnswers()))
+	}
 	row.PostP50, row.PostP99, row.AgeP99 = c.post.quantile(.5), c.post.quantile(.99), c.age.quantile(.99)
 	row.Load = loadAvg()
 	if produced != row.Produced {
