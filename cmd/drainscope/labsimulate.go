@@ -107,7 +107,14 @@ func simulate(ctx context.Context, counts []int, o fleet.Options, out *os.File) 
 	}
 	fmt.Fprintf(o.Progress, "drainscope lab simulate: %v nodes; model: %s; steady %v; agents' batch %d, flush %v; server logs and reports in %s; load average %s\n",
 		counts, o.Model.Describe(maxN), o.Steady, o.Writer.Batch, o.Writer.Interval, o.Dir, loadAverage())
-	cl, err := fleet.StartCluster(ctx, maxN, dir, o.Progress)
+	// The tokens are valid for 6 hours against a cluster that is gone
+	// when this returns; removed all the same.
+	tokens, err := os.MkdirTemp("", "drainscope-simulate-tokens-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tokens)
+	cl, err := fleet.StartCluster(ctx, maxN, tokens, o.Progress)
 	if err != nil {
 		return err
 	}
