@@ -169,9 +169,21 @@ func (m *Metrics) InstrumentHTTP(name string, h http.Handler) http.Handler {
 }
 
 // WrapStore returns st with its Append calls timed and the events they
-// stored counted by kind. Everything else passes through.
+// stored counted by kind. Everything else passes through, the rollout
+// digests (store.Digests) too when st keeps them: without them the web
+// server behind drainscope serve analysed every rollout again in each
+// fresh process.
 func (m *Metrics) WrapStore(st store.Store) store.Store {
-	return &instrumentedStore{Store: st, m: m}
+	is := &instrumentedStore{Store: st, m: m}
+	if d, ok := st.(store.Digests); ok {
+		return &instrumentedDigestStore{instrumentedStore: is, Digests: d}
+	}
+	return is
+}
+
+type instrumentedDigestStore struct {
+	*instrumentedStore
+	store.Digests
 }
 
 type instrumentedStore struct {

@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/drainscope/drainscope/event"
@@ -53,6 +54,14 @@ func NewClient(base, tokenFile string, hc *http.Client) (*Client, error) {
 	return &Client{url: strings.TrimSuffix(base, "/") + EventsPath, tokenFile: tokenFile, http: hc}, nil
 }
 
+// gzipWriters are reused: a new gzip writer allocates hundreds of KiB,
+// once per batch, which a process of many clients (drainscope lab
+// simulate) pays thousands of times a second.
+var gzipWriters = sync.Pool{New: func() any {
+	zw, _ := gzip.NewWriterLevel(io.Discard, gzip.BestSpeed) // the level is valid
+	return zw
+}}
+
 // Append posts batch, gzip-compressed.
 func (c *Client) Append(ctx context.Context, batch []event.Event) error {
 	tok, err := os.ReadFile(c.tokenFile)
@@ -60,7 +69,9 @@ func (c *Client) Append(ctx context.Context, batch []event.Event) error {
 		return fmt.Errorf("reading the agent token: %w", err)
 	}
 	var body bytes.Buffer
-	zw, _ := gzip.NewWriterLevel(&body, gzip.BestSpeed) // the level is valid
+	zw := gzipWriters.Get().(*gzip.Writer)
+	defer gzipWriters.Put(zw)
+	zw.Reset(&body)
 	if err := json.NewEncoder(zw).Encode(Batch{Events: batch}); err != nil {
 		return fmt.Errorf("encoding a batch: %w", err)
 	}

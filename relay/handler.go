@@ -2,6 +2,7 @@ package relay
 
 import (
 	"compress/gzip"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -26,7 +27,7 @@ const EventsPath = "/api/v1/agent/events"
 const (
 	DefaultMaxBytes      = 16 << 20 // a body, before and after gzip
 	DefaultMaxEvents     = 20000    // events in one batch
-	DefaultMaxConcurrent = 8        // batches written at once
+	DefaultMaxConcurrent = 64       // batches taken at once (read, checked, waiting for a merged write)
 	DefaultBodyTimeout   = 30 * time.Second
 )
 
@@ -90,8 +91,9 @@ func AgentSource(s event.Source) bool { return agentSources[s] }
 // node.
 //
 // The store is written by this process only. At most MaxConcurrent batches
-// are stored at once; past that, batches are answered 429 with Retry-After
-// (the store is behind), and the agent keeps them and retries.
+// are taken at once, merged into at most MergeWriters store writes; past
+// that, batches are answered 429 with Retry-After (the store is behind),
+// and the agent keeps them and retries.
 type Handler struct {
 	Store store.Store
 	Auth  Authenticator
@@ -108,6 +110,100 @@ type Handler struct {
 	sem     chan struct{}
 
 	stored, events, refused, failed, unplaced atomic.Int64
+
+	// Batches waiting for a store write, merged into one (see append).
+	mergeOnce sync.Once
+	writers   chan struct{}
+	qmu       sync.Mutex
+	queue     []*queued
+}
+
+// MergeWriters is how many merged store writes run at once.
+const MergeWriters = 2
+
+// queued is one request's batch, waiting to be stored.
+type queued struct {
+	evs  []event.Event
+	done chan error
+}
+
+// append stores evs together with the batches other agents posted
+// meanwhile, in one store write (one COPY and one commit in Postgres):
+// with thousands of agents each posting a few events every 200 ms, a
+// transaction per batch is what the store cannot keep up with, not the
+// events. The request that finds a writer free writes everything queued
+// (up to MaxEvents, then again); the others wait for its answer. When the
+// merged write is refused for one row (store.RowLevel), each batch is
+// written alone, so that only the agent that sent the bad event hears of
+// it.
+func (h *Handler) append(ctx context.Context, evs []event.Event) error {
+	h.mergeOnce.Do(func() { h.writers = make(chan struct{}, MergeWriters) })
+	q := &queued{evs: evs, done: make(chan error, 1)}
+	h.qmu.Lock()
+	h.queue = append(h.queue, q)
+	h.qmu.Unlock()
+	for {
+		select {
+		case err := <-q.done:
+			return err
+		default:
+		}
+		select {
+		case err := <-q.done:
+			return err
+		case h.writers <- struct{}{}:
+			h.flush(ctx)
+			<-h.writers
+		}
+	}
+}
+
+// flush writes what is queued, as one batch of at most MaxEvents events
+// (a single larger batch alone).
+func (h *Handler) flush(ctx context.Context) {
+	limit := h.MaxEvents
+	if limit <= 0 {
+		limit = DefaultMaxEvents
+	}
+	h.qmu.Lock()
+	var take []*queued
+	n := 0
+	for len(h.queue) > 0 && (len(take) == 0 || n+len(h.queue[0].evs) <= limit) {
+		take = append(take, h.queue[0])
+		n += len(h.queue[0].evs)
+		h.queue[0] = nil
+		h.queue = h.queue[1:]
+	}
+	h.qmu.Unlock()
+	if len(take) == 0 {
+		return
+	}
+	// Not this request's context alone: its client going away must not
+	// fail the others' events.
+	timeout := h.BodyTimeout
+	if timeout <= 0 {
+		timeout = DefaultBodyTimeout
+	}
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	defer cancel()
+	if len(take) == 1 {
+		take[0].done <- h.Store.Append(wctx, take[0].evs)
+		return
+	}
+	merged := make([]event.Event, 0, n)
+	for _, q := range take {
+		merged = append(merged, q.evs...)
+	}
+	err := h.Store.Append(wctx, merged)
+	if err != nil && store.RowLevel(err) {
+		for _, q := range take {
+			q.done <- h.Store.Append(wctx, q.evs)
+		}
+		return
+	}
+	for _, q := range take {
+		q.done <- err
+	}
 }
 
 // Stats counts what a Handler did with the batches it was sent.
@@ -203,7 +299,7 @@ func (h *Handler) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if len(batch.Events) > 0 {
-		if err := h.Store.Append(r.Context(), batch.Events); err != nil {
+		if err := h.append(r.Context(), batch.Events); err != nil {
 			if store.RowLevel(err) {
 				writeJSON(w, http.StatusBadRequest, Refusal{Error: "the store refused the batch: " + err.Error()})
 				return

@@ -30,6 +30,7 @@ const labUsage = `usage: drainscope lab [--profile short|seed000|ci] [--runs con
                       [--serve ADDR] [--keep] [--direct-writes] [-v]
        drainscope lab --profile longlived [--node kubelet] [--settle 20m] [--gap 3m] [--store DSN]
        drainscope lab cleanup
+       drainscope lab simulate --nodes 500,1000,2000,5000 --store postgres://… (docs/scale.md)
 
 Runs a real single-node Kubernetes on this machine (etcd, kube-apiserver,
 kube-controller-manager and kube-proxy in nftables mode (--proxy-mode iptables:
@@ -166,6 +167,8 @@ func labSubcommand(ctx context.Context, fs *flag.FlagSet, args []string) (handle
 	switch args[0] {
 	case "cleanup":
 		return true, runLabCleanup(ctx, fs, args[1:])
+	case "simulate":
+		return true, runLabSimulate(ctx, fs, args[1:])
 	case "sampleapp":
 		// The lab node runs the sample service as this binary.
 		os.Exit(sampleapp.Main(args[1:], os.Stderr))

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/client-go/kubernetes"
+
 	"github.com/drainscope/drainscope/analysis"
 	"github.com/drainscope/drainscope/export"
 	"github.com/drainscope/drainscope/export/otlp"
@@ -136,6 +138,7 @@ type serveFlags struct {
 	agentSA, agentAud          *string
 	agentConc                  *int
 	agentPods                  *bool
+	agentQPS                   *float64
 	exp                        *exportFlags
 }
 
@@ -164,6 +167,7 @@ func defineServeFlags(fs *flag.FlagSet) *serveFlags {
 	f.agentAud = fs.String("agent-audiences", "", "comma-separated audiences the agents' tokens must carry (default: the API server's own, as the default projected token has)")
 	f.agentConc = fs.Int("agent-concurrency", relay.DefaultMaxConcurrent, "agent batches stored at once; more are answered 429 with Retry-After and the agents retry")
 	f.agentPods = fs.Bool("agent-check-pods", true, "refuse an agent's kernel event about a pod on another node, knowing where pods are from one watch of every pod (needs list and watch on pods); false: check the events' node only")
+	f.agentQPS = fs.Float64("agent-review-qps", 100, "TokenReviews per second the server may send (burst twice that): each agent's token is reviewed once a minute, so 5,000 agents need 84/s, and all at once after a restart")
 	f.exp = registerExport(fs)
 	return f
 }
@@ -208,6 +212,9 @@ func (f *serveFlags) check() (serveChecked, error) {
 	}
 	if *f.agentConc < 1 {
 		return c, fmt.Errorf("%w: --agent-concurrency must be positive", errUsage)
+	}
+	if *f.agentQPS <= 0 {
+		return c, fmt.Errorf("%w: --agent-review-qps must be positive", errUsage)
 	}
 	return c, nil
 }
@@ -263,9 +270,17 @@ func (f *serveFlags) webOptions(ctx context.Context, st store.Store, c serveChec
 		Context: ctx,
 	}
 	if c.agentName != "" {
-		cs, err := f.exp.client.Clientset()
+		// Not client-go's default of 5 requests/s: 500 agents would wait
+		// 100 s for their first reviews and never catch up with one a
+		// minute each (docs/scale.md).
+		cfg, err := f.exp.client.RESTConfig()
 		if err != nil {
 			return opts, fmt.Errorf("--agent-service-account: %w", err)
+		}
+		cfg.QPS, cfg.Burst = float32(*f.agentQPS), int(2**f.agentQPS)
+		cs, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			return opts, fmt.Errorf("--agent-service-account: creating Kubernetes client: %w", err)
 		}
 		h := &relay.Handler{Store: st, Log: slog.Default(), MaxConcurrent: *f.agentConc,
 			Auth: &relay.TokenReviewer{Client: cs.AuthenticationV1(), Namespace: c.agentNS, ServiceAccount: c.agentName, Audiences: splitList(*f.agentAud)}}

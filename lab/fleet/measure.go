@@ -1,0 +1,120 @@
+package fleet
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// clockTicks is USER_HZ, what /proc/PID/stat counts CPU time in: 100 on
+// every Linux architecture Go runs on.
+const clockTicks = 100
+
+// cpuOf is the CPU time (user+system) the processes pids have used.
+func cpuOf(pids ...int) time.Duration {
+	var ticks int64
+	for _, pid := range pids {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		if err != nil {
+			continue
+		}
+		// The command may hold spaces: fields count from after its ')'.
+		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+		if len(f) < 13 {
+			continue
+		}
+		u, _ := strconv.ParseInt(f[11], 10, 64)
+		s, _ := strconv.ParseInt(f[12], 10, 64)
+		ticks += u + s
+	}
+	return time.Duration(ticks) * time.Second / clockTicks
+}
+
+// rssOf is VmRSS of pid, in bytes.
+func rssOf(pid int) int64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "VmRSS:") {
+			f := strings.Fields(l)
+			if len(f) >= 2 {
+				kb, _ := strconv.ParseInt(f[1], 10, 64)
+				return kb << 10
+			}
+		}
+	}
+	return 0
+}
+
+// pidsOf lists the processes whose command is comm (and, when in is not
+// empty, whose command line holds in): Postgres's backends, the control
+// plane's etcd and kube-apiserver.
+func pidsOf(comm, in string) []int {
+	var out []int
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, d := range dirs {
+		c, err := os.ReadFile(d + "/comm")
+		if err != nil || strings.TrimSpace(string(c)) != comm {
+			continue
+		}
+		if in != "" {
+			cl, err := os.ReadFile(d + "/cmdline")
+			if err != nil || !bytes.Contains(cl, []byte(in)) {
+				continue
+			}
+		}
+		pid, _ := strconv.Atoi(filepath.Base(d))
+		out = append(out, pid)
+	}
+	return out
+}
+
+// loadAvg is /proc/loadavg's first three figures.
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// samples keeps durations for their quantiles.
+type samples struct {
+	mu sync.Mutex
+	v  []time.Duration
+}
+
+func (s *samples) add(d time.Duration) {
+	s.mu.Lock()
+	s.v = append(s.v, d)
+	s.mu.Unlock()
+}
+
+// quantile is the q-quantile (0–1) of what was added, 0 for none.
+func (s *samples) quantile(q float64) time.Duration {
+	s.mu.Lock()
+	v := slices.Clone(s.v)
+	s.mu.Unlock()
+	if len(v) == 0 {
+		return 0
+	}
+	slices.Sort(v)
+	return v[int(q*float64(len(v)-1))]
+}
+
+func (s *samples) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.v)
+}
