@@ -27,8 +27,8 @@ var floors = [][]string{
 	// 2, making sense: the analysis, the importers, the simulated kubelet.
 	{"analysis", "ingest", "lab/simnode", "relay"},
 	// 3, presenting: the web UI, metrics, the export feed, the lab's ingress,
-	// the text and markdown reports.
-	{"web", "metrics", "export", "lab/ingress", "analysis/textreport"},
+	// the text and markdown reports, the simulation of many agents.
+	{"web", "metrics", "export", "lab/ingress", "analysis/textreport", "lab/fleet"},
 	// 4, delivering: the export sinks, the kubectl plugin, the node agent.
 	{"export/k8sevents", "export/otlp", "kubectl", "agent"},
 	// 5, the lab's runs.
