@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -63,9 +64,12 @@ const (
 // node: the projected token kubelet mounts in every agent pod. The node is
 // the token's, signed by the API server, so an agent cannot claim another.
 //
-// Answers are kept for TTL (refusals for DenyTTL), keyed by the token's
-// SHA-256, and never past the token's own expiry, so a batch costs a review
-// only once a minute per agent.
+// Answers are kept for TTL to 1.5 TTL (refusals for DenyTTL), keyed by the
+// token's SHA-256, and never past the token's own expiry, so a batch costs
+// a review only once a minute or so per agent. The spread, drawn from the
+// token's hash, keeps the reviews of agents that began together (every
+// agent, after the server restarts) from falling due together again
+// (docs/scale.md).
 type TokenReviewer struct {
 	Client         authnclient.TokenReviewsGetter
 	Namespace      string
@@ -132,6 +136,9 @@ func (r *TokenReviewer) Authenticate(ctx context.Context, token string) (Agent, 
 			ttl = DefaultDenyTTL
 		}
 	}
+	if aerr == nil {
+		ttl = spreadTTL(key, ttl)
+	}
 	exp := now.Add(ttl)
 	if e, ok := tokenExpiry(token); ok && e.Before(exp) {
 		exp = e
@@ -141,6 +148,13 @@ func (r *TokenReviewer) Authenticate(ctx context.Context, token string) (Agent, 
 		return Agent{}, aerr
 	}
 	return agent, nil
+}
+
+// spreadTTL is ttl lengthened by up to half, by the token hash's first
+// bytes: evenly over [ttl, 1.5 ttl) across tokens, the same for one token.
+func spreadTTL(key [32]byte, ttl time.Duration) time.Duration {
+	u := binary.BigEndian.Uint16(key[:2])
+	return ttl + time.Duration(float64(ttl/2)*float64(u)/65536)
 }
 
 // store keeps c, first forgetting expired answers when the cache is full;
