@@ -77,6 +77,9 @@ func TestLabIngress(t *testing.T) {
 	}
 	t.Logf("runs:\n%s", table.String())
 	t.Logf("diagnosis:\n%s", diag.String())
+	// HAProxy's own dataplane records are the proxy's, not the agent's:
+	// none of them may reach (and be refused by) the relay.
+	requireRelayed(t, ctx, c, st)
 
 	logged5xx := 0
 	for _, r := range results {

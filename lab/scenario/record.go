@@ -80,7 +80,7 @@ func (r *recorder) loop() {
 			agentBatch = agentBatch[:0]
 			n := 0
 			for _, e := range batch {
-				if relay.AgentSource(e.Source) {
+				if agentsOwn(e) {
 					agentBatch = append(agentBatch, e)
 				} else {
 					batch[n] = e
@@ -115,8 +115,18 @@ func (r *recorder) loop() {
 	}
 }
 
+// agentsOwn tells the lab node's agent's events, which go through the
+// relay, from the rest: the load's client failures, the lab's own events,
+// and an ingress's dataplane records (node "haproxy"), which a cluster's
+// proxy sends to the ingest endpoint, not an agent.
+func agentsOwn(e event.Event) bool {
+	return relay.AgentSource(e.Source) && (e.Node == "" || e.Node == NodeName)
+}
+
 // write stores batch in st, retrying a failure that is not the events'
-// own (store.RowLevel: the relay's refusals too).
+// own. A batch refused for one event (store.RowLevel: the relay's
+// refusals too) is split in halves until the refused events are alone,
+// as the agent's store.Writer does, so that one loses only itself.
 func (r *recorder) write(st store.Store, batch []event.Event) {
 	if len(batch) == 0 {
 		return
@@ -130,6 +140,11 @@ func (r *recorder) write(st store.Store, batch []event.Event) {
 			break
 		}
 		time.Sleep(time.Duration(try+1) * 200 * time.Millisecond)
+	}
+	if err != nil && store.RowLevel(err) && len(batch) > 1 {
+		r.write(st, batch[:len(batch)/2])
+		r.write(st, batch[len(batch)/2:])
+		return
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -13,8 +13,9 @@ import (
 // requireRelayed checks, after a lab's runs, that the agent's events went
 // through the server's relay as an agent's with --server do: batches
 // stored, none refused or left to retry, and no more events of an agent's
-// sources in the store than the relay stored (the lab's own events, the
-// clients' failures, go straight to the store).
+// sources and the lab node's in the store than the relay stored (the lab's
+// own events, the clients' failures and an ingress's dataplane records go
+// straight to the store).
 func requireRelayed(t *testing.T, ctx context.Context, c *scenario.Cluster, st store.Store) {
 	t.Helper()
 	rs, ok := c.RelayStats()
@@ -27,7 +28,7 @@ func requireRelayed(t *testing.T, ctx context.Context, c *scenario.Cluster, st s
 	}
 	agent, other := 0, 0
 	if err := st.Scan(ctx, store.Query{}, func(e *event.Event) error {
-		if relay.AgentSource(e.Source) {
+		if relay.AgentSource(e.Source) && (e.Node == "" || e.Node == scenario.NodeName) {
 			agent++
 		} else {
 			other++
