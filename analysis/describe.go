@@ -10,11 +10,6 @@ import (
 	"github.com/drainscope/drainscope/event"
 )
 
-const (
-	sigKILL = 9
-	sigTERM = 15
-)
-
 var signalNames = map[int32]string{
 	1: "SIGHUP", 2: "SIGINT", 3: "SIGQUIT", 6: "SIGABRT", 9: "SIGKILL", 15: "SIGTERM",
 }

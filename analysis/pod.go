@@ -324,14 +324,14 @@ func (p *podState) ingest(e *event.Event, opts *Options) bool {
 			break
 		}
 		switch e.Signal {
-		case sigTERM:
+		case event.SIGTERM:
 			if p.sigterm.Time == 0 {
 				p.sigterm = e.Clone()
 			}
 			if c := e.Pod.Container; c != "" && !slices.Contains(p.termed, c) && len(p.termed) < 16 {
 				p.termed = append(p.termed, c)
 			}
-		case sigKILL:
+		case event.SIGKILL:
 			// An ignored SIGKILL killed nothing: a process sends them to
 			// its own threads as it exits, and PID 1 of a container
 			// ignores its own.
@@ -447,7 +447,7 @@ func (p *podState) isMainExit(e *event.Event) bool {
 	if ref != 0 {
 		return e.Time >= ref
 	}
-	return e.Signal == sigKILL || (p.term.Time != 0 && abs(p.term.Time-e.Time) <= int64(termReportLag))
+	return e.Signal == event.SIGKILL || (p.term.Time != 0 && abs(p.term.Time-e.Time) <= int64(termReportLag))
 }
 
 // termReportLag bounds how long after a container's main process exited
@@ -464,7 +464,7 @@ const signalIgnored = "ignored"
 func (p *podState) sandboxEvent(e *event.Event) bool {
 	c := e.Pod.Container
 	return c != "" && len(p.termed) > 0 && !slices.Contains(p.termed, c) &&
-		!(e.Kind == event.Signal && e.Signal == sigTERM)
+		!(e.Kind == event.Signal && e.Signal == event.SIGTERM)
 }
 
 // mainExit is the main process's exit nearest to t, or nil.

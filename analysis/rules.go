@@ -484,7 +484,7 @@ func killedNear(f *Facts, dst []Piece) []Piece {
 	}
 	for i := range p.exits {
 		x := &p.exits[i]
-		if x.Signal == sigKILL && near(x.Time) && !p.sandboxEvent(x) {
+		if x.Signal == event.SIGKILL && near(x.Time) && !p.sandboxEvent(x) {
 			out = append(out, piece("process killed", x))
 		}
 	}

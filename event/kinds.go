@@ -225,3 +225,10 @@ const (
 	FailStatus  = "status" // an HTTP error status (Code holds it)
 	FailOther   = "other"
 )
+
+// The signals the rules tell apart, as Event.Signal holds them (Linux's
+// numbers, the same on every architecture Kubernetes runs on).
+const (
+	SIGKILL int32 = 9
+	SIGTERM int32 = 15
+)

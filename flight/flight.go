@@ -9,6 +9,7 @@
 package flight
 
 import (
+	"cmp"
 	"slices"
 	"sync"
 	"time"
@@ -137,7 +138,7 @@ func Trigger(e *event.Event) bool {
 		event.ListenerClosed:
 		return true
 	case event.Signal:
-		return e.Signal == sigTERM || e.Signal == sigKILL
+		return e.Signal == event.SIGTERM || e.Signal == event.SIGKILL
 	case event.ProcessExit:
 		// An exec probe's exit every few seconds is no disruption; where
 		// the capture cannot mark main processes, the kubelet's
@@ -146,11 +147,6 @@ func Trigger(e *event.Event) bool {
 	}
 	return false
 }
-
-const (
-	sigKILL = 9
-	sigTERM = 15
-)
 
 // Add takes one event: it is handed to the sink now (with, at a trigger,
 // its pod's held events first, oldest first), or held.
@@ -331,15 +327,7 @@ func (r *Recorder) flush(p *pod, from int64, out []event.Event) []event.Event {
 	r.totals.Discarded += uint64(discarded)
 	r.held -= p.n
 	p.n, p.head, p.ring = 0, 0, nil // a disrupted pod holds nothing
-	slices.SortStableFunc(out[start:], func(a, b event.Event) int {
-		switch {
-		case a.Time < b.Time:
-			return -1
-		case a.Time > b.Time:
-			return 1
-		}
-		return 0
-	})
+	slices.SortStableFunc(out[start:], func(a, b event.Event) int { return cmp.Compare(a.Time, b.Time) })
 	return out
 }
 
@@ -438,14 +426,6 @@ func (r *Recorder) Pods() []PodCounts {
 	for k, p := range r.pods {
 		out = append(out, PodCounts{Key: k, Name: p.name, Disrupted: p.disrupted, InRing: p.n, Counts: p.counts})
 	}
-	slices.SortFunc(out, func(a, b PodCounts) int {
-		switch {
-		case a.Key < b.Key:
-			return -1
-		case a.Key > b.Key:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(out, func(a, b PodCounts) int { return cmp.Compare(a.Key, b.Key) })
 	return out
 }
