@@ -76,11 +76,22 @@ func TestHandlerMergesBatches(t *testing.T) {
 			}
 		}
 	}
-	// Both writers busy with one batch each; three more queue up.
+	// entered waits for a store write to begin, rather than hang the test.
+	entered := func() {
+		select {
+		case <-rec.in:
+		case <-time.After(10 * time.Second):
+			rec.mu.Lock()
+			defer rec.mu.Unlock()
+			t.Fatalf("no store write began in 10 s; writes so far of %v events", rec.sizes)
+		}
+	}
+	// Both writers busy with one batch each; three more queue up. b is
+	// sent once a's write has begun, or the two could be merged.
 	send("a", events("a", base, 5, "p"))
+	entered()
 	send("b", events("b", base, 5, "p"))
-	<-rec.in
-	<-rec.in
+	entered()
 	for _, n := range []string{"c", "d", "e"} {
 		send(n, events(n, base, 3, "p"))
 	}
@@ -104,9 +115,9 @@ func TestHandlerMergesBatches(t *testing.T) {
 	rec.sizes, rec.hold = nil, make(chan struct{})
 	rec.mu.Unlock()
 	send("a", events("a", base.Add(time.Second), 1, "p"))
+	entered()
 	send("b", events("b", base.Add(time.Second), 1, "p"))
-	<-rec.in
-	<-rec.in
+	entered()
 	send("c", events("c", base.Add(time.Second), 2, "p"))
 	send("d", events("d", base.Add(time.Second), 2, "bad"))
 	waitQueued(2)
