@@ -141,6 +141,10 @@ type Agent struct {
 	dpSeen, dpStored atomic.Uint64
 	// proxyMode is the node's proxy mode as last detected.
 	proxyMode atomic.Pointer[dataplane.Mode]
+	// capsMu orders the kernel_capabilities events; capsProxy is the proxy
+	// mode the last one carried ("" before the first).
+	capsMu    sync.Mutex
+	capsProxy string
 
 	cilium         *cilium.Reader
 	ciliumServices *cilium.ServiceIndex

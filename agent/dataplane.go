@@ -34,7 +34,7 @@ func (a *Agent) followProxyMode(ctx context.Context, wg *sync.WaitGroup) {
 			k := a.kernel
 			a.kernelMu.Unlock()
 			if k != nil {
-				a.recordCapabilities(k)
+				a.recordCapabilitiesFor(k, capsProxyChange)
 			}
 		}
 		if m.Proxy == event.ProxyIPTablesLegacy && !legacy {

@@ -43,13 +43,13 @@ func (a *Agent) startKernel(ctx context.Context, wg *sync.WaitGroup, errc chan<-
 	}
 	a.log.Info("kernel programs loaded", "programs", loaded, "cgroup_mount", k.CgroupRoot(),
 		"kernel", k.KernelRelease(), "features", k.Features())
-	a.reportEvidence(k)
 	a.kernelMu.Lock()
 	a.kernel = k
 	if a.cfg.Kernel.NetNSDir != "-" {
 		a.netns = &netnsTracker{dir: a.cfg.Kernel.NetNSDir, glob: a.cfg.Kernel.NetNSGlob, k: k, seen: map[string]uint64{}}
 	}
 	a.kernelMu.Unlock()
+	a.reportEvidence(k) // after a.kernel is set: see recordCapabilitiesFor
 
 	a.trackRoots(k)
 	wg.Add(2)
@@ -110,7 +110,7 @@ func (a *Agent) rescan(ctx context.Context, k *ebpf.Collector) {
 	lastCaps := time.Now()
 	for {
 		if time.Since(lastCaps) >= capabilitiesEvery {
-			a.recordCapabilities(k)
+			a.recordCapabilitiesFor(k, capsPeriodic)
 			lastCaps = time.Now()
 		}
 		a.trackRoots(k)
@@ -275,7 +275,7 @@ func (a *Agent) reportEvidence(k *ebpf.Collector) {
 		}
 	}
 	a.m.SetKernelEvidence(avail)
-	a.recordCapabilities(k)
+	a.recordCapabilitiesFor(k, capsStart)
 }
 
 // capabilitiesEvery is how often the kernel_capabilities event is recorded
@@ -284,8 +284,27 @@ func (a *Agent) reportEvidence(k *ebpf.Collector) {
 // running node's, and retention never prunes the last one.
 const capabilitiesEvery = 10 * time.Minute
 
-// recordCapabilities records the node's kernel_capabilities event.
-func (a *Agent) recordCapabilities(k *ebpf.Collector) {
+// capsWhy is what records a kernel_capabilities event.
+type capsWhy int
+
+const (
+	capsPeriodic    capsWhy = iota // every capabilitiesEvery
+	capsStart                      // the capture started
+	capsProxyChange                // the proxy mode was detected, or changed
+)
+
+// recordCapabilitiesFor records the node's kernel_capabilities event. The
+// capture's start and the first detection of the proxy mode race, and the
+// event should carry the mode: at the start it is left to the detection
+// when dataplane recording is on and the mode is not known yet (the
+// detection, which takes at most a second or two, finds the capture up
+// and records it), and a detection records only when the mode differs
+// from the one the last event carried. One event, with the mode, however
+// the two are ordered: a.kernel is set before the start's call, and the
+// mode before the detection looks at a.kernel.
+func (a *Agent) recordCapabilitiesFor(k *ebpf.Collector, why capsWhy) {
+	a.capsMu.Lock()
+	defer a.capsMu.Unlock()
 	missing := ebpf.MissingEvidence(k.Evidence())
 	var feats []string
 	for _, f := range k.Features() {
@@ -306,6 +325,14 @@ func (a *Agent) recordCapabilities(k *ebpf.Collector) {
 		},
 	}
 	a.proxyAttrs(e.Attrs)
+	proxy := e.Attrs[event.AttrProxyMode] + "/" + e.Attrs[event.AttrProxyRecorded] + "/" + e.Attrs[event.AttrProxyEvidence]
+	switch {
+	case why == capsStart && a.dp != nil && a.proxyMode.Load() == nil:
+		return
+	case why == capsProxyChange && proxy == a.capsProxy:
+		return
+	}
+	a.capsProxy = proxy
 	e.Seal()
 	a.record(e)
 }
