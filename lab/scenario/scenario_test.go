@@ -323,6 +323,7 @@ func checkAnalysis(ctx context.Context, t *testing.T, st store.Store, exit scena
 			r.Run.Name, tot.ClientFailures, r.Load.FailedTotal(), unreachable)
 		if n := tot.ClientFailures; n > r.Load.FailedTotal() || n < r.Load.FailedTotal()-unreachable {
 			t.Errorf("%s: the analysis counted %d client failures, the load %d, of which %d timeouts or refusals of new connections", r.Run.Name, n, r.Load.FailedTotal(), unreachable)
+			logUncounted(ctx, t, st, r, res)
 		}
 		return res
 	}
@@ -401,6 +402,39 @@ func checkAnalysis(ctx context.Context, t *testing.T, st store.Store, exit scena
 	t.Logf("drain run: %d refused SYNs within the proxy lag counted likely (probes or a lagging proxy)", lagging)
 	if n := dr.Inference.Inferred - lagging; n != 0 {
 		t.Errorf("drain run: no client failed, yet kernel evidence inferred %d failures besides refusals within the proxy lag: %v", n, dr.Inference.ByProof)
+	}
+}
+
+// logUncounted says, for each failure of the load that the analysis did
+// not count as the workload's, what the lab knows of it and which
+// pod-side connection events the store holds on its client address: what
+// a failing check needs to tell a lost record from a wrong match.
+func logUncounted(ctx context.Context, t *testing.T, st store.Store, r scenario.RunResult, res *analysis.Result) {
+	t.Helper()
+	counted := map[string]bool{}
+	for _, af := range res.Failures {
+		if !af.Inferred {
+			counted[af.Failure.Local] = true
+		}
+	}
+	for _, f := range r.Load.Failures {
+		if !f.Local.IsValid() || counted[f.Local.String()] {
+			continue
+		}
+		t.Logf("%s: not counted: %s %s from %s (reused %v, lab's backend %s, pod %q, %s): %s", r.Run.Name,
+			f.Time.Format(time.StampMicro), f.Class, f.Local, f.Reused, f.Backend, f.Pod, f.Duration, f.Err)
+		q := store.Query{Window: event.Window{From: f.Time.Add(-10 * time.Second).UnixNano(), To: f.Time.Add(time.Second).UnixNano()},
+			Kinds: []event.Kind{event.ConnClosed, event.RSTSent, event.RSTReceived, event.ConnRefused}}
+		err := st.Scan(ctx, q, func(e *event.Event) error {
+			if e.Remote == f.Local {
+				t.Logf("%s:   kernel %s %s %s→%s pod %s/%s flags %v reason %q", r.Run.Name, time.Unix(0, e.Time).Format(time.StampMicro),
+					e.Kind, e.Local, e.Remote, e.Pod.Namespace, e.Pod.Name, e.Flags, e.Reason)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Logf("%s:   reading the kernel events: %v", r.Run.Name, err)
+		}
 	}
 }
 
