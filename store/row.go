@@ -1,7 +1,6 @@
 package store
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/netip"
 
@@ -87,7 +86,8 @@ func (t *scanTarget) finish() (*event.Event, error) {
 	}
 	e.Attrs = nil
 	if len(t.attrs) > 0 {
-		if err := json.Unmarshal(t.attrs, &e.Attrs); err != nil {
+		var err error
+		if e.Attrs, err = decodeAttrs(t.attrs); err != nil {
 			return nil, fmt.Errorf("event %s: decoding attrs: %w", e.ID, err)
 		}
 	}
