@@ -402,6 +402,19 @@ func checkAnalysis(ctx context.Context, t *testing.T, st store.Store, exit scena
 	t.Logf("drain run: %d refused SYNs within the proxy lag counted likely (probes or a lagging proxy)", lagging)
 	if n := dr.Inference.Inferred - lagging; n != 0 {
 		t.Errorf("drain run: no client failed, yet kernel evidence inferred %d failures besides refusals within the proxy lag: %v", n, dr.Inference.ByProof)
+		for _, af := range dr.Failures {
+			if af.Inferred && af.Proof != analysis.ProofRefusedLagging {
+				pod := ""
+				if af.Pod != nil {
+					pod = af.Pod.Name
+				}
+				t.Logf("drain run: inferred %s at %s: client %s, pod %s (%s); evidence:", af.Proof,
+					time.Unix(0, af.Failure.Time).Format(time.StampMicro), af.Failure.Local, pod, af.Explanation)
+				for _, ev := range af.Evidence {
+					t.Logf("drain run:   %s %+v", ev.Role, ev.Event)
+				}
+			}
+		}
 	}
 }
 
