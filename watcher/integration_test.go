@@ -12,10 +12,12 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -878,6 +880,81 @@ func TestIntegrationLeaderElection(t *testing.T) {
 		t.Errorf("the stopped leader recorded web-1")
 	}
 }
+
+// TestIntegrationFarStandby: a far standby (LeaseOptions.Standby) reads
+// the Lease once a period while a candidate holds it, not every
+// RetryPeriod, and takes over within a period once the candidate is gone,
+// recording what follows.
+func TestIntegrationFarStandby(t *testing.T) {
+	cp := controlPlane(t)
+	ns := "farstandby"
+	k := setup(t, cp, ns)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	lease := LeaseOptions{Namespace: ns, LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 200 * time.Millisecond}
+	// Each watcher's requests for the Lease, counted at its transport.
+	counted := func(n *atomic.Int64) *rest.Config {
+		cfg := rest.CopyConfig(cp.Config())
+		cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+			return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+				if strings.Contains(r.URL.Path, "/leases/") {
+					n.Add(1)
+				}
+				return rt.RoundTrip(r)
+			})
+		}
+		return cfg
+	}
+	var candReads, farReads atomic.Int64
+	wa, ca, stopA := startWatcherStop(t, counted(&candReads), Options{Node: "node-a", Namespace: ns, NoPods: true, Mode: Leader, Lease: lease})
+	defer stopA()
+	deadline := time.Now().Add(30 * time.Second)
+	for !wa.Stats().Leader {
+		if time.Now().After(deadline) {
+			t.Fatal("the candidate did not take the lease")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	far := lease
+	far.Standby = time.Second
+	wc, cc, stopC := startWatcherStop(t, counted(&farReads), Options{Node: "node-c", Namespace: ns, NoPods: true, Mode: Leader, Lease: far})
+	defer stopC()
+	const watch = 6 * time.Second
+	cand0 := candReads.Load()
+	time.Sleep(watch)
+	// The holder renews every RetryPeriod (200 ms: about 30 reads and 30
+	// updates in 6 s, as each candidate read); a far standby reads once a
+	// second, give or take the jitter.
+	n, c := farReads.Load(), candReads.Load()-cand0
+	t.Logf("requests for the lease in %v: the far standby %d, the candidate holding it %d", watch, n, c)
+	if n < 3 || n > 9 {
+		t.Errorf("the far standby read the lease %d times in %v while the candidate held it, want about one a second", n, watch)
+	}
+	if wc.Stats().Leader {
+		t.Fatal("the far standby leads while the candidate holds the lease")
+	}
+
+	stopA() // releases the lease
+	deadline = time.Now().Add(2*far.Standby + lease.LeaseDuration + 10*time.Second)
+	for !wc.Stats().Leader {
+		if time.Now().After(deadline) {
+			t.Fatal("the far standby did not take over once the candidate was gone")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	k.start(ctx, "web-1", "web", "10.244.0.61")
+	cc.waitFor(t, 30*time.Second, "the far standby, now leading, to record web-1", func(evs []event.Event) bool {
+		return first(ofPod(evs, "web-1"), event.EndpointAdded) != nil
+	})
+	if n := count(ofPod(ca.snapshot(), "web-1"), event.EndpointAdded); n != 0 {
+		t.Errorf("the stopped candidate recorded web-1")
+	}
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 // TestIntegrationServices: the Services there when the watch starts are
 // recorded as observed, and a Service's creation, change of ports and

@@ -216,7 +216,7 @@ func New(cs kubernetes.Interface, o Options) (*Watcher, error) {
 	w.slices = newSliceTracker(w.emitEndpoint)
 	w.leading.Store(o.Mode == EveryNode)
 	if o.Mode == Leader {
-		w.standby = &standbyBuffer{window: o.Lease.duration() + o.Lease.renewDeadline()}
+		w.standby = &standbyBuffer{window: o.Lease.takeoverGap()}
 	}
 	return w, nil
 }

@@ -124,8 +124,12 @@ func runAgent(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	}
 	scope := chooseScope(watcher.ChooseMode(ctx, cs, wopts.Mode, wf.LeaderAbove), wopts.Node, *sampleNodes)
 	wopts.Mode, wopts.NoSharedObserve = scope.mode.Mode, scope.noSharedObserve
+	if !scope.candidate {
+		wopts.Lease.Standby = farStandbyPeriod
+	}
 	slog.Info("endpoint recording", "endpoints_mode", scope.mode.Mode, "why", scope.mode.Reason, "nodes", scope.mode.Nodes,
-		"sample_nodes", *sampleNodes, "in_sample", scope.sampled, "dataplane", scope.dataplane())
+		"sample_nodes", *sampleNodes, "in_sample", scope.sampled, "dataplane", scope.dataplane(),
+		"lease_candidate", scope.candidate)
 
 	st, err := openAgentStore(ctx, *dsn, *server, *tokenFile, *serverCA, retention)
 	if err != nil {
@@ -206,10 +210,25 @@ func runAgent(ctx context.Context, fs *flag.FlagSet, args []string) error {
 // that their rule changes stay a small share of the store.
 const defaultSampleNodes = 5
 
+// leaseCandidates is how many nodes, on average, campaign for the leader
+// mode's Lease every RetryPeriod (2 s); none with probability e^-10. The
+// others are far standbys: they read the Lease every farStandbyPeriod and
+// campaign only while nobody holds it (watcher.LeaseOptions.Standby). At
+// 5,000 nodes that is about 5 + 83 reads of the Lease a second, where
+// every node a candidate made 2,500.
+const (
+	leaseCandidates  = 10
+	farStandbyPeriod = time.Minute
+)
+
 // agentScope is what this node records of the cluster-wide state.
 type agentScope struct {
 	mode    watcher.ModeChoice
 	sampled bool // in the sample: every endpoint's rule changes, the observed state
+	// candidate: in leader mode, campaigns for the Lease every
+	// RetryPeriod; false makes it a far standby. Every node is a
+	// candidate when the nodes could not be counted.
+	candidate bool
 	// noSharedObserve: all-nodes mode outside the sample records the
 	// endpoints' and Services' transitions but not their state every
 	// interval.
@@ -226,7 +245,8 @@ func chooseScope(m watcher.ModeChoice, node string, k int) agentScope {
 	if nodes == 0 && m.Mode == watcher.Leader {
 		nodes = 5000
 	}
-	sc := agentScope{mode: m, sampled: watcher.SampledNode(node, nodes, k)}
+	sc := agentScope{mode: m, sampled: watcher.SampledNode(node, nodes, k),
+		candidate: m.Mode != watcher.Leader || watcher.SampledNode(node, m.Nodes, leaseCandidates)}
 	sc.noSharedObserve = m.Mode == watcher.EveryNode && !sc.sampled
 	return sc
 }

@@ -59,24 +59,35 @@ func TestChooseScope(t *testing.T) {
 			out = cmp.Or(out, name)
 		}
 	}
+	// A name outside the lease's candidates at 5,000 nodes (the sample of 5
+	// is inside them: the same hash against a lower bound).
+	far := ""
+	for i := 0; far == ""; i++ {
+		if name := fmt.Sprintf("node-%d", i); !watcher.SampledNode(name, 5000, leaseCandidates) {
+			far = name
+		}
+	}
 	for _, tc := range []struct {
-		name            string
-		mode            watcher.Mode
-		nodes, k        int
-		node            string
-		sampled, noObsv bool
+		name                       string
+		mode                       watcher.Mode
+		nodes, k                   int
+		node                       string
+		sampled, noObsv, candidate bool
 	}{
-		{"small cluster: all in the sample", watcher.EveryNode, 3, 5, out, true, false},
-		{"all-nodes, big, in", watcher.EveryNode, 5000, 5, in, true, false},
-		{"all-nodes, big, outside: no shared observation", watcher.EveryNode, 5000, 5, out, false, true},
-		{"all-nodes, uncounted: as before the sample", watcher.EveryNode, 0, 5, out, true, false},
-		{"leader, big, outside: the leader observes", watcher.Leader, 5000, 5, out, false, false},
-		{"leader, uncounted: drawn as in 5,000 nodes", watcher.Leader, 0, 5, out, false, false},
-		{"leader, uncounted, in", watcher.Leader, 0, 5, in, true, false},
+		{"small cluster: all in the sample", watcher.EveryNode, 3, 5, out, true, false, true},
+		{"all-nodes, big, in", watcher.EveryNode, 5000, 5, in, true, false, true},
+		{"all-nodes, big, outside: no shared observation", watcher.EveryNode, 5000, 5, out, false, true, true},
+		{"all-nodes, uncounted: as before the sample", watcher.EveryNode, 0, 5, out, true, false, true},
+		{"leader, big, outside: the leader observes", watcher.Leader, 5000, 5, out, false, false, watcher.SampledNode(out, 5000, leaseCandidates)},
+		{"leader, big, far from the lease", watcher.Leader, 5000, 5, far, false, false, false},
+		{"leader, big, in: a candidate", watcher.Leader, 5000, 5, in, true, false, true},
+		{"leader, uncounted: drawn as in 5,000 nodes, every node a candidate", watcher.Leader, 0, 5, far, false, false, true},
+		{"leader, uncounted, in", watcher.Leader, 0, 5, in, true, false, true},
 	} {
 		sc := chooseScope(watcher.ModeChoice{Mode: tc.mode, Nodes: tc.nodes}, tc.node, tc.k)
-		if sc.sampled != tc.sampled || sc.noSharedObserve != tc.noObsv {
-			t.Errorf("%s: sampled %v, no shared observation %v; want %v, %v", tc.name, sc.sampled, sc.noSharedObserve, tc.sampled, tc.noObsv)
+		if sc.sampled != tc.sampled || sc.noSharedObserve != tc.noObsv || sc.candidate != tc.candidate {
+			t.Errorf("%s: sampled %v, no shared observation %v, lease candidate %v; want %v, %v, %v", tc.name,
+				sc.sampled, sc.noSharedObserve, sc.candidate, tc.sampled, tc.noObsv, tc.candidate)
 		}
 	}
 }
