@@ -45,14 +45,15 @@ func newKernelIndex(size int) kernelIndex {
 	return kernelIndex{slots: make([]kslot, n), v6: map[addrKey]int64{}}
 }
 
-// home is where key's probe run starts. Four neighbouring ports of one
-// address share a cache line (four slots, at the same place in the line
-// as in the group): a client's connections, and so a pod's connection
-// events and the failures they cause, come in runs of nearby ports (a
-// connection pool opened at once, a burst of closes at a pod's exit), and
-// the slots of a run are read together. The groups are spread by
-// Fibonacci hashing, whose high bits mix every bit of the address and the
-// port's others.
+// home is where key's probe run starts. The four ports of an address
+// that differ only in their two low bits start in one 64-byte line (four
+// slots; the table, 16 KiB or more, starts on a line boundary):
+// a client's connections, and so a pod's connection events and the
+// failures they cause, come in runs of nearby ports (a connection pool
+// opened at once, a burst of closes at a pod's exit), and a run then
+// reads a quarter of the lines. The groups are spread by Fibonacci
+// hashing: the product's bits from 32 up mix every bit of the address and
+// of the port but its two low ones.
 func (x *kernelIndex) home(key uint64) int {
 	g := (key >> 2) * 0x9E3779B97F4A7C15 >> 32
 	return int((g<<2 | key&3) & uint64(len(x.slots)-1))
