@@ -33,7 +33,7 @@ type Aligner struct {
 	lastPod  *podState
 	backends map[string]netip.Addr // parsed backend attributes, a small cache
 	byName   map[nsName]*podState
-	ips      map[netip.Addr][]*ipLease
+	ips      ipIndex
 	svcs     map[string]*svcState
 	svcIdx   map[string][]string // bare service name → keys
 	// svcAddrs holds, per ClusterIP, which Service held it from when, in
@@ -44,11 +44,11 @@ type Aligner struct {
 
 	// Pod-side connection events in time order, each linked to the
 	// previous one on the same client address; kidx holds the latest per
-	// client address (or one already dropped, until trimKernelIndex).
+	// client address (or one already dropped, until it trims itself).
 	kbuf         ring[kentry]
-	kidx         map[addrKey]int64
+	kidx         kernelIndex
 	inferredSeen map[connKey]seenInference
-	inferredAt   map[addrKey][]inferMark
+	inferredAt   addrMap[[]inferMark]
 
 	global  ring[event.Event] // recent landmarks of all pods, for failures no pod claims
 	pending ring[pending]
@@ -121,14 +121,14 @@ func NewAligner(opts Options, onFailure func(*Decision), onPod func(*PodTimeline
 		byUID:        map[string]*podState{},
 		backends:     map[string]netip.Addr{},
 		byName:       map[nsName]*podState{},
-		ips:          map[netip.Addr][]*ipLease{},
+		ips:          newIPIndex(),
 		svcs:         map[string]*svcState{},
 		svcIdx:       map[string][]string{},
 		svcAddrs:     map[netip.Addr][]svcClaim{},
 		svcHeld:      map[string][]netip.Addr{},
-		kidx:         map[addrKey]int64{},
+		kidx:         newKernelIndex(0),
 		inferredSeen: map[connKey]seenInference{},
-		inferredAt:   map[addrKey][]inferMark{},
+		inferredAt:   newAddrMap[[]inferMark](),
 		mainNodes:    map[string]bool{},
 		svcPods:      map[string]map[*podState]bool{},
 	}
@@ -198,14 +198,15 @@ func (a *Aligner) Add(e *event.Event) error {
 	switch e.Kind {
 	case event.ConnClosed, event.RSTSent, event.RSTReceived, event.ConnRefused:
 		if e.Remote.IsValid() {
-			c := keyOf(e.Remote)
-			prev, ok := a.kidx[c] // may be before the window: kbuf.at says so
+			// The event's number in kbuf will be kbuf.tail (push returns
+			// it). prev may be before the window: kbuf.at says so.
+			prev, ok := a.kidx.swap(keyOf(e.Remote), a.kbuf.tail, a.kbuf.head)
 			if !ok {
 				prev = -1
 			}
 			ev := *e
 			ev.Attrs = nil // connection events need no extras
-			a.kidx[c] = a.kbuf.push(kentry{ev: ev, pod: p, prev: prev})
+			a.kbuf.push(kentry{ev: ev, pod: p, prev: prev})
 		}
 		a.infer(e, p)
 	}
@@ -332,7 +333,7 @@ func (a *Aligner) learnIPs(p *podState, e *event.Event) {
 		return
 	}
 	l := &ipLease{ip: ip, pod: p, first: e.Time, last: e.Time}
-	a.ips[ip] = append(a.ips[ip], l)
+	a.ips.set(ip, append(a.ips.get(ip), l))
 	p.leases = append(p.leases, l)
 }
 
@@ -342,7 +343,7 @@ func (a *Aligner) learnIPs(p *podState, e *event.Event) {
 func (a *Aligner) podByIP(ip netip.Addr, t int64) *podState {
 	var best *podState
 	var bestFirst, bestDist int64 = 0, -1
-	for _, l := range a.ips[ip.Unmap()] {
+	for _, l := range a.ips.get(ip.Unmap()) {
 		var d int64
 		switch {
 		case t < l.first:
@@ -373,23 +374,23 @@ func (a *Aligner) sweep() {
 	if n := a.kbuf.len(); n > a.stats.MaxKernelWindow {
 		a.stats.MaxKernelWindow = n
 	}
-	a.trimKernelIndex()
+	a.kidx.trim(a.kbuf.head, a.kbuf.len())
 	for k, seen := range a.inferredSeen {
 		if seen.t < horizon {
 			delete(a.inferredSeen, k)
 		}
 	}
-	for k, ts := range a.inferredAt {
+	a.inferredAt.each(func(k addrKey, ts []inferMark) {
 		i := 0
 		for i < len(ts) && ts[i].t < horizon {
 			i++
 		}
 		if i == len(ts) {
-			delete(a.inferredAt, k)
+			a.inferredAt.del(k)
 		} else if i > 0 {
-			a.inferredAt[k] = append(ts[:0], ts[i:]...)
+			a.inferredAt.set(k, append(ts[:0], ts[i:]...))
 		}
-	}
+	})
 	retain := int64(a.opts.Retain)
 	// Keep one landmark older than the window: the nearest before it.
 	for a.global.len() > 1 && a.global.at(a.global.head+1).Time < a.now-retain {
@@ -419,26 +420,6 @@ func (a *Aligner) sweep() {
 	}
 }
 
-// trimKernelIndex drops the index entries of client addresses whose
-// connection events have all left the kernel window. An entry that points
-// before the window finds nothing (kbuf.at returns nil), so stale entries
-// may stay until they are as many as the live ones; then the live ones
-// move to a new map. Deleting each address as its last event left cost a
-// lookup per event, and a map that keys come and go from fills with
-// deleted slots that every lookup must step over.
-func (a *Aligner) trimKernelIndex() {
-	if len(a.kidx) < 2*a.kbuf.len()+1024 {
-		return
-	}
-	live := make(map[addrKey]int64, a.kbuf.len())
-	for c, seq := range a.kidx {
-		if seq >= a.kbuf.head {
-			live[c] = seq
-		}
-	}
-	a.kidx = live
-}
-
 // forget reports the pod's timeline and drops its state.
 func (a *Aligner) forget(p *podState) {
 	if p.ref.UID != "" && a.byUID[p.ref.UID] == p {
@@ -460,18 +441,14 @@ func (a *Aligner) forget(p *podState) {
 	}
 	for _, pl := range p.leases {
 		ip := pl.ip
-		ls := a.ips[ip]
+		ls := a.ips.get(ip)
 		out := ls[:0]
 		for _, l := range ls {
 			if l.pod != p {
 				out = append(out, l)
 			}
 		}
-		if len(out) == 0 {
-			delete(a.ips, ip)
-		} else {
-			a.ips[ip] = out
-		}
+		a.ips.set(ip, out) // deletes ip when out is empty
 	}
 	if a.onPod != nil && hasLifecycle(p) {
 		// One timeline per pod: its last life that ended (a restart in
@@ -499,7 +476,7 @@ func unmapAP(ap netip.AddrPort) netip.AddrPort {
 // kernelFor calls fn for the held connection events on client address c
 // with times in [from, to], newest first, until fn returns false.
 func (a *Aligner) kernelFor(c addrKey, from, to int64, fn func(*event.Event, *podState) bool) {
-	seq, ok := a.kidx[c]
+	seq, ok := a.kidx.get(c)
 	if !ok {
 		return
 	}

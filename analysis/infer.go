@@ -47,7 +47,8 @@ type inferMark struct {
 }
 
 func (a *Aligner) markInferred(client addrKey, t int64, likely bool) {
-	a.inferredAt[client] = append(a.inferredAt[client], inferMark{t, likely})
+	ms, _ := a.inferredAt.get(client)
+	a.inferredAt.set(client, append(ms, inferMark{t, likely}))
 }
 
 // infer turns pod-side kernel evidence of a failed request into an inferred
@@ -95,9 +96,10 @@ func (a *Aligner) infer(e *event.Event, p *podState) {
 		if !LikelyProof(proof) {
 			if q := a.pending.at(seen.seq); q != nil && LikelyProof(q.proof) {
 				q.proof, q.ev.Reason = proof, class
-				for i, m := range a.inferredAt[k.local] {
+				ms, _ := a.inferredAt.get(k.local)
+				for i, m := range ms {
 					if m.t == seen.t {
-						a.inferredAt[k.local][i].likely = false
+						ms[i].likely = false
 					}
 				}
 			}

@@ -124,7 +124,8 @@ func (a *Aligner) servedBy(f *event.Event, inferred bool) served {
 func (a *Aligner) kernelProof(client netip.AddrPort, t int64) (proven, likely bool) {
 	la, kw := int64(a.opts.Lookahead), int64(a.opts.KernelWindow)
 	likely = true
-	for _, m := range a.inferredAt[keyOf(client)] {
+	ms, _ := a.inferredAt.get(keyOf(client))
+	for _, m := range ms {
 		if m.t >= t-kw && m.t <= t+la {
 			proven = true
 			likely = likely && m.likely
