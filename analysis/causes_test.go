@@ -523,6 +523,17 @@ func TestInference(t *testing.T) {
 			role:    "pod side: a connection in use closed by the exit",
 		},
 		{
+			name: "closed in use just before the exit, not in its path (an app's clean close, or its teardown's): nothing",
+			build: func(r *rec, p *tpod) {
+				r.signal(p, 1*ms, 15)
+				r.connClosedIdle(p, 30*ms, client(1), 42_000)
+				near := &r.events[len(r.events)-1]
+				near.Flags |= event.FlagNearExit
+				near.Seal()
+				r.exit(p, 66*ms, 0, 0)
+			},
+		},
+		{
 			name: "in use, then the client's request met a reset: proven once",
 			build: func(r *rec, p *tpod) {
 				r.signal(p, 1*ms, 15)

@@ -80,8 +80,12 @@ func (a *Aligner) infer(e *event.Event, p *podState) {
 			proof, class = ProofRSTAfterClose, event.FailReset
 		}
 	case event.ConnClosed:
-		if e.Flags.Has(event.FlagAtExit) && e.Reason != "peer" && e.Duration > 0 && e.Duration <= int64(a.opts.InUseWithin) &&
-			(p == nil || p.appHeld(e)) {
+		// Only a close in the kernel's exit path: one that came just
+		// before the exit (FlagNearExit) may be the app's own clean close
+		// after a response with Connection: close, and nothing but its
+		// timing would name it a cut.
+		if e.Flags.Has(event.FlagAtExit) && !e.Flags.Has(event.FlagNearExit) && e.Reason != "peer" && e.Duration > 0 &&
+			e.Duration <= int64(a.opts.InUseWithin) && (p == nil || p.appHeld(e)) {
 			proof, class = ProofInUseAtExit, event.FailEOF
 		}
 	}

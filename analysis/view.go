@@ -79,7 +79,7 @@ func View(e *event.Event) EventView {
 	for _, f := range []struct {
 		f    event.Flags
 		name string
-	}{{event.FlagAtExit, "at_exit"}, {event.FlagRelist, "relist"}, {event.FlagInferred, "inferred"}, {event.FlagUnreadData, "unread_data"}} {
+	}{{event.FlagAtExit, "at_exit"}, {event.FlagRelist, "relist"}, {event.FlagInferred, "inferred"}, {event.FlagUnreadData, "unread_data"}, {event.FlagNearExit, "near_exit"}} {
 		if e.Flags.Has(f.f) {
 			v.Flags = append(v.Flags, f.name)
 		}

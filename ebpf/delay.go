@@ -43,8 +43,8 @@ func (d *delayLine) flagExit(pid int32, at int64) {
 		}
 		switch x.Kind {
 		case event.ListenerClosed, event.ConnClosed, event.RSTSent:
-			x.Flags |= event.FlagAtExit
-			if x.ID != 0 { // sealed: seal again
+			x.Flags |= event.FlagAtExit | event.FlagNearExit // by its timing: see FlagNearExit
+			if x.ID != 0 {                                   // sealed: seal again
 				x.Seal()
 			}
 		}

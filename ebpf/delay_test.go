@@ -31,7 +31,7 @@ func TestDelayLine(t *testing.T) {
 			t.Errorf("out of order at %d", i)
 		}
 	}
-	if !got[0].Flags.Has(event.FlagAtExit) || got[1].Flags.Has(event.FlagAtExit) || got[2].Flags.Has(event.FlagAtExit) {
+	if !got[0].Flags.Has(event.FlagAtExit|event.FlagNearExit) || got[1].Flags.Has(event.FlagAtExit) || got[2].Flags.Has(event.FlagAtExit) {
 		t.Errorf("flags: %v %v %v", got[0].Flags, got[1].Flags, got[2].Flags)
 	}
 	want := got[0]

@@ -123,6 +123,13 @@ const (
 	// container's pid namespace). Exec'd probes, kubectl exec and an app's
 	// workers are not; their exits do not end the container.
 	FlagMain
+	// FlagNearExit marks a FlagAtExit that rests on timing alone: the
+	// socket was closed or reset by its process within the capture's exit
+	// window before the process exited, not in the kernel's exit path (a
+	// runtime closing its sockets in its own teardown). An app that closes
+	// a connection cleanly, after a whole response with Connection: close,
+	// just before it exits looks the same.
+	FlagNearExit
 )
 
 // Has reports whether all of q are set.
