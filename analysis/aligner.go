@@ -24,6 +24,9 @@ type Aligner struct {
 	opts      Options
 	onFailure func(*Decision)
 	onPod     func(*PodTimeline)
+	// podWanted, when set, says which pods onPod wants, by namespace and
+	// workload: the others' timelines are not built (see WantPods).
+	podWanted func(ns string, wl event.Workload) bool
 
 	now       int64
 	lastSweep int64
@@ -134,6 +137,11 @@ func NewAligner(opts Options, onFailure func(*Decision), onPod func(*PodTimeline
 	}
 }
 
+// WantPods limits onPod to the pods f accepts, by namespace and workload:
+// a report of one workload in a cluster of thousands of pods need not
+// build every other pod's timeline. Call it before the first Add.
+func (a *Aligner) WantPods(f func(ns string, wl event.Workload) bool) { a.podWanted = f }
+
 // FeatureMainProcess is event.FeatureMainProcess, which the agent lists
 // in kernel_capabilities when its capture marks main processes.
 const FeatureMainProcess = event.FeatureMainProcess
@@ -142,9 +150,10 @@ const FeatureMainProcess = event.FeatureMainProcess
 func (a *Aligner) Stats() Stats { return a.stats }
 
 // Add feeds one event. Events must come in time order (ties in any order).
-// e is not kept, but a client failure's Attrs map is, until the failure is
-// decided one lookahead later: the caller must not modify it afterwards
-// (the stores decode a new map for every row).
+// e is not kept, but the Attrs maps of a client failure (until it is
+// decided one lookahead later) and of a dataplane event are: the caller
+// must not modify them afterwards (the stores decode a new map for every
+// row).
 func (a *Aligner) Add(e *event.Event) error {
 	if e.Time < a.now {
 		return fmt.Errorf("%w: %s at %d after %d", ErrOutOfOrder, e.Kind, e.Time, a.now)
@@ -450,7 +459,7 @@ func (a *Aligner) forget(p *podState) {
 		}
 		a.ips.set(ip, out) // deletes ip when out is empty
 	}
-	if a.onPod != nil && hasLifecycle(p) {
+	if a.onPod != nil && hasLifecycle(p) && (a.podWanted == nil || a.podWanted(p.ref.Namespace, p.wl)) {
 		// One timeline per pod: its last life that ended (a restart in
 		// place, when the pod lived on after it), else its current one.
 		life := p

@@ -22,6 +22,7 @@ func AnalyzeWith(ctx context.Context, st store.Store, q store.Query, opts Option
 	o := opts.WithDefaults()
 	c := newCollector(o, q)
 	al := NewAligner(o, c.failure, c.pod)
+	al.WantPods(c.inScope)
 	scan := store.Query{Window: event.Window{From: q.Window.From - int64(o.Lead)}}
 	if scan.Window.From < 0 {
 		scan.Window.From = 0
@@ -74,6 +75,7 @@ func AnalyzeEvents(events []event.Event, q store.Query, opts Options) (*Result, 
 	sort.SliceStable(idx, func(i, j int) bool { return events[idx[i]].Time < events[idx[j]].Time })
 	c := newCollector(o, q)
 	al := NewAligner(o, c.failure, c.pod)
+	al.WantPods(c.inScope)
 	for _, i := range idx {
 		c.see(&events[i])
 		if err := al.Add(&events[i]); err != nil {

@@ -150,7 +150,7 @@ func (a *Aligner) dataplane(e *event.Event) {
 	if len(v.trans) >= 32 {
 		v.trans = append(v.trans[:0], v.trans[16:]...)
 	}
-	ev := e.Clone()
+	ev := *e // its Attrs map is kept, not copied: see Aligner.Add
 	ev.Pod = p.ref
 	ev.Workload = p.wl
 	v.trans = append(v.trans, epTrans{ev: ev, ready: ready})
