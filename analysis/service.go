@@ -358,21 +358,33 @@ func (a *Aligner) service(e *event.Event) {
 	}
 }
 
-// serviceAt is the Service that held ip at t, if the watcher recorded one.
-// A client that reached the address when no Service held it, by the
-// records, reached the Service that claimed it within the lookahead: the
-// watch stamps a Service when its event arrives, which can be after the
-// first requests to a Service just created.
-func (a *Aligner) serviceAt(ip netip.Addr, t int64) string {
+// servicesAt are the Services a client that dialled ip at t may have
+// reached: the one that held it at t, if the watcher recorded one. When
+// none did:
+//   - the one that freed it within the proxy lag before t: the nodes'
+//     proxies route a deleted Service's address until they catch up, and
+//     its ClusterIP may already be a new Service's (the API server hands a
+//     freed address out again);
+//   - the one that claimed it within the lookahead after t: the watch
+//     stamps a Service when its event arrives, which can be after the
+//     first requests to a Service just created.
+//
+// Both when both hold: the pod-side records then tell which pods it
+// reached.
+func (a *Aligner) servicesAt(ip netip.Addr, t int64) []string {
 	cs := a.svcAddrs[ip.Unmap()]
 	i := sort.Search(len(cs), func(i int) bool { return cs[i].t > t })
 	if i > 0 && cs[i-1].key != "" {
-		return cs[i-1].key
+		return []string{cs[i-1].key}
 	}
-	if i < len(cs) && cs[i].t-t <= int64(a.opts.Lookahead) {
-		return cs[i].key
+	var out []string
+	if i > 1 && t-cs[i-1].t <= int64(a.opts.ProxyLag) && cs[i-2].key != "" {
+		out = append(out, cs[i-2].key)
 	}
-	return ""
+	if i < len(cs) && cs[i].t-t <= int64(a.opts.Lookahead) && cs[i].key != "" {
+		out = append(out, cs[i].key)
+	}
+	return out
 }
 
 // servicesFor returns the Service keys a failure refers to, at the time its
@@ -402,8 +414,8 @@ func (a *Aligner) servicesFor(f *event.Event, p *podState) []string {
 	if named == "" {
 		if host := targetHost(f.Attrs[event.AttrTarget]); host != "" {
 			if ip, err := netip.ParseAddr(host); err == nil {
-				if k := a.serviceAt(ip, start); k != "" {
-					return []string{k}
+				if ks := a.servicesAt(ip, start); len(ks) > 0 {
+					return ks
 				}
 			} else {
 				named = host
@@ -432,8 +444,8 @@ func (a *Aligner) servicesFor(f *event.Event, p *podState) []string {
 		}
 	}
 	if f.Remote.IsValid() {
-		if k := a.serviceAt(f.Remote.Addr(), start); k != "" {
-			return []string{k}
+		if ks := a.servicesAt(f.Remote.Addr(), start); len(ks) > 0 {
+			return ks
 		}
 	}
 	if p != nil {

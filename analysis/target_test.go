@@ -313,3 +313,38 @@ func TestTargetServiceRecordedLate(t *testing.T) {
 		t.Errorf("refusal 5 s before api was recorded: %s; a Service recorded that much later is not the one it reached", got[client(2).String()])
 	}
 }
+
+// TestTargetClusterIPGivenAgain: a Service deleted, its ClusterIP given at
+// once to a new Service (the API server hands freed addresses out again),
+// and a keep-alive connection of the old Service's cut just after: the
+// proxies still routed the old address, and the pod side recorded the
+// connection on the old Service's pod. The failure is that pod's, not
+// set aside as the new Service's, whose pods never saw the connection.
+func TestTargetClusterIPGivenAgain(t *testing.T) {
+	r := newRec()
+	r.svc(-20*s, "default", "web", event.ChangeObserved, "10.96.0.10")
+	web := r.pod("web-1", "10.244.0.11")
+	r.created(web, -10*s)
+	r.ready(web, -9*s)
+	r.svc(0, "default", "web", event.ChangeDeleted, "10.96.0.10")
+	r.svc(150*ms, "default", "api", event.ChangeCreated, "10.96.0.10")
+	r.signal(web, 100*ms, 15)
+	r.exit(web, 101*ms, 0, 0)
+	r.connClosedIdle(web, 101*ms+50_000, client(1), 20*ms)
+	r.add(event.Event{Time: r.at(130 * ms), Kind: event.ClientFailure, Source: event.SourceClient,
+		Local: client(1), Reason: event.FailEOF, Duration: int64(time.Millisecond),
+		Attrs: map[string]string{event.AttrTarget: "10.96.0.10:80"}})
+	res, err := AnalyzeEvents(r.events, store.Query{}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range res.Failures {
+		if !f.Inferred && f.Failure.Local == client(1).String() {
+			if f.Pod == nil || f.Pod.Name != "web-1" || f.Cause != CauseKeepAliveAtExit {
+				t.Errorf("failure on pod %v, cause %s; want web-1's keep-alive connection cut at exit", f.Pod, f.Cause)
+			}
+			return
+		}
+	}
+	t.Fatal("the failure was not reported")
+}
