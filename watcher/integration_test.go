@@ -22,6 +22,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -949,6 +950,39 @@ func TestIntegrationFarStandby(t *testing.T) {
 	})
 	if n := count(ofPod(ca.snapshot(), "web-1"), event.EndpointAdded); n != 0 {
 		t.Errorf("the stopped candidate recorded web-1")
+	}
+}
+
+// TestIntegrationFarStandbyDeadHolder: a holder that died without
+// releasing the Lease (a node gone) leaves a lease that is never renewed;
+// a far standby takes it once it has stayed unrenewed for its duration by
+// the standby's own clock, though the election first reports the dead
+// holder as the leader.
+func TestIntegrationFarStandbyDeadHolder(t *testing.T) {
+	cp := controlPlane(t)
+	ns := "deadholder"
+	setup(t, cp, ns)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	lease := LeaseOptions{Namespace: ns, LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second,
+		RetryPeriod: 200 * time.Millisecond, Standby: time.Second}
+	now := metav1.NewMicroTime(time.Now())
+	_, err := cp.Client().CoordinationV1().Leases(ns).Create(ctx, &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: "drainscope-endpointslices", Namespace: ns},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("node-gone"), LeaseDurationSeconds: ptr.To[int32](3),
+			AcquireTime: &now, RenewTime: &now},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wc, _, stopC := startWatcherStop(t, cp.Config(), Options{Node: "node-c", Namespace: ns, NoPods: true, Mode: Leader, Lease: lease})
+	defer stopC()
+	deadline := time.Now().Add(45 * time.Second)
+	for !wc.Stats().Leader {
+		if time.Now().After(deadline) {
+			t.Fatal("the far standby did not take the lease its dead holder stopped renewing")
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 

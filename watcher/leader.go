@@ -156,11 +156,16 @@ func (w *Watcher) runElection(ctx context.Context) {
 		Client:     w.cs.CoordinationV1(),
 		LockConfig: resourcelock.ResourceLockConfig{Identity: id},
 	}}
+	var seen leaseSeen
 	for ctx.Err() == nil {
-		if o.Standby > 0 && !w.leaseFree(ctx, lock, id) {
-			continue
+		stale := ""
+		if o.Standby > 0 {
+			var free bool
+			if free, stale = w.leaseFree(ctx, lock, id, &seen); !free {
+				continue
+			}
 		}
-		if !w.campaign(ctx, lock, id) {
+		if !w.campaign(ctx, lock, id, stale) {
 			return
 		}
 		if ctx.Err() == nil && o.Standby == 0 {
@@ -172,36 +177,55 @@ func (w *Watcher) runElection(ctx context.Context) {
 	}
 }
 
+// leaseSeen is a far standby's last reading of the Lease: the holder and
+// renewal it named, and when this node first saw that renewal.
+type leaseSeen struct {
+	holder string
+	renew  time.Time
+	since  time.Time
+}
+
 // leaseFree waits a far standby's period, then reads the Lease once and
-// tells whether nobody holds it: absent, released, or not renewed within
-// its duration. An error reading it counts as held: the next read asks
-// again.
-func (w *Watcher) leaseFree(ctx context.Context, lock *observingLock, id string) bool {
+// tells whether nobody holds it: absent, released, or its renewal unchanged
+// for the lease's duration by this node's clock (as client-go's elector
+// judges it: the holder's clock may be off). stale is the holder of a
+// lease that expired, whose identity the election will report until
+// another takes it. An error reading it counts as held: the next read
+// asks again.
+func (w *Watcher) leaseFree(ctx context.Context, lock *observingLock, id string, seen *leaseSeen) (free bool, stale string) {
 	o := w.opts.Lease
 	select {
 	case <-ctx.Done():
-		return false
+		return false, ""
 	case <-time.After(wait.Jitter(o.Standby, 0.2)):
 	}
 	r, _, err := lock.Get(ctx)
 	switch {
 	case apierrors.IsNotFound(err):
-		return true
+		return true, ""
 	case err != nil:
 		w.log.Debug("reading the lease", "lease", o.Namespace+"/"+o.Name, "err", err)
-		return false
+		return false, ""
 	}
 	if r.HolderIdentity == "" || r.HolderIdentity == id {
-		return true
+		return true, ""
 	}
-	d := time.Duration(r.LeaseDurationSeconds) * time.Second
-	return time.Since(r.RenewTime.Time) > d
+	now := time.Now()
+	if r.HolderIdentity != seen.holder || !r.RenewTime.Time.Equal(seen.renew) {
+		*seen = leaseSeen{holder: r.HolderIdentity, renew: r.RenewTime.Time, since: now}
+		return false, ""
+	}
+	if now.Sub(seen.since) <= time.Duration(r.LeaseDurationSeconds)*time.Second {
+		return false, ""
+	}
+	return true, r.HolderIdentity
 }
 
 // campaign runs one leader election until ctx ends or the lease is lost;
-// a far standby's ends too as soon as another holds the Lease. It reports
-// false when the election could not be set up.
-func (w *Watcher) campaign(ctx context.Context, lock *observingLock, id string) bool {
+// a far standby's ends too as soon as another holds the Lease: a holder
+// other than stale, the expired one, which the election reports first. It
+// reports false when the election could not be set up.
+func (w *Watcher) campaign(ctx context.Context, lock *observingLock, id, stale string) bool {
 	o := w.opts.Lease
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -224,7 +248,7 @@ func (w *Watcher) campaign(ctx context.Context, lock *observingLock, id string) 
 			},
 			OnNewLeader: func(holder string) {
 				w.log.Info("EndpointSlice recorder", "holder", holder, "me", holder == id)
-				if o.Standby > 0 && holder != id {
+				if o.Standby > 0 && holder != id && holder != stale {
 					cancel() // another leads: back to reading the Lease now and then
 				}
 			},
