@@ -305,6 +305,9 @@ const (
 func (a *Agent) recordCapabilitiesFor(k *ebpf.Collector, why capsWhy) {
 	a.capsMu.Lock()
 	defer a.capsMu.Unlock()
+	if why == capsStart && a.dp != nil && a.proxyMode.Load() == nil {
+		return
+	}
 	missing := ebpf.MissingEvidence(k.Evidence())
 	var feats []string
 	for _, f := range k.Features() {
@@ -326,10 +329,7 @@ func (a *Agent) recordCapabilitiesFor(k *ebpf.Collector, why capsWhy) {
 	}
 	a.proxyAttrs(e.Attrs)
 	proxy := e.Attrs[event.AttrProxyMode] + "/" + e.Attrs[event.AttrProxyRecorded] + "/" + e.Attrs[event.AttrProxyEvidence]
-	switch {
-	case why == capsStart && a.dp != nil && a.proxyMode.Load() == nil:
-		return
-	case why == capsProxyChange && proxy == a.capsProxy:
+	if why == capsProxyChange && proxy == a.capsProxy {
 		return
 	}
 	a.capsProxy = proxy

@@ -276,15 +276,9 @@ func TestReusedClientPortOtherService(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range res.Failures {
-		if !f.Inferred && f.Failure.Local == client(1).String() {
-			if f.Pod != nil && f.Pod.Name == "api-1" {
-				t.Errorf("the failure to web's ClusterIP was put on api's pod by a reused client port")
-			}
-			return
-		}
+	if f := reportedFailure(t, res, client(1)); f.Pod != nil && f.Pod.Name == "api-1" {
+		t.Errorf("the failure to web's ClusterIP was put on api's pod by a reused client port")
 	}
-	t.Fatal("the failure was not reported")
 }
 
 // TestTargetServiceRecordedLate: the watch stamps a new Service when its
@@ -338,13 +332,20 @@ func TestTargetClusterIPGivenAgain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if f := reportedFailure(t, res, client(1)); f.Pod == nil || f.Pod.Name != "web-1" || f.Cause != CauseKeepAliveAtExit {
+		t.Errorf("failure on pod %v, cause %s; want web-1's keep-alive connection cut at exit", f.Pod, f.Cause)
+	}
+}
+
+// reportedFailure is the client-reported failure from c in res; the test
+// fails when there is none.
+func reportedFailure(t *testing.T, res *Result, c netip.AddrPort) AlignedFailure {
+	t.Helper()
 	for _, f := range res.Failures {
-		if !f.Inferred && f.Failure.Local == client(1).String() {
-			if f.Pod == nil || f.Pod.Name != "web-1" || f.Cause != CauseKeepAliveAtExit {
-				t.Errorf("failure on pod %v, cause %s; want web-1's keep-alive connection cut at exit", f.Pod, f.Cause)
-			}
-			return
+		if !f.Inferred && f.Failure.Local == c.String() {
+			return f
 		}
 	}
-	t.Fatal("the failure was not reported")
+	t.Fatalf("the failure from %s was not reported", c)
+	return AlignedFailure{}
 }

@@ -909,13 +909,7 @@ func TestIntegrationFarStandby(t *testing.T) {
 	var candReads, farReads atomic.Int64
 	wa, ca, stopA := startWatcherStop(t, counted(&candReads), Options{Node: "node-a", Namespace: ns, NoPods: true, Mode: Leader, Lease: lease})
 	defer stopA()
-	deadline := time.Now().Add(30 * time.Second)
-	for !wa.Stats().Leader {
-		if time.Now().After(deadline) {
-			t.Fatal("the candidate did not take the lease")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitLeading(t, wa, 30*time.Second, "the candidate did not take the lease")
 
 	far := lease
 	far.Standby = time.Second
@@ -937,13 +931,7 @@ func TestIntegrationFarStandby(t *testing.T) {
 	}
 
 	stopA() // releases the lease
-	deadline = time.Now().Add(2*far.Standby + lease.LeaseDuration + 10*time.Second)
-	for !wc.Stats().Leader {
-		if time.Now().After(deadline) {
-			t.Fatal("the far standby did not take over once the candidate was gone")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitLeading(t, wc, 2*far.Standby+lease.LeaseDuration+10*time.Second, "the far standby did not take over once the candidate was gone")
 	k.start(ctx, "web-1", "web", "10.244.0.61")
 	cc.waitFor(t, 30*time.Second, "the far standby, now leading, to record web-1", func(evs []event.Event) bool {
 		return first(ofPod(evs, "web-1"), event.EndpointAdded) != nil
@@ -977,12 +965,16 @@ func TestIntegrationFarStandbyDeadHolder(t *testing.T) {
 	}
 	wc, _, stopC := startWatcherStop(t, cp.Config(), Options{Node: "node-c", Namespace: ns, NoPods: true, Mode: Leader, Lease: lease})
 	defer stopC()
-	deadline := time.Now().Add(45 * time.Second)
-	for !wc.Stats().Leader {
+	waitLeading(t, wc, 45*time.Second, "the far standby did not take the lease its dead holder stopped renewing")
+}
+
+// waitLeading waits for w to hold the Lease, failing with why after within.
+func waitLeading(t *testing.T, w *Watcher, within time.Duration, why string) {
+	t.Helper()
+	for deadline := time.Now().Add(within); !w.Stats().Leader; time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatal("the far standby did not take the lease its dead holder stopped renewing")
+			t.Fatal(why)
 		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }
 
