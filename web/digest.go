@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"debug/elf"
 	"encoding/binary"
 	"encoding/gob"
 	"encoding/hex"
@@ -75,13 +76,21 @@ var buildID = func() string {
 	return id
 }()
 
-// binaryHash is the SHA-256 of the running executable, read once: any
-// change to the code that made a digest changes it. "" when the
-// executable cannot be read, and then the build ID and rules still key it.
+// binaryHash names the running executable, read once: any change to the
+// code that made a digest changes it. It is the Go build ID the toolchain
+// stamps into the binary (a hash of its inputs and of its content), read
+// from the ELF note in microseconds; else, for a binary built without one
+// (-ldflags=-buildid=) or not ELF, the SHA-256 of the whole file, which
+// takes about 90 ms for a 110 MB binary, on the first timeline read of a
+// new process. "" when the executable cannot be read, and then the build
+// ID and rules still key it.
 var binaryHash = sync.OnceValue(func() string {
 	path, err := os.Executable()
 	if err != nil {
 		return ""
+	}
+	if id := goBuildID(path); id != "" {
+		return "go build ID " + id
 	}
 	f, err := os.Open(path)
 	if err != nil {
@@ -94,6 +103,41 @@ var binaryHash = sync.OnceValue(func() string {
 	}
 	return hex.EncodeToString(h.Sum(nil))
 })
+
+// goBuildID reads the Go build ID note (name "Go", type 4) of the ELF
+// file at path, as `go tool buildid` does; "" when it has none.
+func goBuildID(path string) string {
+	f, err := elf.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	const goBuildIDTag = 4
+	for _, p := range f.Progs {
+		if p.Type != elf.PT_NOTE || p.Filesz > 1<<16 {
+			continue
+		}
+		note, err := io.ReadAll(p.Open())
+		if err != nil {
+			return ""
+		}
+		for len(note) >= 12 {
+			nameSize := int(f.ByteOrder.Uint32(note))
+			descSize := int(f.ByteOrder.Uint32(note[4:]))
+			tag := f.ByteOrder.Uint32(note[8:])
+			nameEnd := 12 + (nameSize+3)&^3
+			descEnd := nameEnd + (descSize+3)&^3
+			if nameSize < 0 || descSize < 0 || descEnd > len(note) || descEnd < nameEnd {
+				break
+			}
+			if tag == goBuildIDTag && nameSize == 4 && string(note[12:16]) == "Go\x00\x00" && descSize > 0 {
+				return string(note[nameEnd : nameEnd+descSize])
+			}
+			note = note[descEnd:]
+		}
+	}
+	return ""
+}
 
 // digestWindow is every time whose events can change r's model: the
 // analysis's history before the rollout, and after its end the quiet gap
