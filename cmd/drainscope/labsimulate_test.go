@@ -66,7 +66,7 @@ func TestLabSimulate(t *testing.T) {
 	if r.Reviews <= 0 {
 		t.Errorf("no TokenReview reached the API server: the agents were not authenticated for real")
 	}
-	if len(r.Errors) > 0 || r.Report == 0 || r.ColdLive == 0 {
+	if len(r.Errors) > 0 || len(r.Report) == 0 || r.ColdLive == 0 {
 		t.Errorf("after the rollout: report %v, cold timeline %v, errors %q", r.Report, r.ColdLive, r.Errors)
 	}
 }

@@ -79,14 +79,16 @@ type Row struct {
 	PGCPU, APICPU, GenCPU         float64       // cores over the run: Postgres, etcd+kube-apiserver, this process
 	Reviews                       float64       // TokenReviews/s the API server served
 	Analysed                      time.Duration // after the rollout: until the server listed it analysed
-	Report, ReportAll             time.Duration // drainscope report: the rollout's workload; the whole run
-	FirstRead                     time.Duration // the ended rollout's first read by a fresh server, no digest yet
-	ColdLive                      time.Duration // first timeline request to a fresh server right after the rollout
-	Cold                          time.Duration // the same once the rollout ended and a server kept its digest
-	RolloutPods, RolloutEvents    int
-	Load                          string
-	Duration                      time.Duration
-	Errors                        []string
+	// drainscope report, the rollout's workload and the whole run: every
+	// run's time (timedRuns fresh processes one after another).
+	Report, ReportAll          []time.Duration
+	FirstRead                  time.Duration   // the ended rollout's first read by a fresh server, no digest yet
+	ColdLive                   time.Duration   // first timeline request to a fresh server right after the rollout
+	Cold                       []time.Duration // the same once the rollout ended and a server kept its digest, from timedRuns fresh servers
+	RolloutPods, RolloutEvents int
+	Load                       string
+	Duration                   time.Duration
+	Errors                     []string
 }
 
 // agentSim is one simulated agent.
@@ -467,27 +469,29 @@ func afterRollout(ctx context.Context, o Options, cl *Cluster, srv *server, dsn 
 
 	since := time.Since(start).Round(time.Second) + time.Minute
 	for _, r := range []struct {
-		d    *time.Duration
+		d    *[]time.Duration
 		args []string
 	}{
 		{&row.Report, []string{"report", "--store", dsn, "--since", since.String(), "--workload", "shop/Deployment/checkout"}},
 		{&row.ReportAll, []string{"report", "--store", dsn, "--since", since.String()}},
 	} {
-		cmd := o.Server(r.args...)
-		out, err := os.Create(filepath.Join(o.Dir, fmt.Sprintf("report-%d-%d.txt", row.Nodes, len(r.args))))
-		if err != nil {
-			return err
-		}
-		cmd.Stdout, cmd.Stderr = out, out
-		t := time.Now()
-		err = cmd.Run()
-		*r.d = time.Since(t)
-		out.Close()
-		if err != nil {
-			return fmt.Errorf("%s: %v (output in %s)", strings.Join(r.args[:1], " "), err, out.Name())
+		for range timedRuns {
+			cmd := o.Server(r.args...)
+			out, err := os.Create(filepath.Join(o.Dir, fmt.Sprintf("report-%d-%d.txt", row.Nodes, len(r.args))))
+			if err != nil {
+				return err
+			}
+			cmd.Stdout, cmd.Stderr = out, out
+			t := time.Now()
+			err = cmd.Run()
+			*r.d = append(*r.d, time.Since(t))
+			out.Close()
+			if err != nil {
+				return fmt.Errorf("%s: %v (output in %s)", strings.Join(r.args[:1], " "), err, out.Name())
+			}
 		}
 	}
-	logf("  report of the rollout %v; of the whole run %v", row.Report.Round(time.Millisecond), row.ReportAll.Round(time.Millisecond))
+	logf("  report of the rollout %s; of the whole run %s", spreadOf(row.Report), spreadOf(row.ReportAll))
 	if o.NoDigestWait {
 		return nil
 	}
@@ -528,15 +532,37 @@ func afterRollout(ctx context.Context, o Options, cl *Cluster, srv *server, dsn 
 			return errors.New("no digest of the rollout was kept within 2 min of its first read")
 		}
 	}
-	fresh.stop()
-	if fresh, err = startServer(ctx, o, cl, dsn, fmt.Sprintf("serve-%d-cold", row.Nodes)); err != nil {
-		return err
+	for i := range timedRuns {
+		fresh.stop()
+		if fresh, err = startServer(ctx, o, cl, dsn, fmt.Sprintf("serve-%d-cold-%d", row.Nodes, i+1)); err != nil {
+			return err
+		}
+		d, err := timeline(ctx, fresh.url, ro.ID)
+		if err != nil {
+			return fmt.Errorf("cold timeline: %w", err)
+		}
+		row.Cold = append(row.Cold, d)
 	}
-	if row.Cold, err = timeline(ctx, fresh.url, ro.ID); err != nil {
-		return fmt.Errorf("cold timeline: %w", err)
-	}
-	logf("  cold timeline of the ended rollout (from its digest): %v", row.Cold.Round(time.Millisecond))
+	logf("  cold timeline of the ended rollout (from its digest, %d fresh servers): %s", timedRuns, spreadOf(row.Cold))
 	return nil
+}
+
+// timedRuns is how many times the report and the cold timeline are timed,
+// each in a fresh process: the table gives their median and range.
+const timedRuns = 3
+
+// spreadOf formats runs as their median and range, in milliseconds.
+func spreadOf(runs []time.Duration) string {
+	if len(runs) == 0 {
+		return "—"
+	}
+	v := slices.Clone(runs)
+	slices.Sort(v)
+	ms := func(d time.Duration) float64 { return float64(d) / 1e6 }
+	if len(v) == 1 {
+		return fmt.Sprintf("%.0f ms", ms(v[0]))
+	}
+	return fmt.Sprintf("%.0f ms (%.0f–%.0f)", ms(v[len(v)/2]), ms(v[0]), ms(v[len(v)-1]))
 }
 
 // timeline times the first request for rollout id's timeline.
@@ -682,7 +708,7 @@ func WriteTable(w io.Writer, rows []Row) {
 			r.PGCPU, r.APICPU, r.Reviews, r.GenCPU, r.Load)
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| nodes | rollout pods | rollout events | listed analysed after | report of the rollout | report of the whole run | cold timeline right after (no digest) | first read once ended | cold timeline once ended (digest) | produced = stored + dropped | events under a wrong node |")
+	fmt.Fprintln(w, "| nodes | rollout pods | rollout events | listed analysed after | report of the rollout, median (range) | report of the whole run | cold timeline right after (no digest) | first read once ended | cold timeline once ended (digest), median (range) | produced = stored + dropped | events under a wrong node |")
 	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, r := range rows {
 		ok := "yes"
@@ -690,7 +716,7 @@ func WriteTable(w io.Writer, rows []Row) {
 			ok = fmt.Sprintf("NO: %d ≠ %d + %d", r.Produced, r.InPostgres, r.Dropped+r.Rejected+r.Unwritten)
 		}
 		fmt.Fprintf(w, "| %d | %d | %d | %s | %s | %s | %s | %s | %s | %s | %d |\n", r.Nodes, r.RolloutPods, r.RolloutEvents,
-			ms(r.Analysed), ms(r.Report), ms(r.ReportAll), ms(r.ColdLive), ms(r.FirstRead), ms(r.Cold), ok, r.WrongNode)
+			ms(r.Analysed), spreadOf(r.Report), spreadOf(r.ReportAll), ms(r.ColdLive), ms(r.FirstRead), spreadOf(r.Cold), ok, r.WrongNode)
 	}
 	for _, r := range rows {
 		for _, e := range r.Errors {
