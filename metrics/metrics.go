@@ -49,6 +49,7 @@ type Metrics struct {
 
 	httpRequests *prometheus.CounterVec
 	httpDuration *prometheus.HistogramVec
+	agentStages  *prometheus.HistogramVec
 
 	// observedFast caches the counter of each (source, kind), so Observe
 	// does no label hashing on the hot path.
@@ -123,9 +124,18 @@ func New(component, version string) *Metrics {
 		"HTTP requests served, by handler name, method and status code.", "handler", "method", "code")
 	m.httpDuration = f.histogramVec("http_request_duration_seconds",
 		"Duration of HTTP requests, by handler name.", prometheus.DefBuckets, "handler")
+	m.agentStages = f.histogramVec("agent_batch_stage_seconds",
+		"On the server: how long each stage of an agent's batch took, by stage: review (its token's TokenReview, or the cache), body (receiving and decoding), check (the node check, placing the pods), queue (waiting for a merged store write to take it), write (that write). What holds the slots when agents are answered 429.",
+		[]float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}, "stage")
 	m.registerScrape()
 	m.registerRetention()
 	return m
+}
+
+// ObserveAgentStage records one stage of an agent's batch (relay.Handler's
+// Stages).
+func (m *Metrics) ObserveAgentStage(stage string, d time.Duration) {
+	m.agentStages.WithLabelValues(stage).Observe(d.Seconds())
 }
 
 // Registry is the registry, for registering more collectors.

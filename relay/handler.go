@@ -105,6 +105,12 @@ type Handler struct {
 	MaxConcurrent int   // 0: DefaultMaxConcurrent
 	BodyTimeout   time.Duration
 	Log           *slog.Logger
+	// Stages, when set, is told how long each stage of a batch took (the
+	// Stage constants), so that an operator can see what holds the slots
+	// when agents are answered 429: the review, the body, placing the
+	// pods, the wait for a merged write, or the write. A stage a batch did
+	// not reach is not reported.
+	Stages func(stage string, d time.Duration)
 
 	semOnce sync.Once
 	sem     chan struct{}
@@ -121,10 +127,27 @@ type Handler struct {
 // MergeWriters is how many merged store writes run at once.
 const MergeWriters = 2
 
+// The stages of a batch, as Handler.Stages names them.
+const (
+	StageReview = "review" // authenticating the token (a TokenReview, or its cache)
+	StageBody   = "body"   // receiving and decoding the body
+	StageCheck  = "check"  // the node check and placing the events' pods
+	StageQueue  = "queue"  // waiting for a merged store write to take the batch
+	StageWrite  = "write"  // the store write that carried it
+)
+
 // queued is one request's batch, waiting to be stored.
 type queued struct {
 	evs  []event.Event
-	done chan error
+	at   time.Time // when it was queued
+	done chan written
+}
+
+// written answers a queued batch: the store's error, how long the batch
+// waited to be taken and how long the write that carried it took.
+type written struct {
+	err          error
+	queue, write time.Duration
 }
 
 // append stores evs together with the batches other agents posted
@@ -136,21 +159,21 @@ type queued struct {
 // merged write is refused for one row (store.RowLevel), each batch is
 // written alone, so that only the agent that sent the bad event hears of
 // it.
-func (h *Handler) append(ctx context.Context, evs []event.Event) error {
+func (h *Handler) append(ctx context.Context, evs []event.Event) written {
 	h.mergeOnce.Do(func() { h.writers = make(chan struct{}, MergeWriters) })
-	q := &queued{evs: evs, done: make(chan error, 1)}
+	q := &queued{evs: evs, at: time.Now(), done: make(chan written, 1)}
 	h.qmu.Lock()
 	h.queue = append(h.queue, q)
 	h.qmu.Unlock()
 	for {
 		select {
-		case err := <-q.done:
-			return err
+		case w := <-q.done:
+			return w
 		default:
 		}
 		select {
-		case err := <-q.done:
-			return err
+		case w := <-q.done:
+			return w
 		case h.writers <- struct{}{}:
 			h.flush(ctx)
 			<-h.writers
@@ -178,6 +201,12 @@ func (h *Handler) flush(ctx context.Context) {
 	if len(take) == 0 {
 		return
 	}
+	taken := time.Now()
+	// answer tells each batch its error and its two stages: the write
+	// timed from start, its wait until the merged write took it.
+	answer := func(q *queued, err error, start time.Time) {
+		q.done <- written{err: err, queue: taken.Sub(q.at), write: time.Since(start)}
+	}
 	// Not this request's context alone: its client going away must not
 	// fail the others' events.
 	timeout := h.BodyTimeout
@@ -187,7 +216,7 @@ func (h *Handler) flush(ctx context.Context) {
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
 	if len(take) == 1 {
-		take[0].done <- h.Store.Append(wctx, take[0].evs)
+		answer(take[0], h.Store.Append(wctx, take[0].evs), taken)
 		return
 	}
 	merged := make([]event.Event, 0, n)
@@ -197,13 +226,22 @@ func (h *Handler) flush(ctx context.Context) {
 	err := h.Store.Append(wctx, merged)
 	if err != nil && store.RowLevel(err) {
 		for _, q := range take {
-			q.done <- h.Store.Append(wctx, q.evs)
+			answer(q, h.Store.Append(wctx, q.evs), taken)
 		}
 		return
 	}
 	for _, q := range take {
-		q.done <- err
+		answer(q, err, taken)
 	}
+}
+
+// stage reports one stage of a batch to Stages, when set.
+func (h *Handler) stage(name string, since time.Time) time.Time {
+	now := time.Now()
+	if h.Stages != nil {
+		h.Stages(name, now.Sub(since))
+	}
+	return now
 }
 
 // Stats counts what a Handler did with the batches it was sent.
@@ -254,7 +292,9 @@ func (h *Handler) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusServiceUnavailable, Refusal{Error: "agent writes are not configured on this server"})
 		return
 	}
+	t := time.Now()
 	agent, err := h.Auth.Authenticate(r.Context(), httpauth.Bearer(r))
+	t = h.stage(StageReview, t)
 	if err != nil {
 		if ae, ok := asAuthError(err); ok {
 			if ae.Status == http.StatusUnauthorized {
@@ -281,12 +321,15 @@ func (h *Handler) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	}
 	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(timeout))
 
+	t = time.Now() // not the wait for a slot: there is none, a batch past them is answered 429
 	batch, status, msg := h.read(w, r)
+	t = h.stage(StageBody, t)
 	if status != 0 {
 		writeJSON(w, status, Refusal{Error: msg})
 		return
 	}
 	unplaced, i, status, msg := h.check(batch.Events, agent)
+	h.stage(StageCheck, t)
 	if status == http.StatusServiceUnavailable {
 		log.Warn("agent events: placing pods", "err", msg)
 		w.Header().Set("Retry-After", "5")
@@ -299,7 +342,12 @@ func (h *Handler) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if len(batch.Events) > 0 {
-		if err := h.append(r.Context(), batch.Events); err != nil {
+		wr := h.append(r.Context(), batch.Events)
+		if h.Stages != nil {
+			h.Stages(StageQueue, wr.queue)
+			h.Stages(StageWrite, wr.write)
+		}
+		if err := wr.err; err != nil {
 			if store.RowLevel(err) {
 				writeJSON(w, http.StatusBadRequest, Refusal{Error: "the store refused the batch: " + err.Error()})
 				return

@@ -138,3 +138,73 @@ func TestHandlerMergesBatches(t *testing.T) {
 		}
 	}
 }
+
+// TestHandlerStages: each batch reports its stages to Handler.Stages; one
+// that waited for both writers reports that wait as its queue stage, the
+// held writes as their write stage, and a batch refused at the node check
+// reports no queue or write.
+func TestHandlerStages(t *testing.T) {
+	rec := &recorder{Store: sqlite(t), hold: make(chan struct{}), in: make(chan struct{}, relay.MergeWriters)}
+	var mu sync.Mutex
+	stages := map[string][]time.Duration{}
+	h := &relay.Handler{Store: rec, Auth: nodeToken{}, MaxConcurrent: 16, Stages: func(s string, d time.Duration) {
+		mu.Lock()
+		stages[s] = append(stages[s], d)
+		mu.Unlock()
+	}}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	base := time.Now().Add(-time.Minute)
+	var wg sync.WaitGroup
+	send := func(token string, evs []event.Event, want int) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b, _ := json.Marshal(relay.Batch{Events: evs})
+			if code := postRaw(t, srv.URL, "node:"+token, b, false); code != want {
+				t.Errorf("batch of node %s: %d, want %d", token, code, want)
+			}
+		}()
+	}
+	entered := func() {
+		select {
+		case <-rec.in:
+		case <-time.After(10 * time.Second):
+			t.Fatal("no store write began in 10 s")
+		}
+	}
+	send("a", events("a", base, 2, "p"), http.StatusOK)
+	entered()
+	send("b", events("b", base, 2, "p"), http.StatusOK)
+	entered()
+	send("c", events("c", base, 2, "p"), http.StatusOK)
+	for deadline := time.Now().Add(10 * time.Second); h.Queued() < 1; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the third batch was not queued")
+		}
+	}
+	const held = 150 * time.Millisecond
+	time.Sleep(held)
+	rec.mu.Lock()
+	close(rec.hold)
+	rec.hold = nil
+	rec.mu.Unlock()
+	wg.Wait()
+	send("a", events("b", base, 1, "p"), http.StatusForbidden) // another node's event
+	wg.Wait()
+
+	mu.Lock()
+	defer mu.Unlock()
+	want := map[string]int{relay.StageReview: 4, relay.StageBody: 4, relay.StageCheck: 4, relay.StageQueue: 3, relay.StageWrite: 3}
+	for s, n := range want {
+		if len(stages[s]) != n {
+			t.Errorf("stage %s reported %d times, want %d (all: %v)", s, len(stages[s]), n, stages)
+		}
+	}
+	if q := slices.Max(stages[relay.StageQueue]); q < held {
+		t.Errorf("longest queue stage %v, want at least the %v both writers were held", q, held)
+	}
+	if w := slices.Max(stages[relay.StageWrite]); w < held {
+		t.Errorf("longest write stage %v, want at least the %v the writes were held", w, held)
+	}
+}

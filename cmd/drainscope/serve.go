@@ -114,7 +114,7 @@ func runServe(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		defer startRolloutSignals(ctx, opened, m, otlpExp, f)()
 	}
 
-	opts, err := f.webOptions(ctx, st, c)
+	opts, err := f.webOptions(ctx, st, c, m.ObserveAgentStage)
 	if err != nil {
 		return err
 	}
@@ -260,7 +260,7 @@ func startRolloutSignals(ctx context.Context, opened store.Store, m *metrics.Met
 
 // webOptions are the web UI's options: its store, tokens, ingest and the
 // agents' events.
-func (f *serveFlags) webOptions(ctx context.Context, st store.Store, c serveChecked) (web.Options, error) {
+func (f *serveFlags) webOptions(ctx context.Context, st store.Store, c serveChecked, stages func(string, time.Duration)) (web.Options, error) {
 	opts := web.Options{
 		Store:     st,
 		AuthToken: *f.token,
@@ -282,7 +282,7 @@ func (f *serveFlags) webOptions(ctx context.Context, st store.Store, c serveChec
 		if err != nil {
 			return opts, fmt.Errorf("--agent-service-account: creating Kubernetes client: %w", err)
 		}
-		h := &relay.Handler{Store: st, Log: slog.Default(), MaxConcurrent: *f.agentConc,
+		h := &relay.Handler{Store: st, Log: slog.Default(), MaxConcurrent: *f.agentConc, Stages: stages,
 			Auth: &relay.TokenReviewer{Client: cs.AuthenticationV1(), Namespace: c.agentNS, ServiceAccount: c.agentName, Audiences: splitList(*f.agentAud)}}
 		if *f.agentPods {
 			// Until it has listed the pods, batches are answered 503 and
