@@ -66,6 +66,16 @@ func TestLabSimulate(t *testing.T) {
 	if r.Reviews <= 0 {
 		t.Errorf("no TokenReview reached the API server: the agents were not authenticated for real")
 	}
+	// The server timed every stage of the agents' batches.
+	stages := map[string]uint64{}
+	for _, st := range r.Stages {
+		stages[st.Name] = st.Batches
+	}
+	for _, name := range []string{"review", "body", "check", "queue", "write"} {
+		if stages[name] == 0 {
+			t.Errorf("no batch reported its %s stage on the server's metrics (stages: %+v)", name, r.Stages)
+		}
+	}
 	if len(r.Errors) > 0 || len(r.Report) == 0 || r.ColdLive == 0 {
 		t.Errorf("after the rollout: report %v, cold timeline %v, errors %q", r.Report, r.ColdLive, r.Errors)
 	}

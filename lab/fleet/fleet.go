@@ -86,6 +86,7 @@ type Row struct {
 	ColdLive                   time.Duration   // first timeline request to a fresh server right after the rollout
 	Cold                       []time.Duration // the same once the rollout ended and a server kept its digest, from timedRuns fresh servers
 	RolloutPods, RolloutEvents int
+	Stages                     []Stage // the server's time per stage of the agents' batches, over the run
 	Load                       string
 	Duration                   time.Duration
 	Errors                     []string
@@ -318,6 +319,9 @@ func Run(ctx context.Context, cl *Cluster, nodes int, o Options) (row Row, err e
 	// Everything is handed over; the writers flush what they hold.
 	closeAgents(o.Drain)
 	end := time.Now()
+	if row.Stages, err = batchStages(ctx, srv.metrics); err != nil {
+		row.Errors = append(row.Errors, fmt.Sprintf("reading the server's batch stages: %v", err))
+	}
 	perNode := make(map[string]int64, len(agents))
 	for i := range agents {
 		s := agents[i].w.Stats()
@@ -359,6 +363,9 @@ func Run(ctx context.Context, cl *Cluster, nodes int, o Options) (row Row, err e
 	}
 	logf("  stored: produced %d = written %d + dropped %d + rejected %d + unwritten %d; Postgres holds %d",
 		row.Produced, row.Written, row.Dropped, row.Rejected, row.Unwritten, row.InPostgres)
+	for _, st := range row.Stages {
+		logf("  batches' %s on the server (%d batches)", st, st.Batches)
+	}
 
 	if err := afterRollout(ctx, o, cl, srv, dsn, start, &row, logf); err != nil {
 		row.Errors = append(row.Errors, err.Error())
@@ -592,10 +599,11 @@ func getJSON(ctx context.Context, u string, v any) error {
 
 // server is a drainscope serve process.
 type server struct {
-	cmd  *exec.Cmd
-	url  string
-	done chan error
-	once sync.Once
+	cmd     *exec.Cmd
+	url     string
+	metrics string // its Prometheus endpoint
+	done    chan error
+	once    sync.Once
 }
 
 func (s *server) pid() int { return s.cmd.Process.Pid }
@@ -623,13 +631,20 @@ func (s *server) stop() {
 }
 
 func startServer(ctx context.Context, o Options, cl *Cluster, dsn, name string) (*server, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
+	var addrs [2]string // the UI's and the metrics'
+	var lns [2]net.Listener
+	for i := range addrs {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		addrs[i], lns[i] = ln.Addr().String(), ln // held until both are chosen, so they differ
 	}
-	addr := ln.Addr().String()
-	ln.Close()
-	args := append([]string{"serve", "--listen", addr, "--store", dsn, "--kubeconfig", cl.Kubeconfig(),
+	for _, ln := range lns {
+		ln.Close()
+	}
+	addr := addrs[0]
+	args := append([]string{"serve", "--listen", addr, "--metrics-listen", addrs[1], "--store", dsn, "--kubeconfig", cl.Kubeconfig(),
 		"--agent-service-account", AgentNamespace + "/" + AgentServiceAccount, "--retention", "0"}, o.ServerArgs...)
 	cmd := o.Server(args...)
 	logf, err := os.Create(filepath.Join(o.Dir, name+".log"))
@@ -641,7 +656,7 @@ func startServer(ctx context.Context, o Options, cl *Cluster, dsn, name string) 
 		logf.Close()
 		return nil, fmt.Errorf("starting drainscope serve: %w", err)
 	}
-	s := &server{cmd: cmd, url: "http://" + addr, done: make(chan error, 1)}
+	s := &server{cmd: cmd, url: "http://" + addr, metrics: "http://" + addrs[1] + "/metrics", done: make(chan error, 1)}
 	go func() { s.done <- cmd.Wait(); logf.Close() }()
 	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		if err := s.alive(); err != nil {
@@ -717,6 +732,14 @@ func WriteTable(w io.Writer, rows []Row) {
 		}
 		fmt.Fprintf(w, "| %d | %d | %d | %s | %s | %s | %s | %s | %s | %s | %d |\n", r.Nodes, r.RolloutPods, r.RolloutEvents,
 			ms(r.Analysed), spreadOf(r.Report), spreadOf(r.ReportAll), ms(r.ColdLive), ms(r.FirstRead), spreadOf(r.Cold), ok, r.WrongNode)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| nodes | stage of an agent's batch on the server | batches | p50 | p99 |")
+	fmt.Fprintln(w, "|---|---|---|---|---|")
+	for _, r := range rows {
+		for _, st := range r.Stages {
+			fmt.Fprintf(w, "| %d | %s | %d | %s | %s |\n", r.Nodes, st.Name, st.Batches, st.bound(st.P50), st.bound(st.P99))
+		}
 	}
 	for _, r := range rows {
 		for _, e := range r.Errors {
