@@ -463,7 +463,7 @@ func (a *Aligner) forget(p *podState) {
 		// One timeline per pod: its last life that ended (a restart in
 		// place, when the pod lived on after it), else its current one.
 		life := p
-		for q := p.before; q != nil && !life.lifeEnded() && p.deletion.Time == 0; q = q.before {
+		for q := p.before; q != nil && !life.lifeEnded() && p.lc().deletion.Time == 0; q = q.before {
 			if q.lifeEnded() {
 				life = q
 			}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"reflect"
 	"runtime"
 	"slices"
 	"syscall"
@@ -358,5 +359,14 @@ func TestSynthCauses(t *testing.T) {
 	}
 	if ev, f := newSynth(1).perPod(); ev != 100 || f != 100 {
 		t.Errorf("per pod: %d events, %d failures; want 100 and 100", ev, f)
+	}
+}
+
+// Pods share noLifecycle for reading until their first lifecycle event;
+// nothing may write to it.
+func TestNoLifecycleStaysZero(t *testing.T) {
+	runAlign(30)
+	if !reflect.DeepEqual(noLifecycle, lifecycle{}) {
+		t.Fatalf("the shared empty lifecycle was written: %+v", noLifecycle)
 	}
 }

@@ -216,19 +216,19 @@ func (d *Decision) explainData() ExplainData {
 	}
 	fx := d.facts
 	if p := fx.pod; p != nil {
-		if p.deletion.Duration > 0 {
-			x.Grace = fmtDur(p.deletion.Duration)
+		if p.lc().deletion.Duration > 0 {
+			x.Grace = fmtDur(p.lc().deletion.Duration)
 		}
 		t := fx.Start // a connection is routed when it is made
 		switch {
-		case p.listener.Time != 0 && p.listener.Time <= t:
-			x.Terminating = "its listener had closed " + fmtDur(t-p.listener.Time) + " before"
+		case p.lc().listener.Time != 0 && p.lc().listener.Time <= t:
+			x.Terminating = "its listener had closed " + fmtDur(t-p.lc().listener.Time) + " before"
 		case p.lastMainExit() != nil && p.lastMainExit().Time <= t:
 			x.Terminating = "its process had exited " + fmtDur(t-p.lastMainExit().Time) + " before"
-		case p.sigterm.Time != 0 && p.sigterm.Time <= t:
-			x.Terminating = "it had received SIGTERM " + fmtDur(t-p.sigterm.Time) + " before"
-		case p.deletion.Time != 0 && p.deletion.Time <= t:
-			x.Terminating = "it had been deleted " + fmtDur(t-p.deletion.Time) + " before"
+		case p.lc().sigterm.Time != 0 && p.lc().sigterm.Time <= t:
+			x.Terminating = "it had received SIGTERM " + fmtDur(t-p.lc().sigterm.Time) + " before"
+		case p.lc().deletion.Time != 0 && p.lc().deletion.Time <= t:
+			x.Terminating = "it had been deleted " + fmtDur(t-p.lc().deletion.Time) + " before"
 		}
 		r := p.rotationAt(t, fx.svcs)
 		switch {

@@ -310,8 +310,8 @@ func PodTerminating(f *Facts, dst []Piece) []Piece {
 		return dst
 	}
 	out := append(dst, piece("pod was terminating", e))
-	if p.listener.Time != 0 && p.listener.Time <= t && e != &p.listener {
-		out = append(out, piece("listener closed", &p.listener))
+	if p.lc().listener.Time != 0 && p.lc().listener.Time <= t && e != &p.lc().listener {
+		out = append(out, piece("listener closed", &p.lc().listener))
 	}
 	if x := p.lastMainExit(); x != nil && x.Time <= t {
 		out = append(out, piece("process exited", x))
@@ -385,8 +385,8 @@ func ExitNear(f *Facts, dst []Piece) []Piece {
 		return dst
 	}
 	out := append(dst, piece("process exited", x))
-	if f.pod.sigterm.Time != 0 && f.pod.sigterm.Time <= x.Time {
-		out = append(out, piece("SIGTERM", &f.pod.sigterm))
+	if f.pod.lc().sigterm.Time != 0 && f.pod.lc().sigterm.Time <= x.Time {
+		out = append(out, piece("SIGTERM", &f.pod.lc().sigterm))
 	}
 	return out
 }
@@ -456,7 +456,7 @@ func InProgressAtExit(f *Facts, dst []Piece) []Piece {
 // process after a SIGTERM or deletion: the grace period ran out.
 func KilledNear(f *Facts, dst []Piece) []Piece {
 	p := f.pod
-	if p == nil || (p.sigterm.Time == 0 && p.deletion.Time == 0) {
+	if p == nil || (p.lc().sigterm.Time == 0 && p.lc().deletion.Time == 0) {
 		return dst
 	}
 	return killedNear(f, dst)
@@ -466,7 +466,7 @@ func KilledNear(f *Facts, dst []Piece) []Piece {
 // pod's process with no SIGTERM or deletion before it (an OOM kill).
 func KilledUnannounced(f *Facts, dst []Piece) []Piece {
 	p := f.pod
-	if p == nil || p.sigterm.Time != 0 || p.deletion.Time != 0 {
+	if p == nil || p.lc().sigterm.Time != 0 || p.lc().deletion.Time != 0 {
 		return dst
 	}
 	return killedNear(f, dst)
@@ -479,8 +479,8 @@ func killedNear(f *Facts, dst []Piece) []Piece {
 		return x != 0 && t >= x-int64(f.opts.ExitBefore) && t <= x+int64(f.opts.ExitAfter)
 	}
 	out := dst
-	if near(p.kill.Time) {
-		out = append(out, piece("SIGKILL", &p.kill))
+	if near(p.lc().kill.Time) {
+		out = append(out, piece("SIGKILL", &p.lc().kill))
 	}
 	for i := range p.exits {
 		x := &p.exits[i]
@@ -488,19 +488,19 @@ func killedNear(f *Facts, dst []Piece) []Piece {
 			out = append(out, piece("process killed", x))
 		}
 	}
-	if len(out) == len(dst) && p.kill.Time != 0 {
+	if len(out) == len(dst) && p.lc().kill.Time != 0 {
 		// A connection closed at exit, long before the client noticed:
 		// killed if the exit that closed it was SIGKILL's.
 		for _, c := range ClosedAtExit(f, nil) {
 			if c.Event.Kind == event.ConnClosed &&
-				abs(c.Event.Time-p.kill.Time) <= int64(f.opts.ExitSlack) {
-				out = append(out, piece("SIGKILL", &p.kill), c)
+				abs(c.Event.Time-p.lc().kill.Time) <= int64(f.opts.ExitSlack) {
+				out = append(out, piece("SIGKILL", &p.lc().kill), c)
 				break
 			}
 		}
 	}
-	if len(out) > len(dst) && p.deletion.Time != 0 {
-		out = append(out, piece("deletion (the grace period starts here)", &p.deletion))
+	if len(out) > len(dst) && p.lc().deletion.Time != 0 {
+		out = append(out, piece("deletion (the grace period starts here)", &p.lc().deletion))
 	}
 	return out
 }
@@ -557,10 +557,10 @@ func deadCandidates(f *Facts, dst []Piece, died bool) []Piece {
 		}
 		if x == nil {
 			if x = life.lastMainExit(); x == nil || x.Time > t {
-				if life.kill.Time == 0 || life.kill.Time > t {
+				if life.lc().kill.Time == 0 || life.lc().kill.Time > t {
 					continue
 				}
-				x = &life.kill
+				x = &life.lc().kill
 			}
 		}
 		if p.routedAt(t, f.svcs) {
@@ -615,7 +615,7 @@ const candidateRole = "candidate: exited while still in rotation"
 // of a ready endpoint too.
 func NoReadyPodServed(f *Facts, dst []Piece) []Piece {
 	if p := f.pod; p != nil {
-		if p.ready != 0 && p.ready <= f.Start || p.deletion.Time != 0 {
+		if p.ready != 0 && p.ready <= f.Start || p.lc().deletion.Time != 0 {
 			return dst
 		}
 		return append(dst, piece("only a pod not ready yet answered it", f.Failure))

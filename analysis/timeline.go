@@ -186,8 +186,8 @@ func (p *podState) timeline(opts *Options) PodTimeline {
 		Workload: p.wl.String(), Kind: p.wl.Kind, Name: p.wl.Name, Node: p.node,
 		Services: append([]string(nil), p.services...),
 		Created:  p.created, Ready: p.ready, NotReady: p.notReady,
-		Deletion: p.deletion.Time, GracePeriod: p.deletion.Duration, Disruption: p.deletion.Attrs[event.AttrDisruption],
-		ListenerClosed: p.listener.Time,
+		Deletion: p.lc().deletion.Time, GracePeriod: p.lc().deletion.Duration, Disruption: p.lc().deletion.Attrs[event.AttrDisruption],
+		ListenerClosed: p.lc().listener.Time,
 		events:         p.landmarks,
 	}
 	for _, l := range p.leases {
@@ -239,15 +239,15 @@ func (p *podState) timeline(opts *Options) PodTimeline {
 		}
 		return a.Node < b.Node
 	})
-	if p.sigterm.Time != 0 {
-		s := sigView(&p.sigterm)
+	if p.lc().sigterm.Time != 0 {
+		s := sigView(&p.lc().sigterm)
 		t.Sigterm = &s
-		if p.deletion.Time != 0 && p.sigterm.Time >= p.deletion.Time {
-			t.PreStop = p.sigterm.Time - p.deletion.Time
+		if p.lc().deletion.Time != 0 && p.lc().sigterm.Time >= p.lc().deletion.Time {
+			t.PreStop = p.lc().sigterm.Time - p.lc().deletion.Time
 		}
 	}
-	if p.kill.Time != 0 {
-		s := sigView(&p.kill)
+	if p.lc().kill.Time != 0 {
+		s := sigView(&p.lc().kill)
 		t.Kill = &s
 	}
 	exit := p.lastMainExit()
@@ -257,42 +257,42 @@ func (p *podState) timeline(opts *Options) PodTimeline {
 			t.Exit.Signal = signalName(exit.Signal)
 		}
 	}
-	if p.term.Time != 0 {
-		t.Terminated = &ExitView{Time: p.term.Time, Code: p.term.Code, Reason: p.term.Reason}
-		if p.term.Signal != 0 {
-			t.Terminated.Signal = signalName(p.term.Signal)
+	if p.lc().term.Time != 0 {
+		t.Terminated = &ExitView{Time: p.lc().term.Time, Code: p.lc().term.Code, Reason: p.lc().term.Reason}
+		if p.lc().term.Signal != 0 {
+			t.Terminated.Signal = signalName(p.lc().term.Signal)
 		}
 	}
 	if len(p.conns) > 0 {
 		t.Connections = p.connSummary(exit, opts)
 	}
 	// Gaps.
-	if p.sigterm.Time != 0 {
+	if p.lc().sigterm.Time != 0 {
 		if t.OutOfRotation != nil {
-			t.Gaps.SigtermAfterRotation = ptr(p.sigterm.Time - t.OutOfRotation.Last)
+			t.Gaps.SigtermAfterRotation = ptr(p.lc().sigterm.Time - t.OutOfRotation.Last)
 		}
 		if t.EndpointRemoved != nil {
-			t.Gaps.SigtermAfterRemoval = ptr(p.sigterm.Time - t.EndpointRemoved.Last)
+			t.Gaps.SigtermAfterRemoval = ptr(p.lc().sigterm.Time - t.EndpointRemoved.Last)
 		}
-		if exit != nil && exit.Time >= p.sigterm.Time {
-			t.Gaps.ExitAfterSigterm = ptr(exit.Time - p.sigterm.Time)
+		if exit != nil && exit.Time >= p.lc().sigterm.Time {
+			t.Gaps.ExitAfterSigterm = ptr(exit.Time - p.lc().sigterm.Time)
 		}
 	}
-	if p.deletion.Time != 0 {
+	if p.lc().deletion.Time != 0 {
 		if t.OutOfRotation != nil {
-			t.Gaps.Propagation = ptr(t.OutOfRotation.Last - p.deletion.Time)
+			t.Gaps.Propagation = ptr(t.OutOfRotation.Last - p.lc().deletion.Time)
 		}
 		end := int64(0)
 		if exit != nil {
 			end = exit.Time
 		}
-		if p.kill.Time != 0 && (end == 0 || p.kill.Time < end) {
-			end = p.kill.Time
+		if p.lc().kill.Time != 0 && (end == 0 || p.lc().kill.Time < end) {
+			end = p.lc().kill.Time
 		}
-		if end >= p.deletion.Time && end != 0 {
-			t.Gaps.GraceUsed = ptr(end - p.deletion.Time)
-			if p.deletion.Duration > 0 {
-				t.Gaps.GraceLeft = ptr(p.deletion.Duration - (end - p.deletion.Time))
+		if end >= p.lc().deletion.Time && end != 0 {
+			t.Gaps.GraceUsed = ptr(end - p.lc().deletion.Time)
+			if p.lc().deletion.Duration > 0 {
+				t.Gaps.GraceLeft = ptr(p.lc().deletion.Duration - (end - p.lc().deletion.Time))
 			}
 		}
 	}
@@ -311,14 +311,14 @@ func (p *podState) timeline(opts *Options) PodTimeline {
 // SIGTERM (within slack) or no listener close was seen, so that every
 // connection ending after SIGTERM was open then.
 func (p *podState) acceptedUntil(opts *Options) int64 {
-	ref := p.sigterm.Time
+	ref := p.lc().sigterm.Time
 	if ref == 0 {
-		ref = p.deletion.Time
+		ref = p.lc().deletion.Time
 	}
-	if p.listener.Time == 0 || p.listener.Time <= ref+int64(opts.ExitSlack) {
+	if p.lc().listener.Time == 0 || p.lc().listener.Time <= ref+int64(opts.ExitSlack) {
 		return 0
 	}
-	return p.listener.Time
+	return p.lc().listener.Time
 }
 
 func sigView(e *event.Event) SignalView {
@@ -338,9 +338,9 @@ func (p *podState) connSummary(exit *event.Event, opts *Options) *ConnSummary {
 		raced bool // a RST followed this side's close
 	}
 	conns := make(map[connKey]conn, len(p.conns))
-	ref := p.sigterm.Time
+	ref := p.lc().sigterm.Time
 	if ref == 0 {
-		ref = p.deletion.Time
+		ref = p.lc().deletion.Time
 	}
 	accepting := p.acceptedUntil(opts)
 	for i, e := range p.conns {
