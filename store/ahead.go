@@ -41,6 +41,7 @@ func ScanAhead(ctx context.Context, s Store, q Query, fn func(*event.Event) erro
 		send := func() error {
 			select {
 			case full <- b:
+				b = nil // the consumer's now: never sent twice
 			case <-ctx.Done():
 				return ctx.Err()
 			}
