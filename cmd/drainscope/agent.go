@@ -50,7 +50,8 @@ prunes only when given --retention, on a SQLite store, or in leader mode
 while it holds the lease.
 
 --metrics-listen serves /healthz, /readyz (ready once the caches are synced
-and the kernel programs loaded) and /metrics.
+and the kernel programs loaded) and /metrics; --pprof adds Go's runtime
+profiles there (/debug/pprof/heap, profile, goroutine).
 
 Flags:
 `
@@ -63,6 +64,7 @@ func runAgent(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	tokenFile := fs.String("token-file", relay.DefaultTokenFile, "with --server: the pod's projected service account token, read at each batch (kubelet rotates it)")
 	serverCA := fs.String("server-ca", "", "with --server https://…: PEM file of the CA that signed the server's certificate (default: the system's)")
 	listen := fs.String("metrics-listen", ":9090", "address for /healthz, /readyz and /metrics; empty turns it off")
+	profiles := fs.Bool("pprof", false, "also serve Go's runtime profiles at /debug/pprof/ on --metrics-listen (heap, CPU, goroutines; not the command line)")
 	bufferEvents := fs.Int("buffer-events", 1_000_000, "events held in memory while the store is slow or down; past this they are dropped and counted")
 	batch := fs.Int("batch-size", 5000, "most events one store write carries")
 	flushEvery := fs.Duration("flush-interval", 200*time.Millisecond, "longest an event waits before it is written")
@@ -111,6 +113,8 @@ func runAgent(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		if _, _, err := net.SplitHostPort(*listen); err != nil {
 			return fmt.Errorf("%w: --metrics-listen %q: want host:port, e.g. :9090", errUsage, *listen)
 		}
+	} else if *profiles {
+		return fmt.Errorf("%w: --pprof serves on --metrics-listen: set it too", errUsage)
 	}
 	if err := checkAgentWrite(*dsn, *server, retention); err != nil {
 		return err
@@ -176,8 +180,12 @@ func runAgent(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		if err != nil {
 			return fmt.Errorf("listening on %s: %w", *listen, err)
 		}
+		h := a.Handler()
+		if *profiles {
+			h = withProfiles(h)
+		}
 		srv := &http.Server{
-			Handler:           a.Handler(),
+			Handler:           h,
 			ReadHeaderTimeout: 5 * time.Second,
 			IdleTimeout:       time.Minute,
 		}

@@ -55,7 +55,8 @@ falls in), beside the writers; 0 keeps everything.
 
 --metrics-listen serves /metrics apart from the UI: the server's own
 health and the rollout signals (drainscope_rollout_*), which the server
-computes from every node's events as the agents store them.
+computes from every node's events as the agents store them. --pprof adds
+Go's runtime profiles there (/debug/pprof/heap, profile, goroutine).
 
 --events puts a Kubernetes Event (Warning, reason DroppedRequests) on the
 workload of each disruption that dropped requests once it has been quiet
@@ -104,7 +105,7 @@ func runServe(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	}
 	defer stopExport() // stops before the store closes
 	if *f.metricsListen != "" {
-		stopMetrics, err := serveMetrics(*f.metricsListen, m)
+		stopMetrics, err := serveMetrics(*f.metricsListen, m, *f.pprof)
 		if err != nil {
 			return err
 		}
@@ -130,6 +131,7 @@ type serveFlags struct {
 	ingestToken, ingestFormats *string
 	dataplaneToken             *string
 	metricsListen, dsn         *string
+	pprof                      *bool
 	retention                  *retentionFlag
 	signalsAfter, signalsDelay *time.Duration
 	window                     *windowFlags
@@ -152,6 +154,7 @@ func defineServeFlags(fs *flag.FlagSet) *serveFlags {
 	f.ingestFormats = fs.String("ingest-formats", strings.Join(ingest.ClientFailureFormats(), ","), "formats POST /api/v1/client-failures takes (?format=), comma-separated; envoy-clusters (a proxy's routing) only when named here, and then only with --ingest-dataplane-token")
 	f.dataplaneToken = fs.String("ingest-dataplane-token", os.Getenv("DRAINSCOPE_INGEST_DATAPLANE_TOKEN"), "bearer token for posting dataplane formats (envoy-clusters), at least 32 characters, neither --auth-token nor --ingest-token (env DRAINSCOPE_INGEST_DATAPLANE_TOKEN)")
 	f.metricsListen = fs.String("metrics-listen", "", "address for /metrics, host:port, apart from the token-guarded UI (default: none)")
+	f.pprof = fs.Bool("pprof", false, "also serve Go's runtime profiles at /debug/pprof/ on --metrics-listen (heap, CPU, goroutines; not the command line)")
 	f.dsn = fs.String("store", os.Getenv("DRAINSCOPE_STORE"), "store DSN: postgres://… or a SQLite file path (default: "+store.DefaultPath()+"; env DRAINSCOPE_STORE)")
 	f.retention = registerRetention(fs, "delete events older than `AGE`, at start and then hourly: a duration or days (336h, 14d); 0 keeps everything")
 	f.signalsAfter = fs.Duration("signals-after", 30*time.Second, "report a terminated pod's rollout signals (drainscope_rollout_* on --metrics-listen) once it has been quiet this long")
@@ -216,6 +219,9 @@ func (f *serveFlags) check() (serveChecked, error) {
 	if *f.agentQPS <= 0 {
 		return c, fmt.Errorf("%w: --agent-review-qps must be positive", errUsage)
 	}
+	if *f.pprof && *f.metricsListen == "" {
+		return c, fmt.Errorf("%w: --pprof serves on --metrics-listen: set it too", errUsage)
+	}
 	return c, nil
 }
 
@@ -228,13 +234,18 @@ func flushOTLP(ctx context.Context, otlpExp *otlp.Exporter) {
 	}
 }
 
-// serveMetrics serves /metrics on addr until stop is called.
-func serveMetrics(addr string, m *metrics.Metrics) (stop func(), err error) {
+// serveMetrics serves /metrics on addr, and with profiles the runtime
+// profiles, until stop is called.
+func serveMetrics(addr string, m *metrics.Metrics, profiles bool) (stop func(), err error) {
 	mln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("--metrics-listen %s: %w", addr, err)
 	}
-	msrv := &http.Server{Handler: m.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	h := m.Handler()
+	if profiles {
+		h = withProfiles(h)
+	}
+	msrv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 	go msrv.Serve(mln)
 	slog.Info("metrics", "url", "http://"+mln.Addr().String()+"/metrics")
 	return func() { msrv.Close() }, nil
