@@ -76,6 +76,10 @@ func TestLabSimulate(t *testing.T) {
 			t.Errorf("no batch reported its %s stage on the server's metrics (stages: %+v)", name, r.Stages)
 		}
 	}
+	// The server's heap profile was read, and some of it is drainscope's.
+	if r.HeapInuse == 0 || len(r.HeapSites) == 0 {
+		t.Errorf("no heap profile read from the server (--pprof): %d bytes, sites %v", r.HeapInuse, r.HeapSites)
+	}
 	if len(r.Errors) > 0 || len(r.Report) == 0 || r.ColdLive == 0 {
 		t.Errorf("after the rollout: report %v, cold timeline %v, errors %q", r.Report, r.ColdLive, r.Errors)
 	}

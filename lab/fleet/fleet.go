@@ -87,6 +87,10 @@ type Row struct {
 	Cold                       []time.Duration // the same once the rollout ended and a server kept its digest, from timedRuns fresh servers
 	RolloutPods, RolloutEvents int
 	Stages                     []Stage // the server's time per stage of the agents' batches, over the run
+	// The server's live heap once the writes ended (its --pprof heap
+	// profile), in all and by the drainscope function that allocated it.
+	HeapInuse int64
+	HeapSites []HeapSite
 	Load                       string
 	Duration                   time.Duration
 	Errors                     []string
@@ -321,6 +325,9 @@ func Run(ctx context.Context, cl *Cluster, nodes int, o Options) (row Row, err e
 	end := time.Now()
 	if row.Stages, err = batchStages(ctx, srv.metrics); err != nil {
 		row.Errors = append(row.Errors, fmt.Sprintf("reading the server's batch stages: %v", err))
+	}
+	if err := serverHeap(ctx, srv, filepath.Join(o.Dir, fmt.Sprintf("server-heap-%d.pb.gz", row.Nodes)), &row, logf); err != nil {
+		row.Errors = append(row.Errors, fmt.Sprintf("reading the server's heap profile: %v", err))
 	}
 	perNode := make(map[string]int64, len(agents))
 	for i := range agents {
@@ -602,6 +609,7 @@ type server struct {
 	cmd     *exec.Cmd
 	url     string
 	metrics string // its Prometheus endpoint
+	pprof   string // its runtime profiles (--pprof)
 	done    chan error
 	once    sync.Once
 }
@@ -644,7 +652,7 @@ func startServer(ctx context.Context, o Options, cl *Cluster, dsn, name string) 
 		ln.Close()
 	}
 	addr := addrs[0]
-	args := append([]string{"serve", "--listen", addr, "--metrics-listen", addrs[1], "--store", dsn, "--kubeconfig", cl.Kubeconfig(),
+	args := append([]string{"serve", "--listen", addr, "--metrics-listen", addrs[1], "--pprof", "--store", dsn, "--kubeconfig", cl.Kubeconfig(),
 		"--agent-service-account", AgentNamespace + "/" + AgentServiceAccount, "--retention", "0"}, o.ServerArgs...)
 	cmd := o.Server(args...)
 	logf, err := os.Create(filepath.Join(o.Dir, name+".log"))
@@ -656,7 +664,7 @@ func startServer(ctx context.Context, o Options, cl *Cluster, dsn, name string) 
 		logf.Close()
 		return nil, fmt.Errorf("starting drainscope serve: %w", err)
 	}
-	s := &server{cmd: cmd, url: "http://" + addr, metrics: "http://" + addrs[1] + "/metrics", done: make(chan error, 1)}
+	s := &server{cmd: cmd, url: "http://" + addr, metrics: "http://" + addrs[1] + "/metrics", pprof: "http://" + addrs[1] + "/debug/pprof/", done: make(chan error, 1)}
 	go func() { s.done <- cmd.Wait(); logf.Close() }()
 	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		if err := s.alive(); err != nil {
@@ -740,6 +748,16 @@ func WriteTable(w io.Writer, rows []Row) {
 		for _, st := range r.Stages {
 			fmt.Fprintf(w, "| %d | %s | %d | %s | %s |\n", r.Nodes, st.Name, st.Batches, st.bound(st.P50), st.bound(st.P99))
 		}
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| nodes | the server's live heap once the writes ended | held by (the drainscope function that allocated it) |")
+	fmt.Fprintln(w, "|---|---|---|")
+	for _, r := range rows {
+		var by []string
+		for _, s := range r.HeapSites[:min(len(r.HeapSites), 6)] {
+			by = append(by, fmt.Sprintf("%s %d MiB", s.Func, s.Bytes>>20))
+		}
+		fmt.Fprintf(w, "| %d | %d MiB | %s |\n", r.Nodes, r.HeapInuse>>20, strings.Join(by, "; "))
 	}
 	for _, r := range rows {
 		for _, e := range r.Errors {
