@@ -153,10 +153,12 @@ func (a *Aligner) dataplane(e *event.Event) {
 	ev := *e // its Attrs map is kept, not copied: see Aligner.Add
 	ev.Pod = p.ref
 	ev.Workload = p.wl
+	// Held here only: the pod's timeline and its failures' nearest
+	// events read the views beside the landmarks (podState.events,
+	// podState.nearest). A pod's views grow with the nodes that record
+	// its endpoint; a second copy in the landmarks was a third of a
+	// server's heap at 2,000 nodes.
 	v.trans = append(v.trans, epTrans{ev: ev, ready: ready})
-	if len(p.landmarks) < maxLandmarks {
-		p.landmarks = append(p.landmarks, ev)
-	}
 	if !ready {
 		if w := p.watchLeave(svc, e.Time); w != nil {
 			if e.Time-w.Time < int64(a.opts.Retain) {

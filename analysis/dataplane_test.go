@@ -82,3 +82,72 @@ func TestDataplaneRemovalEndsRotation(t *testing.T) {
 		t.Errorf("timeline dataplane marks %+v", tl.Dataplane)
 	}
 }
+
+// A dataplane transition is held once, in its node's view of the pod's
+// endpoint, not also among the pod's landmarks; the pod's timeline and a
+// failure's nearest events still show it, in time order beside the
+// landmarks.
+func TestDataplaneHeldOnce(t *testing.T) {
+	r := newRec("node-a")
+	p := r.pod("web-a", "10.244.0.11")
+	r.created(p, -60*s)
+	r.ready(p, -58*s)
+	r.dataplane(p, -58*s+50*ms, "node-a", true)
+	r.dataplane(p, -58*s+70*ms, "node-b", true)
+	p.pid = 5000
+	r.deletion(p, 0, 30*time.Second)
+	r.dataplane(p, 300*ms, "node-b", false)
+	r.failure(400*ms, client(1), event.FailTimeout, backend(p))
+	r.signal(p, 1*s, 15)
+
+	var states []*podState
+	al := NewAligner(Options{}, nil, nil)
+	for i := range r.events {
+		if err := al.Add(&r.events[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, ps := range al.byUID {
+		states = append(states, ps)
+	}
+	for _, ps := range states {
+		for _, e := range ps.landmarks {
+			if e.Kind.IsDataplane() {
+				t.Errorf("a dataplane event among the landmarks: %s at %d", e.Kind, e.Time)
+			}
+		}
+	}
+
+	res, err := AnalyzeEvents(r.events, store.Query{Window: event.Window{From: r.t0 - 2*60*s, To: r.t0 + 2*60*s}}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Timelines) != 1 {
+		t.Fatalf("%d timelines, want 1", len(res.Timelines))
+	}
+	var kinds []event.Kind
+	last := int64(0)
+	for _, e := range res.Timelines[0].Events {
+		if e.Time < last {
+			t.Errorf("timeline out of time order at %s", e.Kind)
+		}
+		last = e.Time
+		kinds = append(kinds, e.Kind)
+	}
+	dp := 0
+	for _, k := range kinds {
+		if k.IsDataplane() {
+			dp++
+		}
+	}
+	if dp != 3 {
+		t.Errorf("timeline events %v: %d dataplane events, want all 3", kinds, dp)
+	}
+	if len(res.Failures) != 1 {
+		t.Fatalf("%d failures, want 1", len(res.Failures))
+	}
+	f := res.Failures[0]
+	if f.Before == nil || f.Before.Event.Kind != event.DataplaneEndpointRemoved || f.After == nil || f.After.Event.Kind != event.Signal {
+		t.Errorf("nearest before %+v, after %+v: want node-b's removal at +300 ms and the SIGTERM at +1 s", f.Before, f.After)
+	}
+}

@@ -132,7 +132,7 @@ func (a *Aligner) decide(pf *pending) {
 		life := fx.pod
 		d.Pod, d.Workload = p.ref, p.wl
 		d.Terminating = life.terminatingAt(t+int64(a.opts.ExitBefore)) != nil
-		d.Before, d.After = nearest(p.landmarks, t)
+		d.Before, d.After = p.nearest(t)
 		d.Offsets = life.offsets(t, fx.svcs)
 		p = life
 		if pf.inferred {
@@ -163,6 +163,23 @@ func nearest(ls []event.Event, t int64) (before, after *event.Event) {
 	}
 	if i < len(ls) {
 		after = &ls[i]
+	}
+	return before, after
+}
+
+// nearest returns the pod's last landmark or dataplane transition at or
+// before t and its first after t; a landmark wins a tie.
+func (p *podState) nearest(t int64) (before, after *event.Event) {
+	before, after = nearest(p.landmarks, t)
+	for i := range p.dp {
+		s := p.dp[i].trans
+		j := sort.Search(len(s), func(j int) bool { return s[j].ev.Time > t })
+		if j > 0 && (before == nil || s[j-1].ev.Time > before.Time) {
+			before = &s[j-1].ev
+		}
+		if j < len(s) && (after == nil || s[j].ev.Time < after.Time) {
+			after = &s[j].ev
+		}
 	}
 	return before, after
 }

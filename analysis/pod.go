@@ -1,6 +1,7 @@
 package analysis
 
 import (
+	"cmp"
 	"net/netip"
 	"slices"
 	"strings"
@@ -756,7 +757,28 @@ func (p *podState) gone(now, retain int64) bool {
 }
 
 func hasLifecycle(p *podState) bool {
-	return len(p.landmarks) > 0 || p.lc().deletion.Time != 0 || p.created != 0 || p.ready != 0
+	return len(p.landmarks) > 0 || len(p.dp) > 0 || p.lc().deletion.Time != 0 || p.created != 0 || p.ready != 0
+}
+
+// events are the pod's landmarks and its dataplane transitions, which are
+// held in its views only, in time order.
+func (p *podState) events() []event.Event {
+	n := 0
+	for i := range p.dp {
+		n += len(p.dp[i].trans)
+	}
+	if n == 0 {
+		return p.landmarks
+	}
+	out := make([]event.Event, 0, len(p.landmarks)+n)
+	out = append(out, p.landmarks...)
+	for i := range p.dp {
+		for j := range p.dp[i].trans {
+			out = append(out, p.dp[i].trans[j].ev)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b event.Event) int { return cmp.Compare(a.Time, b.Time) })
+	return out
 }
 
 func (p *podState) offsets(t int64, svcs []string) Offsets {

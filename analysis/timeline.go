@@ -188,7 +188,7 @@ func (p *podState) timeline(opts *Options) PodTimeline {
 		Created:  p.created, Ready: p.ready, NotReady: p.notReady,
 		Deletion: p.lc().deletion.Time, GracePeriod: p.lc().deletion.Duration, Disruption: p.lc().deletion.Attrs[event.AttrDisruption],
 		ListenerClosed: p.lc().listener.Time,
-		events:         p.landmarks,
+		events:         p.events(),
 	}
 	for _, l := range p.leases {
 		t.IPs = append(t.IPs, l.ip.String())
