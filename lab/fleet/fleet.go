@@ -91,9 +91,9 @@ type Row struct {
 	// profile), in all and by the drainscope function that allocated it.
 	HeapInuse int64
 	HeapSites []HeapSite
-	Load                       string
-	Duration                   time.Duration
-	Errors                     []string
+	Load      string
+	Duration  time.Duration
+	Errors    []string
 }
 
 // agentSim is one simulated agent.
