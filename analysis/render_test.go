@@ -60,7 +60,7 @@ func TestGolden(t *testing.T) {
 			}
 			golden(t, sc.name+".md", md.Bytes())
 			if sc.json {
-				if err := WriteJSON(&js, res); err != nil {
+				if err := WriteJSON(&js, res, true); err != nil {
 					t.Fatal(err)
 				}
 				golden(t, sc.name+".json", js.Bytes())

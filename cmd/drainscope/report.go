@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"github.com/mattn/go-isatty"
 	"os"
 	"runtime/debug"
 	"strings"
@@ -33,7 +34,7 @@ func runReport(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	since := fs.String("since", "1h", "start of the window: a duration before now (90m, 2h, 1d) or an RFC 3339 time")
 	until := fs.String("until", "", "end of the window: a duration before now or an RFC 3339 time (default: now)")
 	workload := fs.String("workload", "", "only this workload: NAMESPACE/NAME or NAMESPACE/KIND/NAME (e.g. default/web, default/Deployment/web)")
-	format := fs.String("format", "text", "output format: text, json or markdown")
+	format := fs.String("format", "text", "output format: text, json (indented on a terminal, compact otherwise) or markdown")
 	dsn := fs.String("store", os.Getenv("DRAINSCOPE_STORE"), "store DSN: postgres://… or a SQLite file path (default: "+store.DefaultPath()+"; env DRAINSCOPE_STORE)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), reportUsage)
@@ -99,7 +100,10 @@ func reportWriter(format string) (func(w *os.File, r *analysis.Result) error, er
 	case "text", "":
 		return func(w *os.File, r *analysis.Result) error { return textreport.WriteText(w, r) }, nil
 	case "json":
-		return func(w *os.File, r *analysis.Result) error { return analysis.WriteJSON(w, r) }, nil
+		// Indented for a terminal; compact for a program or a file.
+		return func(w *os.File, r *analysis.Result) error {
+			return analysis.WriteJSON(w, r, isatty.IsTerminal(w.Fd()))
+		}, nil
 	case "markdown", "md":
 		return func(w *os.File, r *analysis.Result) error { return textreport.WriteMarkdown(w, r) }, nil
 	}
