@@ -32,8 +32,12 @@ type Aligner struct {
 	lastSweep int64
 	lastPods  int64
 
-	byUID    map[string]*podState
-	lastPod  *podState
+	byUID   map[string]*podState
+	lastPod *podState
+	// ending are the pods that may be gone: those that ended or were
+	// deleted (podState.gone holds for no other), so that a sweep does
+	// not visit every live pod of the cluster.
+	ending   []*podState
 	backends map[string]netip.Addr // parsed backend attributes, a small cache
 	byName   map[nsName]*podState
 	ips      ipIndex
@@ -190,6 +194,10 @@ func (a *Aligner) Add(e *event.Event) error {
 		if p.ingest(e, &a.opts) {
 			a.global.push(e.Clone())
 		}
+		if !p.enlisted && (p.ended || p.lc().deletion.Time != 0) {
+			p.enlisted = true
+			a.ending = append(a.ending, p)
+		}
 		a.learnIPs(p, e)
 	}
 	if e.Kind.IsEndpoint() {
@@ -258,8 +266,14 @@ func (a *Aligner) Flush() {
 	}
 	sort.Slice(all, func(i, j int) bool { return all[i].first < all[j].first })
 	for _, p := range all {
-		a.forget(p)
+		a.report(p)
 	}
+	// The stream ended: the indexes go at once, not pod by pod.
+	clear(a.byUID)
+	clear(a.byName)
+	clear(a.svcPods)
+	a.ips = newIPIndex()
+	a.lastPod, a.ending = nil, nil
 }
 
 func (a *Aligner) push(p pending) int64 {
@@ -413,24 +427,30 @@ func (a *Aligner) sweep() {
 	}
 	a.lastPods = a.now
 	var gone []*podState
-	for _, p := range a.byUID {
+	keep := a.ending[:0]
+	for _, p := range a.ending {
 		if p.gone(a.now, retain) {
 			gone = append(gone, p)
+		} else {
+			keep = append(keep, p)
 		}
 	}
-	for _, p := range a.byName {
-		if p.ref.UID == "" && p.gone(a.now, retain) {
-			gone = append(gone, p)
-		}
-	}
+	clear(a.ending[len(keep):])
+	a.ending = keep
 	for _, p := range gone {
 		a.forget(p)
 		a.stats.PodsEvicted++
 	}
 }
 
-// forget reports the pod's timeline and drops its state.
+// forget drops the pod's state and reports its timeline.
 func (a *Aligner) forget(p *podState) {
+	a.unindex(p)
+	a.report(p)
+}
+
+// unindex drops the pod from the aligner's indexes.
+func (a *Aligner) unindex(p *podState) {
 	if p.ref.UID != "" && a.byUID[p.ref.UID] == p {
 		delete(a.byUID, p.ref.UID)
 	}
@@ -459,6 +479,11 @@ func (a *Aligner) forget(p *podState) {
 		}
 		a.ips.set(ip, out) // deletes ip when out is empty
 	}
+}
+
+// report calls onPod with the pod's timeline, when it has one and onPod
+// wants it.
+func (a *Aligner) report(p *podState) {
 	if a.onPod != nil && hasLifecycle(p) && (a.podWanted == nil || a.podWanted(p.ref.Namespace, p.wl)) {
 		// One timeline per pod: its last life that ended (a restart in
 		// place, when the pod lived on after it), else its current one.

@@ -2,6 +2,7 @@ package analysis
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"path/filepath"
 	"sort"
@@ -504,5 +505,60 @@ func TestProbeConnectionAtItsExitIsNoInferredFailure(t *testing.T) {
 		if n != 1 {
 			t.Errorf("marks=%v: %d inferred failures, want the app's one", marks, n)
 		}
+	}
+}
+
+// A sweep drops a pod Retain after it ended, and a deleted pod that never
+// showed its end 6×Retain after its last event; a live pod, however quiet
+// or old, stays until the stream ends. Only the first two count as
+// evicted.
+func TestSweepDropsOnlyEndedPods(t *testing.T) {
+	r := newRec("node-a")
+	live, ended, deleted := r.pod("live", "10.244.0.11"), r.pod("ended", "10.244.0.12"), r.pod("deleted", "10.244.0.13")
+	for _, p := range []*tpod{live, ended, deleted} {
+		r.created(p, 0)
+	}
+	for i, p := range []*tpod{live, ended, deleted} {
+		r.ready(p, int64(i+1)*s)
+	}
+	r.deletion(ended, 60*s, 30*time.Second)
+	r.deletion(deleted, 60*s, 30*time.Second)
+	r.signal(ended, 60*s+10*ms, 15)
+	r.exit(ended, 61*s, 0, 0)
+	for m := int64(2); m <= 20; m++ {
+		r.connClosed(live, m*60*s, client(int(m)), "peer", 0)
+	}
+	reported := map[string]int64{} // pod → the stream's time when its timeline came
+	var now int64
+	al := NewAligner(Options{Retain: time.Minute}, nil, func(tl *PodTimeline) { reported[tl.Pod.Name] = now })
+	for i := range r.events {
+		now = r.events[i].Time
+		if err := al.Add(&r.events[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	now = -1 // Flush
+	al.Flush()
+	at := func(name string) string {
+		switch v, ok := reported[name]; {
+		case !ok:
+			return "never"
+		case v < 0:
+			return "at the end"
+		default:
+			return fmt.Sprintf("at +%ds", (v-r.t0)/s)
+		}
+	}
+	if v, ok := reported["ended"]; !ok || v < 0 || v-r.at(61*s) < 60*s || v-r.at(61*s) > 3*60*s {
+		t.Errorf("the pod that ended was dropped %s, want 1–3 min after its exit at +61s", at("ended"))
+	}
+	if v, ok := reported["deleted"]; !ok || v < 0 || v-r.at(60*s) < 6*60*s {
+		t.Errorf("the deleted pod was dropped %s, want 6 min or more after its deletion at +60s", at("deleted"))
+	}
+	if v, ok := reported["live"]; !ok || v >= 0 {
+		t.Errorf("the live pod was reported %s, want at the end", at("live"))
+	}
+	if n := al.Stats().PodsEvicted; n != 2 {
+		t.Errorf("%d pods evicted, want 2", n)
 	}
 }

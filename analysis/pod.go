@@ -51,6 +51,7 @@ type podState struct {
 
 	refusedOutOfRotation int
 	ended                bool // exit, kill or removal seen: may be evicted once quiet
+	enlisted             bool // in Aligner.ending
 
 	// mainKnown: the pod's node marks its containers' main processes
 	// (event.FlagMain), so a process event without the mark is an exec
