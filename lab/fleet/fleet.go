@@ -588,20 +588,32 @@ func timeline(ctx context.Context, base, id string) (time.Duration, error) {
 }
 
 func getJSON(ctx context.Context, u string, v any) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	b, err := get(ctx, u)
 	if err != nil {
 		return err
+	}
+	return json.Unmarshal(b, v)
+}
+
+// get reads u's body; an answer other than 200 is an error that quotes it.
+func get(ctx context.Context, u string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, err
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
+	b, err := io.ReadAll(resp.Body)
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: %s: %s", u, resp.Status, strings.TrimSpace(string(b)))
+		return nil, fmt.Errorf("GET %s: %s: %s", u, resp.Status, strings.TrimSpace(string(b)))
 	}
-	return json.Unmarshal(b, v)
+	if err != nil {
+		return nil, fmt.Errorf("GET %s: %w", u, err)
+	}
+	return b, nil
 }
 
 // server is a drainscope serve process.

@@ -1,10 +1,11 @@
 package fleet
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"sort"
 	"strings"
@@ -12,41 +13,19 @@ import (
 	"github.com/google/pprof/profile"
 )
 
-// saveProfile fetches a runtime profile from url (a server's --pprof
-// endpoint) into file.
-func saveProfile(ctx context.Context, url, file string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: %s", url, resp.Status)
-	}
-	f, err := os.Create(file)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(f, resp.Body); err != nil {
-		f.Close()
-		return fmt.Errorf("GET %s: %w", url, err)
-	}
-	return f.Close()
-}
-
-// serverHeap saves the server's heap profile (after a collection) into
-// file and reads it into row.
+// serverHeap fetches the server's heap profile (after a collection),
+// keeps it in file for go tool pprof, and reads it into row.
 func serverHeap(ctx context.Context, srv *server, file string, row *Row, logf func(string, ...any)) error {
-	if err := saveProfile(ctx, srv.pprof+"heap?gc=1", file); err != nil {
-		return err
-	}
-	sites, total, err := heapSites(file)
+	b, err := get(ctx, srv.pprof+"heap?gc=1")
 	if err != nil {
 		return err
+	}
+	if err := os.WriteFile(file, b, 0o644); err != nil {
+		return err
+	}
+	sites, total, err := heapSites(bytes.NewReader(b))
+	if err != nil {
+		return fmt.Errorf("%s: %w", file, err)
 	}
 	row.HeapInuse, row.HeapSites = total, sites
 	logf("  the server's live heap once the writes ended: %d MiB (go tool pprof -sample_index=inuse_space %s)", total>>20, file)
@@ -62,19 +41,14 @@ type HeapSite struct {
 // ownPrefix names drainscope's own functions in a profile.
 const ownPrefix = "github.com/drainscope/drainscope/"
 
-// heapSites reads a heap profile and sums its in-use bytes by the
+// heapSites parses a heap profile and sums its in-use bytes by the
 // innermost drainscope function on each allocation's stack (the leaf
 // when none is), largest first: which of the server's own code holds the
 // heap. The total is the profile's in-use bytes in all.
-func heapSites(file string) (sites []HeapSite, total int64, err error) {
-	f, err := os.Open(file)
+func heapSites(r io.Reader) (sites []HeapSite, total int64, err error) {
+	p, err := profile.Parse(r)
 	if err != nil {
 		return nil, 0, err
-	}
-	defer f.Close()
-	p, err := profile.Parse(f)
-	if err != nil {
-		return nil, 0, fmt.Errorf("%s: %w", file, err)
 	}
 	idx := -1
 	for i, st := range p.SampleType {
@@ -83,7 +57,7 @@ func heapSites(file string) (sites []HeapSite, total int64, err error) {
 		}
 	}
 	if idx < 0 {
-		return nil, 0, fmt.Errorf("%s: not a heap profile (no inuse_space)", file)
+		return nil, 0, errors.New("not a heap profile (no inuse_space)")
 	}
 	by := map[string]int64{}
 	for _, s := range p.Sample {

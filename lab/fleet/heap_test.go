@@ -1,10 +1,10 @@
 package fleet
 
 import (
-	"os"
-	"path/filepath"
+	"bytes"
 	"runtime"
 	"runtime/pprof"
+	"strings"
 	"testing"
 )
 
@@ -24,16 +24,11 @@ func TestHeapSites(t *testing.T) {
 	holdHeap(64 << 20)
 	defer func() { held = nil }()
 	runtime.GC()
-	file := filepath.Join(t.TempDir(), "heap.pb.gz")
-	f, err := os.Create(file)
-	if err != nil {
+	var buf bytes.Buffer
+	if err := pprof.Lookup("heap").WriteTo(&buf, 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	sites, total, err := heapSites(file)
+	sites, total, err := heapSites(&buf)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,8 +38,16 @@ func TestHeapSites(t *testing.T) {
 	if sites[0].Bytes < 48<<20 || total < sites[0].Bytes {
 		t.Errorf("holdHeap holds %d bytes of %d in all; want about 64 MiB", sites[0].Bytes, total)
 	}
-	if _, _, err := heapSites(filepath.Join(t.TempDir(), "none")); err == nil {
-		t.Error("a missing profile read without error")
+	// Not a profile, and a profile that is not a heap's.
+	if _, _, err := heapSites(strings.NewReader("metrics")); err == nil {
+		t.Error("text read as a heap profile")
+	}
+	buf.Reset()
+	if err := pprof.Lookup("goroutine").WriteTo(&buf, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := heapSites(&buf); err == nil || !strings.Contains(err.Error(), "inuse_space") {
+		t.Errorf("a goroutine profile read as a heap's: %v", err)
 	}
 }
 

@@ -1,10 +1,10 @@
 package fleet
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"math"
-	"net/http"
 	"sort"
 	"time"
 
@@ -27,20 +27,12 @@ const stageMetric = "drainscope_agent_batch_stage_seconds"
 // batchStages scrapes a server's metrics for the stages of the agents'
 // batches.
 func batchStages(ctx context.Context, url string) ([]Stage, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	b, err := get(ctx, url)
 	if err != nil {
 		return nil, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
 	}
 	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(resp.Body)
+	fams, err := p.TextToMetricFamilies(bytes.NewReader(b))
 	if err != nil {
 		return nil, fmt.Errorf("parsing %s: %w", url, err)
 	}
