@@ -114,7 +114,7 @@ func runAgent(ctx context.Context, fs *flag.FlagSet, args []string) error {
 			return fmt.Errorf("%w: --metrics-listen %q: want host:port, e.g. :9090", errUsage, *listen)
 		}
 	} else if *profiles {
-		return fmt.Errorf("%w: --pprof serves on --metrics-listen: set it too", errUsage)
+		return errProfilesWithoutListener
 	}
 	if err := checkAgentWrite(*dsn, *server, retention); err != nil {
 		return err
@@ -180,12 +180,8 @@ func runAgent(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		if err != nil {
 			return fmt.Errorf("listening on %s: %w", *listen, err)
 		}
-		h := a.Handler()
-		if *profiles {
-			h = withProfiles(h)
-		}
 		srv := &http.Server{
-			Handler:           h,
+			Handler:           metricsHandler(a.Handler(), *profiles),
 			ReadHeaderTimeout: 5 * time.Second,
 			IdleTimeout:       time.Minute,
 		}

@@ -1,9 +1,22 @@
 package main
 
 import (
+	"fmt"
 	"net/http"
 	"net/http/pprof"
 )
+
+// errProfilesWithoutListener: --pprof without --metrics-listen.
+var errProfilesWithoutListener = fmt.Errorf("%w: --pprof serves on --metrics-listen: set it too", errUsage)
+
+// metricsHandler is h, with the runtime profiles beside it when profiles
+// is set (--pprof).
+func metricsHandler(h http.Handler, profiles bool) http.Handler {
+	if !profiles {
+		return h
+	}
+	return withProfiles(h)
+}
 
 // withProfiles serves Go's runtime profiles under /debug/pprof/ beside h
 // (--pprof): the heap, allocs, goroutine, block, mutex and threadcreate

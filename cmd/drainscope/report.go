@@ -4,11 +4,12 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"github.com/mattn/go-isatty"
 	"os"
 	"runtime/debug"
 	"strings"
 	"time"
+
+	"github.com/mattn/go-isatty"
 
 	"github.com/drainscope/drainscope/analysis"
 	"github.com/drainscope/drainscope/analysis/textreport"

@@ -220,7 +220,7 @@ func (f *serveFlags) check() (serveChecked, error) {
 		return c, fmt.Errorf("%w: --agent-review-qps must be positive", errUsage)
 	}
 	if *f.pprof && *f.metricsListen == "" {
-		return c, fmt.Errorf("%w: --pprof serves on --metrics-listen: set it too", errUsage)
+		return c, errProfilesWithoutListener
 	}
 	return c, nil
 }
@@ -241,11 +241,7 @@ func serveMetrics(addr string, m *metrics.Metrics, profiles bool) (stop func(), 
 	if err != nil {
 		return nil, fmt.Errorf("--metrics-listen %s: %w", addr, err)
 	}
-	h := m.Handler()
-	if profiles {
-		h = withProfiles(h)
-	}
-	msrv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	msrv := &http.Server{Handler: metricsHandler(m.Handler(), profiles), ReadHeaderTimeout: 5 * time.Second}
 	go msrv.Serve(mln)
 	slog.Info("metrics", "url", "http://"+mln.Addr().String()+"/metrics")
 	return func() { msrv.Close() }, nil
