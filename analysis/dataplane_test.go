@@ -1,6 +1,7 @@
 package analysis
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -100,7 +101,6 @@ func TestDataplaneHeldOnce(t *testing.T) {
 	r.failure(400*ms, client(1), event.FailTimeout, backend(p))
 	r.signal(p, 1*s, 15)
 
-	var states []*podState
 	al := NewAligner(Options{}, nil, nil)
 	for i := range r.events {
 		if err := al.Add(&r.events[i]); err != nil {
@@ -108,9 +108,6 @@ func TestDataplaneHeldOnce(t *testing.T) {
 		}
 	}
 	for _, ps := range al.byUID {
-		states = append(states, ps)
-	}
-	for _, ps := range states {
 		for _, e := range ps.landmarks {
 			if e.Kind.IsDataplane() {
 				t.Errorf("a dataplane event among the landmarks: %s at %d", e.Kind, e.Time)
@@ -149,5 +146,37 @@ func TestDataplaneHeldOnce(t *testing.T) {
 	f := res.Failures[0]
 	if f.Before == nil || f.Before.Event.Kind != event.DataplaneEndpointRemoved || f.After == nil || f.After.Event.Kind != event.Signal {
 		t.Errorf("nearest before %+v, after %+v: want node-b's removal at +300 ms and the SIGTERM at +1 s", f.Before, f.After)
+	}
+}
+
+// A pod's timeline holds at most maxLandmarks events, as when dataplane
+// transitions were landmarks too: every landmark, and the earliest
+// transitions up to the bound.
+func TestTimelineEventsBounded(t *testing.T) {
+	r := newRec("node-a")
+	p := r.pod("web-a", "10.244.0.11")
+	r.created(p, -60*s)
+	r.ready(p, -58*s)
+	for n := range 40 {
+		node := fmt.Sprintf("node-%02d", n)
+		for k := range 20 {
+			r.dataplane(p, int64(n*20+k)*ms, node, k%2 == 0)
+		}
+	}
+	r.deletion(p, 10*s, 30*time.Second)
+	res, err := AnalyzeEvents(r.events, store.Query{Window: event.Window{From: r.t0 - 2*60*s, To: r.t0 + 2*60*s}}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := res.Timelines[0].Events
+	kinds := map[event.Kind]int{}
+	for _, e := range evs {
+		kinds[e.Kind]++
+	}
+	if len(evs) != maxLandmarks || kinds[event.PodCreated] != 1 || kinds[event.PodDeletion] != 1 {
+		t.Errorf("%d timeline events (%v), want %d with the pod's creation and deletion", len(evs), kinds, maxLandmarks)
+	}
+	if last := evs[len(evs)-1]; last.Kind != event.PodDeletion {
+		t.Errorf("last event %s, want the deletion: the latest transitions are the ones left out", last.Kind)
 	}
 }

@@ -762,23 +762,23 @@ func hasLifecycle(p *podState) bool {
 }
 
 // events are the pod's landmarks and its dataplane transitions, which are
-// held in its views only, in time order.
+// held in its views only, in time order: at most maxLandmarks, as when
+// the transitions were landmarks too, the landmarks all kept and the
+// latest transitions left out past the bound.
 func (p *podState) events() []event.Event {
-	n := 0
-	for i := range p.dp {
-		n += len(p.dp[i].trans)
-	}
-	if n == 0 {
-		return p.landmarks
-	}
-	out := make([]event.Event, 0, len(p.landmarks)+n)
-	out = append(out, p.landmarks...)
+	var dp []event.Event
 	for i := range p.dp {
 		for j := range p.dp[i].trans {
-			out = append(out, p.dp[i].trans[j].ev)
+			dp = append(dp, p.dp[i].trans[j].ev)
 		}
 	}
-	slices.SortStableFunc(out, func(a, b event.Event) int { return cmp.Compare(a.Time, b.Time) })
+	byTime := func(a, b event.Event) int { return cmp.Compare(a.Time, b.Time) }
+	slices.SortStableFunc(dp, byTime)
+	if dp = dp[:min(len(dp), max(0, maxLandmarks-len(p.landmarks)))]; len(dp) == 0 {
+		return p.landmarks
+	}
+	out := append(slices.Clip(p.landmarks), dp...) // a new array: the landmarks stay as they are
+	slices.SortStableFunc(out, byTime)
 	return out
 }
 
