@@ -91,15 +91,6 @@ func (s *SQLite) GetDigest(ctx context.Context, key string, analysis bool) (Dige
 	return d, true, nil
 }
 
-// CountEvents implements Digests.
-func (s *Postgres) CountEvents(ctx context.Context, w event.Window) (int64, error) {
-	var n int64
-	if err := s.pool.QueryRow(ctx, fmt.Sprintf(countEvents, "$1", "$2"), w.From, w.To).Scan(&n); err != nil {
-		return 0, fmt.Errorf("store %s: counting events: %s", s.name, oneLine(err))
-	}
-	return n, nil
-}
-
 // PutDigest implements Digests.
 func (s *Postgres) PutDigest(ctx context.Context, d Digest) error {
 	if s.readOnly {

@@ -183,7 +183,10 @@ func (s *Postgres) Append(ctx context.Context, batch []event.Event) error {
 			if _, err := tx.CopyFrom(ctx, pgx.Identifier{"events"}, writeColumns, newPgRows(batch)); err != nil {
 				return err
 			}
-			return pgUpsertEntities(ctx, tx, ents)
+			if err := pgUpsertEntities(ctx, tx, ents); err != nil {
+				return err
+			}
+			return pgCountSeconds(ctx, tx, batch, true)
 		})
 		if err == nil || pgCode(err) != "" || ctx.Err() != nil {
 			break
@@ -207,7 +210,10 @@ func (s *Postgres) Append(ctx context.Context, batch []event.Event) error {
 			if _, err = tx.Exec(ctx, "INSERT INTO events SELECT * FROM events_in ON CONFLICT DO NOTHING"); err != nil {
 				return err
 			}
-			return pgUpsertEntities(ctx, tx, ents)
+			if err := pgUpsertEntities(ctx, tx, ents); err != nil {
+				return err
+			}
+			return pgCountSeconds(ctx, tx, batch, false)
 		})
 	}
 	if err != nil {
@@ -484,6 +490,9 @@ func (s *Postgres) PruneDetail(ctx context.Context, before int64) (Pruned, error
 	p.Events += n
 	if err != nil {
 		return fail(err)
+	}
+	if err := pgPruneSeconds(ctx, conn.Conn(), before); err != nil {
+		return fail(fmt.Errorf("deleting the counts per second: %w", err))
 	}
 	// Entities whose every event went with the cut.
 	if _, err := conn.Exec(ctx, "DELETE FROM entities WHERE last_ts < $1", before); err != nil {

@@ -27,9 +27,10 @@ import (
 //     EXECUTE on drainscope_create_partition and drainscope_drop_partition;
 //     and the digests it computes (Digests): SELECT, INSERT, UPDATE and
 //     DELETE on digests.
-//   - Both keep the list of entities current (SELECT, INSERT, UPDATE on
-//     entities: keys and times, no event's content); the server prunes it. It cannot UPDATE or TRUNCATE events or change the
-//     schema.
+//   - Both keep the list of entities current and the count of events per
+//     second (SELECT, INSERT, UPDATE on entities and event_seconds: keys,
+//     times and counts, no event's content); the server prunes both. It
+//     cannot UPDATE or TRUNCATE events or change the schema.
 //
 // SetupRoles refuses, naming the reason, an agent or server role that can
 // become more than that: a superuser; a role with CREATEROLE or BYPASSRLS,
@@ -267,8 +268,8 @@ func SetupRoles(ctx context.Context, dsn string, r Roles) error {
 			"ALTER FUNCTION drainscope_drop_partition(regclass, bigint) OWNER TO " + definer,
 			// Nothing by default: PUBLIC may execute any new function.
 			"REVOKE ALL ON FUNCTION drainscope_create_partition(bigint), drainscope_drop_partition(regclass, bigint) FROM PUBLIC",
-			"REVOKE ALL ON events, events_shape, schema_migrations, digests, entities FROM PUBLIC",
-			"REVOKE ALL ON events, events_shape, schema_migrations, digests, entities FROM " + agent + ", " + server,
+			"REVOKE ALL ON events, events_shape, schema_migrations, digests, entities, event_seconds FROM PUBLIC",
+			"REVOKE ALL ON events, events_shape, schema_migrations, digests, entities, event_seconds FROM " + agent + ", " + server,
 			"REVOKE CREATE ON SCHEMA " + sch + " FROM PUBLIC, " + agent + ", " + server,
 			"GRANT USAGE ON SCHEMA " + sch + " TO " + agent + ", " + server,
 			// The definer makes the day partitions there.
@@ -280,6 +281,10 @@ func SetupRoles(ctx context.Context, dsn string, r Roles) error {
 			// server also prunes it. It names entities, no event's detail.
 			"GRANT SELECT, INSERT, UPDATE ON entities TO " + agent + ", " + server,
 			"GRANT DELETE ON entities TO " + server,
+			// And the count of events per second (CountEvents), the
+			// server its reads and pruning too. Counts, no event's detail.
+			"GRANT SELECT, INSERT, UPDATE ON event_seconds TO " + agent + ", " + server,
+			"GRANT DELETE ON event_seconds TO " + server,
 			// The server keeps the timelines it computed (store.Digests).
 			"GRANT SELECT, INSERT, UPDATE, DELETE ON digests TO " + server,
 			"GRANT EXECUTE ON FUNCTION drainscope_create_partition(bigint) TO " + agent + ", " + server,

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"net/url"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/drainscope/drainscope/event"
 	"github.com/drainscope/drainscope/internal/eventgen"
 	"github.com/drainscope/drainscope/internal/pgtest"
 )
@@ -162,8 +164,14 @@ func TestPostgresRoles(t *testing.T) {
 	if p.Partitions != 1 || p.Events != int64(older) {
 		t.Errorf("pruned %+v, want 1 partition and %d events", p, older)
 	}
-	if n := count(t, server, Query{}); n != len(batch)+len(later)-older {
-		t.Errorf("after pruning %d events left, want %d", n, len(batch)+len(later)-older)
+	left := len(batch) + len(later) - older
+	if n := count(t, server, Query{}); n != left {
+		t.Errorf("after pruning %d events left, want %d", n, left)
+	}
+	// The counts per second the agent kept (copied, then retried) and the
+	// server pruned still say what is stored.
+	if n, err := server.CountEvents(ctx, event.Window{From: 1, To: math.MaxInt64}); err != nil || n != int64(left) {
+		t.Errorf("CountEvents = %d, %v; want %d", n, err, left)
 	}
 
 	// Neither role may be one that can run programs.

@@ -1,0 +1,15 @@
+-- How many events each second holds (sec: ts / 1e9), kept by Append in the
+-- transaction that writes them, so that counting a window's events
+-- (CountEvents, which says whether a digest still holds) sums one row per
+-- second and counts only the two partial seconds at its ends: its cost
+-- grows with the window's length, not with the cluster's event rate.
+-- exact is false once a retried batch (ON CONFLICT DO NOTHING, which
+-- cannot say what it skipped to a role that may not read events) wrote
+-- into the second: such a second is counted from events. The counts of
+-- what was stored before this migration are taken here, once.
+CREATE TABLE event_seconds (
+    sec   bigint  PRIMARY KEY,
+    n     bigint  NOT NULL,
+    exact boolean NOT NULL DEFAULT true
+);
+INSERT INTO event_seconds (sec, n) SELECT ts / 1000000000, count(*) FROM events GROUP BY 1;
