@@ -180,13 +180,13 @@ func (s *Postgres) Append(ctx context.Context, batch []event.Event) error {
 			if err := createPartitions(ctx, tx, missing); err != nil {
 				return err
 			}
-			if _, err := tx.CopyFrom(ctx, pgx.Identifier{"events"}, writeColumns, newPgRows(batch)); err != nil {
+			if _, err := tx.CopyFrom(ctx, pgx.Identifier{"events"}, countedColumns, newPgRows(batch, true)); err != nil {
 				return err
 			}
 			if err := pgUpsertEntities(ctx, tx, ents); err != nil {
 				return err
 			}
-			return pgCountSeconds(ctx, tx, batch, true)
+			return pgCountSeconds(ctx, tx, batch)
 		})
 		if err == nil || pgCode(err) != "" || ctx.Err() != nil {
 			break
@@ -204,16 +204,15 @@ func (s *Postgres) Append(ctx context.Context, batch []event.Event) error {
 			if _, err := tx.Exec(ctx, "CREATE TEMP TABLE events_in (LIKE "+src+" INCLUDING DEFAULTS) ON COMMIT DROP"); err != nil {
 				return err
 			}
-			if _, err := tx.CopyFrom(ctx, pgx.Identifier{"events_in"}, writeColumns, newPgRows(batch)); err != nil {
+			// Left to its default, counted is false: what is inserted is
+			// not in event_seconds, and CountEvents finds it by index.
+			if _, err := tx.CopyFrom(ctx, pgx.Identifier{"events_in"}, writeColumns, newPgRows(batch, false)); err != nil {
 				return err
 			}
 			if _, err = tx.Exec(ctx, "INSERT INTO events SELECT * FROM events_in ON CONFLICT DO NOTHING"); err != nil {
 				return err
 			}
-			if err := pgUpsertEntities(ctx, tx, ents); err != nil {
-				return err
-			}
-			return pgCountSeconds(ctx, tx, batch, false)
+			return pgUpsertEntities(ctx, tx, ents)
 		})
 	}
 	if err != nil {
@@ -230,20 +229,24 @@ func (s *Postgres) Append(ctx context.Context, batch []event.Event) error {
 // pgRows feeds a batch to CopyFrom, reusing one values slice: pgx encodes
 // each row before asking for the next.
 type pgRows struct {
-	batch []event.Event
-	i     int
-	vals  []any
-	err   error
+	batch   []event.Event
+	i       int
+	vals    []any
+	err     error
+	counted bool // the rows go with countedColumns, counted true
 }
 
-func newPgRows(batch []event.Event) *pgRows {
-	return &pgRows{batch: batch, i: -1, vals: make([]any, 0, len(writeColumns))}
+func newPgRows(batch []event.Event, counted bool) *pgRows {
+	return &pgRows{batch: batch, i: -1, vals: make([]any, 0, len(countedColumns)), counted: counted}
 }
 
 func (r *pgRows) Next() bool { r.i++; return r.i < len(r.batch) }
 func (r *pgRows) Err() error { return r.err }
 func (r *pgRows) Values() ([]any, error) {
 	r.vals = appendRow(r.vals[:0], &r.batch[r.i])
+	if r.counted {
+		r.vals = append(r.vals, true)
+	}
 	return r.vals, nil
 }
 

@@ -16,7 +16,9 @@ import (
 // counts events only in its two partial seconds. A digest's check then
 // costs what the window's length does, not what the cluster's event rate
 // does: at 3,400 events/s a 17-minute window is 3.5 million rows to count,
-// against 1,020 rows and two seconds' events.
+// against 1,020 rows and two seconds' events. The rows in those counts are
+// the ones with counted true (migration 0005); the others are found through
+// their own index.
 const secondNS = int64(1_000_000_000)
 
 // batchSeconds returns the seconds (ts / secondNS) a batch's events fall
@@ -39,24 +41,15 @@ func batchSeconds(batch []event.Event) (secs, ns []int64) {
 	return out, ns
 }
 
-// pgCountSeconds adds the batch's events to event_seconds, in the batch's
-// transaction. exact says every event of the batch was inserted (the COPY
-// path); a retried batch's ON CONFLICT DO NOTHING may have skipped some, and
-// its seconds are marked to be counted from events instead. Rows are locked
-// in ascending order, so two writers of the same seconds wait for each
-// other but never deadlock.
-func pgCountSeconds(ctx context.Context, tx pgx.Tx, batch []event.Event, exact bool) error {
+// pgCountSeconds adds a batch copied whole (its rows counted true) to
+// event_seconds, in the batch's transaction. Rows are locked in ascending
+// order, so two writers of the same seconds wait for each other but never
+// deadlock.
+func pgCountSeconds(ctx context.Context, tx pgx.Tx, batch []event.Event) error {
 	secs, ns := batchSeconds(batch)
-	var err error
-	if exact {
-		_, err = tx.Exec(ctx, `INSERT INTO event_seconds (sec, n)
+	_, err := tx.Exec(ctx, `INSERT INTO event_seconds (sec, n)
 SELECT * FROM unnest($1::bigint[], $2::bigint[]) ORDER BY 1
 ON CONFLICT (sec) DO UPDATE SET n = event_seconds.n + EXCLUDED.n`, secs, ns)
-	} else {
-		_, err = tx.Exec(ctx, `INSERT INTO event_seconds (sec, n, exact)
-SELECT s, 0, false FROM unnest($1::bigint[]) s ORDER BY 1
-ON CONFLICT (sec) DO UPDATE SET exact = false`, secs)
-	}
 	if err != nil {
 		return fmt.Errorf("counting the batch's events per second: %w", err)
 	}
@@ -64,14 +57,17 @@ ON CONFLICT (sec) DO UPDATE SET exact = false`, secs)
 }
 
 // pgCountWindow counts [from, to) in one statement (one snapshot): the
-// events of the partial seconds at both ends, the kept counts of the whole
-// seconds between them, and the events of those whole seconds a retried
-// batch wrote into.
+// events of the partial seconds at both ends; the kept counts of the whole
+// seconds between them; the rows there that are not in those counts
+// (counted false: retried batches, older writers), through the partial
+// index events_uncounted; and every event of a whole second a prune cut
+// into.
 const pgCountWindow = `SELECT (SELECT count(*) FROM events WHERE ts >= $1 AND ts < $2)
 	+ (SELECT count(*) FROM events WHERE ts >= $3 AND ts < $4)
 	+ (SELECT coalesce(sum(n), 0)::bigint FROM event_seconds WHERE sec >= $5 AND sec < $6 AND exact)
+	+ (SELECT count(*) FROM events WHERE ts >= $2 AND ts < $3 AND NOT counted)
 	+ (SELECT count(*) FROM event_seconds c JOIN events e
-		ON e.ts >= c.sec * 1000000000 AND e.ts < (c.sec + 1) * 1000000000
+		ON e.ts >= c.sec * 1000000000 AND e.ts < (c.sec + 1) * 1000000000 AND e.counted
 		WHERE c.sec >= $5 AND c.sec < $6 AND NOT c.exact)`
 
 // wholeSeconds returns the seconds [lo, hi) that lie wholly inside w; ok
@@ -100,7 +96,7 @@ func (s *Postgres) CountEvents(ctx context.Context, w event.Window) (int64, erro
 }
 
 // pgPruneSeconds drops the counts of the seconds wholly before the cut and
-// marks the second the cut falls in to be counted from events.
+// marks the second the cut falls in to be counted from its events.
 func pgPruneSeconds(ctx context.Context, conn *pgx.Conn, before int64) error {
 	if before <= 0 {
 		return nil

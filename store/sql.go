@@ -22,6 +22,10 @@ var columns = []string{
 // state.go), which reads never need. appendRow follows this order.
 var writeColumns = append(slices.Clip(columns), "entity")
 
+// countedColumns are what Postgres's COPY of a whole batch fills: the
+// rows are also added to event_seconds (see seconds.go).
+var countedColumns = append(slices.Clip(writeColumns), "counted")
+
 // placeholder renders the n-th (1-based) bind parameter in a dialect.
 type placeholder func(n int) string
 

@@ -3,10 +3,10 @@
 -- (CountEvents, which says whether a digest still holds) sums one row per
 -- second and counts only the two partial seconds at its ends: its cost
 -- grows with the window's length, not with the cluster's event rate.
--- exact is false once a retried batch (ON CONFLICT DO NOTHING, which
--- cannot say what it skipped to a role that may not read events) wrote
--- into the second: such a second is counted from events. The counts of
--- what was stored before this migration are taken here, once.
+-- exact is false for a second whose count no longer holds (retention cut
+-- into it): such a second is counted from its rows. Which rows the counts
+-- hold is 0005's counted. The counts of what was stored before this
+-- migration are taken here, once.
 CREATE TABLE event_seconds (
     sec   bigint  PRIMARY KEY,
     n     bigint  NOT NULL,

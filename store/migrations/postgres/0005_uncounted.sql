@@ -1,0 +1,14 @@
+-- Which rows event_seconds (0004) counts: those with counted true, which
+-- Append's COPY of a whole batch writes in the transaction that adds them
+-- to their seconds. Rows written any other way are not counted there: a
+-- retried batch's (ON CONFLICT DO NOTHING cannot tell a role that may not
+-- read events what it skipped), and a writer's of an older version still
+-- running after the upgrade (its COPY leaves counted to the default,
+-- false). CountEvents adds those up through events_uncounted, an index of
+-- them alone. Every row stored so far was counted by 0004, or by a second
+-- it marked inexact, which is counted from its counted rows.
+ALTER TABLE events ADD COLUMN counted boolean NOT NULL DEFAULT true;
+ALTER TABLE events ALTER COLUMN counted SET DEFAULT false;
+CREATE INDEX events_uncounted ON events (ts) WHERE NOT counted;
+-- The template of a retried batch's temporary table (roles.go) follows.
+ALTER TABLE IF EXISTS events_shape ADD COLUMN IF NOT EXISTS counted boolean NOT NULL DEFAULT false;
