@@ -86,16 +86,21 @@ func (x *PodIndex) Run(ctx context.Context) error {
 	x.mu.Unlock()
 	f := informers.NewSharedInformerFactoryWithOptions(x.Client, 0, informers.WithTransform(stripToPlace))
 	inf := f.Core().V1().Pods().Informer()
-	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	reg, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(o any) { x.put(o) },
 		UpdateFunc: func(_, o any) { x.put(o) },
 		DeleteFunc: x.del,
-	}); err != nil {
+	})
+	if err != nil {
 		return err
 	}
 	f.Start(ctx.Done())
 	defer f.Shutdown()
-	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+	// The handler's own sync, not the informer's: a shared informer hands
+	// the listed pods to its handlers afterwards, and until the index holds
+	// them all, a kernel event about a pod on another node would pass as
+	// one whose pod is not known yet.
+	if !cache.WaitForCacheSync(ctx.Done(), reg.HasSynced) {
 		return ctx.Err()
 	}
 	x.mu.Lock()
