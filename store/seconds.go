@@ -60,8 +60,10 @@ ON CONFLICT (sec) DO UPDATE SET n = event_seconds.n + EXCLUDED.n`, secs, ns)
 // events of the partial seconds at both ends; the kept counts of the whole
 // seconds between them; the rows there that are not in those counts
 // (counted false: retried batches, older writers), through the partial
-// index events_uncounted; and every event of a whole second a prune cut
-// into.
+// index events_uncounted; and the counted rows of a whole second a prune
+// cut into, whose kept count no longer holds. Event times are positive
+// (event.Validate), so ts / 1e9 is the second a row falls in, in Go and in
+// Postgres alike.
 const pgCountWindow = `SELECT (SELECT count(*) FROM events WHERE ts >= $1 AND ts < $2)
 	+ (SELECT count(*) FROM events WHERE ts >= $3 AND ts < $4)
 	+ (SELECT coalesce(sum(n), 0)::bigint FROM event_seconds WHERE sec >= $5 AND sec < $6 AND exact)
