@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/drainscope/drainscope/event"
 	"github.com/drainscope/drainscope/internal/eventgen"
@@ -294,5 +295,65 @@ func TestPostgresCountSecondsConcurrent(t *testing.T) {
 	n, err := s.CountEvents(ctx, event.Window{From: 1, To: day0.AddDate(0, 0, 2).UnixNano()})
 	if err != nil || n != int64(len(all)) {
 		t.Fatalf("CountEvents = %d, %v; want %d", n, err, len(all))
+	}
+}
+
+// A store of the schema before the counts (version 3), holding events,
+// upgraded by opening it: its events are counted, and so are those a
+// writer of that version still copies afterwards.
+func TestPostgresUpgradeCounts(t *testing.T) {
+	ctx := context.Background()
+	dsn := pgtest.Schema(t)
+	pool, err := pgxpool.New(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	m := pgMigrator{pool}
+	if _, err := m.version(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, mg := range mustMigrations(BackendPostgres)[:3] {
+		if err := m.apply(ctx, mg); err != nil {
+			t.Fatalf("migration %d: %v", mg.version, err)
+		}
+	}
+	// What a writer of version 3 copies: writeColumns, no counted.
+	copyOld := func(p *pgxpool.Pool, evs []event.Event) {
+		t.Helper()
+		err := pgx.BeginFunc(ctx, p, func(tx pgx.Tx) error {
+			if err := createPartitions(ctx, tx, []int64{partitionStart(evs[0].Time)}); err != nil {
+				return err
+			}
+			_, err := tx.CopyFrom(ctx, pgx.Identifier{"events"}, writeColumns, newPgRows(evs, false))
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := eventgen.Rollout(3000, day0, 41, "checkout")
+	copyOld(pool, before)
+
+	s, err := OpenPostgres(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if v, err := s.Version(ctx); err != nil || v != LatestVersion {
+		t.Fatalf("version %d, %v; want %d", v, err, LatestVersion)
+	}
+	var kept, uncounted int64
+	if err := pool.QueryRow(ctx, "SELECT (SELECT sum(n) FROM event_seconds), (SELECT count(*) FROM events WHERE NOT counted)").Scan(&kept, &uncounted); err != nil {
+		t.Fatal(err)
+	}
+	if kept != 3000 || uncounted != 0 {
+		t.Fatalf("after the upgrade event_seconds holds %d and %d rows are uncounted; want 3000 and 0", kept, uncounted)
+	}
+	after := eventgen.Rollout(1000, day0, 42, "checkout")
+	copyOld(pool, after)
+	w := event.Window{From: 1, To: day0.AddDate(0, 0, 1).UnixNano()}
+	if n, err := s.CountEvents(ctx, w); err != nil || n != 4000 {
+		t.Fatalf("CountEvents = %d, %v; want the 4,000 stored", n, err)
 	}
 }
