@@ -16,7 +16,7 @@ import (
 	"github.com/drainscope/drainscope/internal/pgtest"
 )
 
-func openPostgres(t *testing.T) *Postgres {
+func openPostgres(t testing.TB) *Postgres {
 	t.Helper()
 	s, err := OpenPostgres(context.Background(), pgtest.Schema(t))
 	if err != nil {

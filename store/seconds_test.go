@@ -197,11 +197,7 @@ func BenchmarkCountEvents(b *testing.B) {
 		evs[i].Time = start + int64(i)*(span/n)
 		evs[i].Seal()
 	}
-	s, err := OpenPostgres(ctx, pgtest.Schema(b))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
+	s := openPostgres(b)
 	if err := batches(evs, func(batch []event.Event) error { return s.Append(ctx, batch) }); err != nil {
 		b.Fatal(err)
 	}
@@ -256,11 +252,7 @@ func BenchmarkCountEvents(b *testing.B) {
 // neither deadlocks, and the counts add up.
 func TestPostgresCountSecondsConcurrent(t *testing.T) {
 	ctx := context.Background()
-	s, err := OpenPostgres(ctx, pgtest.Schema(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openPostgres(t)
 	all := eventgen.Rollout(8000, day0, 33, "checkout")
 	// Writer w takes every other event, in batches of 500 that each
 	// span the same seconds as the other writer's.
