@@ -293,27 +293,31 @@ func (a *Aligner) flush(now int64) {
 	}
 }
 
-// pod finds (or, with create, makes) the state of the pod ref names.
+// pod finds (or, with create, makes) the state of the pod ref names. Each
+// index is read once and written only when it lacks the pod: a new pod
+// costs two lookups and two inserts.
 func (a *Aligner) pod(ref *event.PodRef, create bool) *podState {
 	if ref.IsZero() {
 		return nil
 	}
-	var p *podState
+	var byUID *podState
 	if ref.UID != "" {
 		// The common cases: the same pod as last time, or one lookup.
 		if c := a.lastPod; c != nil && c.ref.UID == ref.UID {
 			return c
 		}
-		if p = a.byUID[ref.UID]; p != nil && (p.ref.Name != "" || ref.Name == "") {
-			a.lastPod = p
-			return p
+		if byUID = a.byUID[ref.UID]; byUID != nil && (byUID.ref.Name != "" || ref.Name == "") {
+			a.lastPod = byUID
+			return byUID
 		}
 	}
+	p := byUID
 	nn := nsName{ref.Namespace, ref.Name}
-	if p == nil && ref.Name != "" {
-		p = a.byName[nn]
-		if p != nil && ref.UID != "" && p.ref.UID != "" && p.ref.UID != ref.UID {
-			p = nil // same name, another pod (a StatefulSet's next incarnation)
+	var byName *podState
+	if ref.Name != "" {
+		byName = a.byName[nn]
+		if p == nil && byName != nil && (ref.UID == "" || byName.ref.UID == "" || byName.ref.UID == ref.UID) {
+			p = byName // else: same name, another pod (a StatefulSet's next incarnation)
 		}
 	}
 	if p == nil {
@@ -322,10 +326,10 @@ func (a *Aligner) pod(ref *event.PodRef, create bool) *podState {
 		}
 		p = &podState{ref: *ref, lags: &a.lags}
 	}
-	if ref.UID != "" && a.byUID[ref.UID] == nil {
+	if ref.UID != "" && byUID == nil {
 		a.byUID[ref.UID] = p
 	}
-	if ref.Name != "" && a.byName[nn] != p {
+	if ref.Name != "" && byName != p {
 		a.byName[nn] = p
 	}
 	return p

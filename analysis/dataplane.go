@@ -133,17 +133,16 @@ func (a *Aligner) dataplane(e *event.Event) {
 	if p == nil {
 		return
 	}
-	svc := serviceKey(e.Pod.Namespace, e.Service)
 	ready := e.Kind == event.DataplaneEndpointAdded
-	k := epKey{svc, e.Node}
 	i := 0
-	for i < len(p.dp) && p.dp[i].epKey != k {
+	for i < len(p.dp) && (p.dp[i].node != e.Node || !isServiceKey(p.dp[i].svc, e.Pod.Namespace, e.Service)) {
 		i++
 	}
 	if i == len(p.dp) {
-		p.dp = append(p.dp, epView{epKey: k})
+		p.dp = append(p.dp, epView{epKey: epKey{serviceKey(e.Pod.Namespace, e.Service), e.Node}})
 	}
 	v := &p.dp[i]
+	svc := v.svc
 	if n := len(v.trans); n > 0 && v.trans[n-1].ready == ready {
 		return
 	}

@@ -493,6 +493,15 @@ func serviceKey(ns, svc string) string {
 	return ns + "/" + svc
 }
 
+// isServiceKey reports whether key == serviceKey(ns, svc), without
+// building the key: a dataplane event looks up its view with it.
+func isServiceKey(key, ns, svc string) bool {
+	if svc == "" || ns == "" || strings.Contains(svc, "/") {
+		return key == svc
+	}
+	return len(key) == len(ns)+1+len(svc) && key[len(ns)] == '/' && key[:len(ns)] == ns && key[len(ns)+1:] == svc
+}
+
 // serviceMatch reports whether a client's idea of a Service (maybe only a
 // name, maybe a DNS name like web.default.svc) names key (namespace/name).
 func serviceMatch(client, key string) bool {
