@@ -250,19 +250,21 @@ func (a *Aligner) Flush() {
 		a.decide(a.pending.front())
 		a.pending.drop()
 	}
+	// Only the pods with a timeline to report are gathered and sorted: a
+	// cluster-wide window holds a state for every pod some event named.
 	seen := map[*podState]bool{}
 	var all []*podState
-	for _, p := range a.byUID {
-		if !seen[p] {
+	gather := func(p *podState) {
+		if a.reports(p) && !seen[p] {
 			seen[p] = true
 			all = append(all, p)
 		}
 	}
+	for _, p := range a.byUID {
+		gather(p)
+	}
 	for _, p := range a.byName {
-		if !seen[p] {
-			seen[p] = true
-			all = append(all, p)
-		}
+		gather(p)
 	}
 	sort.Slice(all, func(i, j int) bool { return all[i].first < all[j].first })
 	for _, p := range all {
@@ -485,10 +487,16 @@ func (a *Aligner) unindex(p *podState) {
 	}
 }
 
+// reports tells whether report(p) passes p's timeline to onPod.
+func (a *Aligner) reports(p *podState) bool {
+	return a.onPod != nil && hasLifecycle(p) && (a.podWanted == nil || a.podWanted(p.ref.Namespace, p.wl))
+}
+
 // report calls onPod with the pod's timeline, when it has one and onPod
 // wants it.
+
 func (a *Aligner) report(p *podState) {
-	if a.onPod != nil && hasLifecycle(p) && (a.podWanted == nil || a.podWanted(p.ref.Namespace, p.wl)) {
+	if a.reports(p) {
 		// One timeline per pod: its last life that ended (a restart in
 		// place, when the pod lived on after it), else its current one.
 		life := p
