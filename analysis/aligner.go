@@ -39,10 +39,13 @@ type Aligner struct {
 	// not visit every live pod of the cluster.
 	ending   []*podState
 	backends map[string]netip.Addr // parsed backend attributes, a small cache
-	byName   map[nsName]*podState
-	ips      ipIndex
-	svcs     map[string]*svcState
-	svcIdx   map[string][]string // bare service name → keys
+	// byName is built at the first reference without a UID (see
+	// indexNames); until then every pod is in byUID, and a cluster-wide
+	// window's hundred thousand pods are not indexed twice.
+	byName map[nsName]*podState
+	ips    ipIndex
+	svcs   map[string]*svcState
+	svcIdx map[string][]string // bare service name → keys
 	// svcAddrs holds, per ClusterIP, which Service held it from when, in
 	// time order: what a client that dialled the address reached.
 	svcAddrs map[netip.Addr][]svcClaim
@@ -127,7 +130,6 @@ func NewAligner(opts Options, onFailure func(*Decision), onPod func(*PodTimeline
 		onPod:        onPod,
 		byUID:        map[string]*podState{},
 		backends:     map[string]netip.Addr{},
-		byName:       map[nsName]*podState{},
 		ips:          newIPIndex(),
 		svcs:         map[string]*svcState{},
 		svcIdx:       map[string][]string{},
@@ -297,7 +299,7 @@ func (a *Aligner) flush(now int64) {
 
 // pod finds (or, with create, makes) the state of the pod ref names. Each
 // index is read once and written only when it lacks the pod: a new pod
-// costs two lookups and two inserts.
+// costs a lookup and an insert in byUID (and in byName, once built).
 func (a *Aligner) pod(ref *event.PodRef, create bool) *podState {
 	if ref.IsZero() {
 		return nil
@@ -315,8 +317,11 @@ func (a *Aligner) pod(ref *event.PodRef, create bool) *podState {
 	}
 	p := byUID
 	nn := nsName{ref.Namespace, ref.Name}
+	if ref.UID == "" {
+		a.indexNames()
+	}
 	var byName *podState
-	if ref.Name != "" {
+	if ref.Name != "" && a.byName != nil {
 		byName = a.byName[nn]
 		if p == nil && byName != nil && (ref.UID == "" || byName.ref.UID == "" || byName.ref.UID == ref.UID) {
 			p = byName // else: same name, another pod (a StatefulSet's next incarnation)
@@ -331,10 +336,30 @@ func (a *Aligner) pod(ref *event.PodRef, create bool) *podState {
 	if ref.UID != "" && byUID == nil {
 		a.byUID[ref.UID] = p
 	}
-	if ref.Name != "" && byName != p {
+	if ref.Name != "" && byName != p && a.byName != nil {
 		a.byName[nn] = p
 	}
 	return p
+}
+
+// indexNames builds byName from byUID, once. Where two pods share a name
+// (a StatefulSet's incarnations), the newest (by its first event) holds
+// it, as it would had the index been kept from the start: pod() gives a
+// name to the pod it makes, not to one it finds by UID.
+func (a *Aligner) indexNames() {
+	if a.byName != nil {
+		return
+	}
+	a.byName = make(map[nsName]*podState, len(a.byUID))
+	for _, p := range a.byUID {
+		if p.ref.Name == "" {
+			continue
+		}
+		nn := nsName{p.ref.Namespace, p.ref.Name}
+		if q := a.byName[nn]; q == nil || p.first > q.first {
+			a.byName[nn] = p
+		}
+	}
 }
 
 func (a *Aligner) learnIPs(p *podState, e *event.Event) {
