@@ -83,3 +83,13 @@ func TestCgroupMemoryMax(t *testing.T) {
 		}
 	}
 }
+
+// The machine's memory reads as a plausible size: more than 64 MiB.
+func TestMemTotal(t *testing.T) {
+	if _, err := os.Stat("/proc/meminfo"); err != nil {
+		t.Skipf("no /proc/meminfo: %v", err)
+	}
+	if m := memTotal(); m < 64<<20 {
+		t.Errorf("memTotal() = %d bytes, want the machine's memory", m)
+	}
+}

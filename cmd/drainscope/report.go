@@ -98,7 +98,8 @@ const oneShotHeap = 1 << 30
 
 // oneShotGC sets the collector for a command that reads, analyses and
 // exits: no collection until the process's memory reaches oneShotHeap (or
-// half of its cgroup's memory limit, if lower), then collections at
+// half of its cgroup's memory limit or of the machine's memory, if lower),
+// then collections at
 // reportGCPercent. GOGC or GOMEMLIMIT, when set, wins.
 // BenchmarkReportGC in reportgc_test.go measures it.
 func oneShotGC() {
@@ -106,10 +107,30 @@ func oneShotGC() {
 		return
 	}
 	limit := int64(oneShotHeap)
-	if m := cgroupMemoryMax(); m > 0 && m/2 < limit {
-		limit = m / 2
+	for _, m := range []int64{cgroupMemoryMax(), memTotal()} {
+		if m > 0 && m/2 < limit {
+			limit = m / 2
+		}
 	}
 	collectFrom(limit)
+}
+
+// memTotal is the machine's memory (/proc/meminfo's MemTotal), or 0.
+func memTotal() int64 {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "MemTotal:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			if err != nil {
+				return 0
+			}
+			return kb << 10
+		}
+	}
+	return 0
 }
 
 // collectFrom turns the collector off until the memory reaches limit; the
