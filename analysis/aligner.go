@@ -519,7 +519,6 @@ func (a *Aligner) reports(p *podState) bool {
 
 // report calls onPod with the pod's timeline, when it has one and onPod
 // wants it.
-
 func (a *Aligner) report(p *podState) {
 	if a.reports(p) {
 		// One timeline per pod: its last life that ended (a restart in

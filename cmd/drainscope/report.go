@@ -99,8 +99,7 @@ const oneShotHeap = 1 << 30
 // oneShotGC sets the collector for a command that reads, analyses and
 // exits: no collection until the process's memory reaches oneShotHeap (or
 // half of its cgroup's memory limit or of the machine's memory, if lower),
-// then collections at
-// reportGCPercent. GOGC or GOMEMLIMIT, when set, wins.
+// then collections at reportGCPercent. GOGC or GOMEMLIMIT, when set, wins.
 // BenchmarkReportGC in reportgc_test.go measures it.
 func oneShotGC() {
 	if os.Getenv("GOGC") != "" || os.Getenv("GOMEMLIMIT") != "" {
@@ -122,11 +121,8 @@ func memTotal() int64 {
 		return 0
 	}
 	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "MemTotal:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-			if err != nil {
-				return 0
-			}
+		if f := strings.Fields(line); len(f) == 3 && f[0] == "MemTotal:" && f[2] == "kB" {
+			kb, _ := strconv.ParseInt(f[1], 10, 64) // 0 when it does not parse
 			return kb << 10
 		}
 	}
