@@ -115,6 +115,11 @@ func labDataplaneRun(ctx context.Context, t *testing.T, c *scenario.Cluster, st 
 		case e.Service != svc:
 		case (e.Kind == event.EndpointNotReady || e.Kind == event.EndpointTerminating || e.Kind == event.EndpointRemoved) && leave[ip] == 0:
 			leave[ip] = e.Time
+		case e.Kind == event.EndpointReady && leave[ip] != 0:
+			// A readiness probe that failed and passed again (a busy
+			// machine): the endpoint came back and leaves later.
+			delete(leave, ip)
+			delete(removed, ip)
 		case e.Kind == event.DataplaneEndpointRemoved && removed[ip] == 0 && leave[ip] != 0:
 			removed[ip] = e.Time
 			if e.Node != scenario.NodeName || e.Attrs[event.AttrProxy] != mode {

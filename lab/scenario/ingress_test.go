@@ -224,6 +224,12 @@ func checkIngressRun(ctx context.Context, t *testing.T, st store.Store, r scenar
 		case e.Service != svc:
 		case (e.Kind == event.EndpointNotReady || e.Kind == event.EndpointTerminating || e.Kind == event.EndpointRemoved) && e.Source != event.SourceDataplane && leave[ip] == 0:
 			leave[ip] = e.Time
+		case e.Kind == event.EndpointReady && leave[ip] != 0:
+			// A readiness probe that failed and passed again (a busy
+			// machine): the endpoint came back and leaves later.
+			delete(leave, ip)
+			delete(removed, ip)
+			delete(kube, ip)
 		case e.Kind == event.DataplaneEndpointRemoved && e.Node == scenario.IngressNode && removed[ip] == 0 && e.Time > r.RolloutStart.UnixNano():
 			removed[ip] = e.Time
 			if e.Attrs[event.AttrProxy] != event.ProxyHAProxy {

@@ -187,7 +187,7 @@ func checkRealTermination(t *testing.T, r scenario.RunResult, pod scenario.PodRe
 	}
 	var deletion, sigterm, exit, leaving, removed int64
 	var sender string
-	conns := 0
+	conns, flaps := 0, 0
 	for _, e := range events {
 		if e.Pod.UID != pod.UID {
 			continue
@@ -207,6 +207,11 @@ func checkRealTermination(t *testing.T, r scenario.RunResult, pod scenario.PodRe
 			conns++
 		case (e.Kind == event.EndpointNotReady || e.Kind == event.EndpointTerminating) && leaving == 0:
 			leaving = e.Time
+		case e.Kind == event.EndpointReady && leaving != 0 && removed == 0:
+			// A readiness probe that failed and passed again (a busy
+			// node): the endpoint came back, so its leaving is later.
+			flaps++
+			leaving = 0
 		case e.Kind == event.EndpointRemoved && removed == 0:
 			removed = e.Time
 		}
@@ -244,9 +249,9 @@ func checkRealTermination(t *testing.T, r scenario.RunResult, pod scenario.PodRe
 		if leaving > removed || leaving < deletion-int64(100*time.Millisecond) {
 			t.Errorf("%s: endpoint left rotation at %d, removed at %d, deletion at %d: out of order", name, leaving, removed, deletion)
 		}
-		t.Logf("%s: deletion → SIGTERM from %s %v → exit %v → endpoint removed %v; %d connection endings", name, sender,
+		t.Logf("%s: deletion → SIGTERM from %s %v → exit %v → endpoint removed %v; %d connection endings, %d readiness flaps before", name, sender,
 			time.Duration(sigterm-deletion).Round(time.Millisecond), time.Duration(exit-sigterm).Round(time.Millisecond),
-			time.Duration(removed-deletion).Round(time.Millisecond), conns)
+			time.Duration(removed-deletion).Round(time.Millisecond), conns, flaps)
 	}
 }
 
