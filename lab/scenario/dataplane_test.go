@@ -109,15 +109,14 @@ func labDataplaneRun(ctx context.Context, t *testing.T, c *scenario.Cluster, st 
 	_, svc, _ := strings.Cut(exit.Service, "/")
 	leave := map[netip.Addr]int64{}   // first watch event taking the endpoint out
 	removed := map[netip.Addr]int64{} // the lab node's proxy dropping it
+	back := backInRotation(exit)
 	for _, e := range events {
 		ip := e.Local.Addr()
 		switch {
 		case e.Service != svc:
 		case (e.Kind == event.EndpointNotReady || e.Kind == event.EndpointTerminating || e.Kind == event.EndpointRemoved) && leave[ip] == 0:
 			leave[ip] = e.Time
-		case e.Kind == event.EndpointReady && leave[ip] != 0:
-			// A readiness probe that failed and passed again (a busy
-			// machine): the endpoint came back and leaves later.
+		case back(&e) && leave[ip] != 0:
 			delete(leave, ip)
 			delete(removed, ip)
 		case e.Kind == event.DataplaneEndpointRemoved && removed[ip] == 0 && leave[ip] != 0:

@@ -218,15 +218,14 @@ func checkIngressRun(ctx context.Context, t *testing.T, st store.Store, r scenar
 	leave := map[netip.Addr]int64{}
 	removed := map[netip.Addr]int64{} // by the ingress
 	kube := map[netip.Addr]int64{}    // by kube-proxy
+	back := backInRotation(r)
 	for _, e := range all {
 		ip := e.Local.Addr()
 		switch {
 		case e.Service != svc:
 		case (e.Kind == event.EndpointNotReady || e.Kind == event.EndpointTerminating || e.Kind == event.EndpointRemoved) && e.Source != event.SourceDataplane && leave[ip] == 0:
 			leave[ip] = e.Time
-		case e.Kind == event.EndpointReady && leave[ip] != 0:
-			// A readiness probe that failed and passed again (a busy
-			// machine): the endpoint came back and leaves later.
+		case back(&e) && leave[ip] != 0:
 			delete(leave, ip)
 			delete(removed, ip)
 			delete(kube, ip)

@@ -208,9 +208,7 @@ func checkRealTermination(t *testing.T, r scenario.RunResult, pod scenario.PodRe
 		case (e.Kind == event.EndpointNotReady || e.Kind == event.EndpointTerminating) && leaving == 0:
 			leaving = e.Time
 		case e.Kind == event.EndpointReady && leaving != 0 && removed == 0:
-			// A readiness probe that failed and passed again (a busy
-			// node): the endpoint came back, so its leaving is later.
-			flaps++
+			flaps++ // see backInRotation
 			leaving = 0
 		case e.Kind == event.EndpointRemoved && removed == 0:
 			removed = e.Time
