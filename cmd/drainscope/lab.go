@@ -141,7 +141,8 @@ func runLab(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		}
 		return err
 	}
-	results, err := scenario.Execute(ctx, c, scenario.Config{Profile: p, Runs: selected, Progress: progress, Log: log, Ingress: f.ingressKind})
+	results, err := scenario.Execute(ctx, c, scenario.Config{Profile: p, Runs: selected, Progress: progress, Log: log,
+		Ingress: f.ingressKind, IngressSync: f.ingressSync})
 	if len(results) > 0 {
 		labReport(ctx, c, st, results, f.dsn, started)
 	}
@@ -193,6 +194,7 @@ type labFlags struct {
 	proxyMode, nodeKind     string
 	settle, gap             time.Duration
 	ingressKind             string
+	ingressSync             time.Duration
 	keep                    bool
 	directWrites            bool
 }
@@ -215,6 +217,7 @@ func defineLabFlags(fs *flag.FlagSet) *labFlags {
 	fs.DurationVar(&f.settle, "settle", 0, "longlived profile: how long the pods run under the load before the first disruption (default the profile's 20m)")
 	fs.DurationVar(&f.gap, "gap", 0, "longlived profile: time between one disruption's end and the next's start (default the profile's 3m)")
 	fs.StringVar(&f.ingressKind, "ingress", "", "put this proxy in front of each run's Service and load the runs through it: "+strings.Join(scenario.Ingresses, ", ")+" (Debian's haproxy; see docs/ingress-lab.md)")
+	fs.DurationVar(&f.ingressSync, "ingress-sync", scenario.DefaultIngressSync, "with --ingress: how often the proxy's slots take the EndpointSlice changes seen since the last time, as ingress controllers batch them (0: each change as it comes)")
 	fs.BoolVar(&f.directWrites, "direct-writes", false, "store the agent's events (watcher, kernel, dataplane) straight into the store, instead of through the server's relay with the agent pod's token as drainscope agent --server does (for debugging)")
 	fs.BoolVar(&f.keep, "keep", false, "after the runs, keep the cluster up and recording, with the Deployment sample-own behind a Service, until Ctrl-C (instead of --serve)")
 	fs.Usage = func() {
@@ -262,6 +265,9 @@ func (f *labFlags) profile() (scenario.Profile, []scenario.Run, error) {
 	}
 	if f.nodeKind != scenario.NodeProcess && f.nodeKind != scenario.NodeKubelet {
 		return scenario.Profile{}, nil, fmt.Errorf("%w: --node %q: want %s or %s", errUsage, f.nodeKind, scenario.NodeProcess, scenario.NodeKubelet)
+	}
+	if f.ingressSync < 0 {
+		return scenario.Profile{}, nil, fmt.Errorf("%w: --ingress-sync %v: want 0 or more", errUsage, f.ingressSync)
 	}
 	if f.ingressKind != "" {
 		if !slices.Contains(scenario.Ingresses, f.ingressKind) {

@@ -221,6 +221,7 @@ func TestLogFormatJSON(t *testing.T) {
 		{[]string{"lab", "--profile", "nope"}, 2, `unknown profile "nope"`},
 		{[]string{"lab", "--ingress", "nginx"}, 2, `--ingress "nginx": want one of haproxy`},
 		{[]string{"lab", "--ingress", "haproxy", "--keep"}, 2, "--keep's Deployment has none"},
+		{[]string{"lab", "--ingress", "haproxy", "--ingress-sync", "-1s"}, 2, "--ingress-sync -1s: want 0 or more"},
 		{[]string{"version"}, 0, ""},
 	} {
 		name := tc.args[0]

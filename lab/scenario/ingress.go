@@ -90,12 +90,29 @@ type ingressRun struct {
 	syncErr []error
 }
 
+// DefaultIngressSync is the ingress's default sync period
+// (Config.IngressSync, drainscope lab --ingress-sync): ingress controllers
+// apply the EndpointSlice changes they saw in batches, not each as it
+// comes (HAProxy's Kubernetes ingress controller every --sync-period,
+// ingress-nginx at most a few times a second), so a pod stays in the
+// proxy's rotation for up to that long after its endpoint left.
+const DefaultIngressSync = time.Second
+
+// syncDesc says how the ingress applies the EndpointSlice changes.
+func syncDesc(every time.Duration) string {
+	if every <= 0 {
+		return "as each change comes"
+	}
+	return fmt.Sprintf("every %v", every)
+}
+
 // startIngress starts HAProxy for the Service ns/name (port 80 → the
 // pods' port http) with slots server slots, listening on the bridge's
 // address, its slots following the Service's EndpointSlices from a
-// client-go watch, its own view recorded as the dataplane events of node
+// client-go watch (the changes applied every syncEvery, or as each comes
+// when it is 0), its own view recorded as the dataplane events of node
 // IngressNode.
-func startIngress(ctx context.Context, c *Cluster, kind, name string, slots int) (*ingressRun, error) {
+func startIngress(ctx context.Context, c *Cluster, kind, name string, slots int, syncEvery time.Duration) (*ingressRun, error) {
 	if kind != IngressHAProxy {
 		return nil, fmt.Errorf("ingress %q: want one of %v", kind, Ingresses)
 	}
@@ -141,11 +158,17 @@ func startIngress(ctx context.Context, c *Cluster, kind, name string, slots int)
 			c.log.Warn("ingress: setting server slots", "service", name, "err", err)
 		}
 	}
-	// One handler goroutine per informer: the updates go in order.
+	// The handlers only note a change; one goroutine applies them, in
+	// order.
+	changed := make(chan struct{}, 1)
+	note := func(any) {
+		select {
+		case changed <- struct{}{}:
+		default:
+		}
+	}
 	if _, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { resync() },
-		UpdateFunc: func(any, any) { resync() },
-		DeleteFunc: func(any) { resync() },
+		AddFunc: note, UpdateFunc: func(any, any) { note(nil) }, DeleteFunc: note,
 	}); err != nil {
 		ir.stop()
 		return nil, err
@@ -157,7 +180,44 @@ func startIngress(ctx context.Context, c *Cluster, kind, name string, slots int)
 			return nil, fmt.Errorf("ingress: the %v watch did not sync", typ)
 		}
 	}
+	ir.wg.Add(1)
+	go func() {
+		defer ir.wg.Done()
+		applyChanges(ictx, changed, syncEvery, resync)
+	}()
 	return ir, nil
+}
+
+// applyChanges calls apply once, then after each change noted on changed:
+// at once when every is 0, else at the next tick of every that follows it
+// (several changes between two ticks are applied together). It returns
+// when ctx ends.
+func applyChanges(ctx context.Context, changed <-chan struct{}, every time.Duration, apply func()) {
+	apply()
+	var tick <-chan time.Time
+	if every > 0 {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		tick = t.C
+	}
+	pending := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+			if tick == nil {
+				apply()
+			} else {
+				pending = true
+			}
+		case <-tick:
+			if pending {
+				pending = false
+				apply()
+			}
+		}
+	}
 }
 
 func (ir *ingressRun) fail(err error) {

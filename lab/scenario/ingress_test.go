@@ -24,8 +24,9 @@ import (
 // through it, and checks what the proxy's own records give the analysis:
 // every 5xx HAProxy logged is attributed to the pod its server address
 // names, with a cause its termination state allows (a refused connect,
-// SC, is the endpoint race or the ingress's lag, never a keep-alive cut; a
-// close during the data phase is never a refused connect); each replaced
+// SC, or one never answered, sC, is the endpoint race or the ingress's
+// lag, never a keep-alive cut; a close during the data phase is never a
+// refused connect); each replaced
 // pod's removal from HAProxy's server slots is recorded after its
 // EndpointSlice change; the report prints that lag beside kube-proxy's;
 // and no failure is stored twice (the client's and the proxy's record of
@@ -65,7 +66,7 @@ func TestLabIngress(t *testing.T) {
 		t.Fatal(err)
 	}
 	results, err := scenario.Execute(ctx, c, scenario.Config{Profile: scenario.Profiles["ci"], Runs: runs,
-		Progress: testWriter{t}, Log: log, Ingress: scenario.IngressHAProxy})
+		Progress: testWriter{t}, Log: log, Ingress: scenario.IngressHAProxy, IngressSync: scenario.DefaultIngressSync})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,9 +194,10 @@ func checkIngressRun(ctx context.Context, t *testing.T, st store.Store, r scenar
 			t.Errorf("%s: attributed to %+v, want %s, the pod its log names", desc, a.Pod, want)
 		}
 		switch f.Termination[:2] {
-		case "SC":
+		case "SC", "sC":
+			// A connect refused, or never answered (its timeout).
 			if !refusedCauses[a.Cause] {
-				t.Errorf("%s: HAProxy's refused connect named %s (%s), want the endpoint race or the ingress's lag", desc, a.Cause, a.Explanation)
+				t.Errorf("%s: HAProxy's failed connect named %s (%s), want the endpoint race or the ingress's lag", desc, a.Cause, a.Explanation)
 			}
 		case "SD", "SH":
 			if refusedCauses[a.Cause] {

@@ -1,7 +1,9 @@
 package scenario
 
 import (
+	"context"
 	"net/netip"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -33,6 +35,53 @@ func TestReadyEndpoints(t *testing.T) {
 	want := []netip.AddrPort{netip.MustParseAddrPort("10.244.0.11:8080"), netip.MustParseAddrPort("10.244.0.12:8080")}
 	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
 		t.Fatalf("%v, want %v", got, want)
+	}
+}
+
+// The ingress applies the EndpointSlices once at its start, then each
+// change at once with no sync period, or the changes between two ticks
+// together, and nothing at a tick with no change.
+func TestApplyChanges(t *testing.T) {
+	run := func(every time.Duration) (chan<- struct{}, *atomic.Int32) {
+		ctx, cancel := context.WithCancel(context.Background())
+		changed := make(chan struct{}) // unbuffered: a send returns once applyChanges has it
+		var n atomic.Int32
+		done := make(chan struct{})
+		go func() { applyChanges(ctx, changed, every, func() { n.Add(1) }); close(done) }()
+		t.Cleanup(func() { cancel(); <-done })
+		return changed, &n
+	}
+	waitFor := func(n *atomic.Int32, want int32) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); n.Load() < want; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("applied %d times, want %d", n.Load(), want)
+			}
+		}
+	}
+
+	changed, n := run(0)
+	for range 3 {
+		changed <- struct{}{}
+	}
+	waitFor(n, 4)
+
+	changed, n = run(time.Hour) // no tick within the test
+	for range 3 {
+		changed <- struct{}{}
+	}
+	changed <- struct{}{} // received: the three before were handled
+	if got := n.Load(); got != 1 {
+		t.Errorf("with a sync period, %d applies before its first tick, want only the first", got)
+	}
+
+	changed, n = run(5 * time.Millisecond)
+	waitFor(n, 1)
+	changed <- struct{}{}
+	waitFor(n, 2)
+	time.Sleep(50 * time.Millisecond) // ten ticks, no change
+	if got := n.Load(); got != 2 {
+		t.Errorf("%d applies after ticks with no change, want 2", got)
 	}
 }
 

@@ -46,6 +46,10 @@ type Config struct {
 	// the ingress's address. Its access log is imported at the run's end
 	// and its own backend list is recorded as its dataplane events.
 	Ingress string
+	// IngressSync is how often the ingress applies the EndpointSlice
+	// changes it saw since the last time, as ingress controllers batch
+	// them (DefaultIngressSync); 0 applies each change as it comes.
+	IngressSync time.Duration
 }
 
 // PodRecord names one pod of a run.
@@ -188,11 +192,11 @@ func runOne(ctx context.Context, c *Cluster, cfg Config, r Run) (res RunResult, 
 	if cfg.Ingress != "" {
 		// Slots for every ready pod a rollout with maxSurge 1 can have,
 		// and as many again.
-		if ing, err = startIngress(ctx, c, cfg.Ingress, name, 2*int(p.Replicas)+2); err != nil {
+		if ing, err = startIngress(ctx, c, cfg.Ingress, name, 2*int(p.Replicas)+2, cfg.IngressSync); err != nil {
 			return res, fmt.Errorf("starting the ingress: %w", err)
 		}
 		defer ing.stop()
-		c.opts.progress("  ingress %s at %s (backend %s), its slots set from the EndpointSlices", cfg.Ingress, ing.h.Listen, ing.h.Backend)
+		c.opts.progress("  ingress %s at %s (backend %s), its slots set from the EndpointSlices %s", cfg.Ingress, ing.h.Listen, ing.h.Backend, syncDesc(cfg.IngressSync))
 	}
 	if _, err := cs.AppsV1().Deployments(Namespace).Create(ctx, deployment(name, r, p), metav1.CreateOptions{}); err != nil {
 		return res, fmt.Errorf("creating the Deployment: %w", err)
