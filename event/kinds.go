@@ -221,8 +221,8 @@ const (
 	FailEOF     = "eof"     // remote disconnected: connection closed before a response
 	FailRefused = "refused" // connection refused
 	FailReset   = "reset"   // connection reset by peer
-	FailTimeout = "timeout"
-	FailStatus  = "status" // an HTTP error status (Code holds it)
+	FailTimeout = "timeout" // no answer: timed out, or no route to the address (its host gone)
+	FailStatus  = "status"  // an HTTP error status (Code holds it)
 	FailOther   = "other"
 )
 

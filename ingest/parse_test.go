@@ -368,6 +368,11 @@ func TestClassify(t *testing.T) {
 		`geofence lookup failed`:                                                                                                            event.FailOther,
 		``:                                                                                                                                  event.FailOther,
 		`http: server closed idle connection`:                                                                                               event.FailEOF,
+		`OSError: [Errno 113] No route to host`:                                                                                             event.FailTimeout,
+		`Get "http://10.96.0.5/": dial tcp 10.96.0.5:80: connect: no route to host`:                                                         event.FailTimeout,
+		`curl: (7) Failed to connect to 10.96.0.5 port 80 after 3071 ms: Couldn't connect to server`:                                        event.FailOther,
+		`java.net.NoRouteToHostException: Host is unreachable`:                                                                              event.FailTimeout,
+		`connect: network is unreachable`:                                                                                                   event.FailTimeout,
 	} {
 		if got := Classify(msg); got != want {
 			t.Errorf("Classify(%q) = %q, want %q", msg, got, want)

@@ -216,7 +216,9 @@ func ParseCodeSet(spec string) (CodeSet, error) {
 
 // Classify maps a client's error text to a failure class. It knows the
 // wording of Go's net/http, Python's requests/urllib3, curl, Java and
-// envoy's details.
+// envoy's details. A connect that found no route to its address (the
+// host's address lookup failed: a pod whose network is gone) is a
+// connection no one answered, a timeout, as in nginx's error log.
 func Classify(msg string) string {
 	if msg == "" {
 		return event.FailOther
@@ -235,7 +237,8 @@ func Classify(msg string) string {
 		return event.FailRefused
 	case has("reset", "broken pipe", "epipe"):
 		return event.FailReset
-	case has("timeout", "timed out", "deadline exceeded"):
+	case has("timeout", "timed out", "deadline exceeded", "no route to host", "host is unreachable", "host unreachable",
+		"network is unreachable", "ehostunreach", "enetunreach"):
 		return event.FailTimeout
 	case hasWord(l, "eof") || has("remotedisconnected", "remote end closed", "server closed idle connection",
 		"closed connection", "connection closed", "prematurely closed", "empty reply", "connection_termination"):
