@@ -10,6 +10,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/mattn/go-isatty"
@@ -130,17 +131,26 @@ func memTotal() int64 {
 }
 
 // collectFrom turns the collector off until the memory reaches limit; the
-// first cycle then sets the proportional target, reportGCPercent, and
-// takes the limit away.
+// first cycle then takes the limit away and sets the proportional target,
+// reportGCPercent. Called again in the same process (the tests' reports),
+// the last call's setting holds: an earlier one's first cycle changes
+// nothing.
 func collectFrom(limit int64) {
+	gen := collectGen.Add(1)
 	before := debug.SetMemoryLimit(limit)
 	debug.SetGCPercent(-1)
 	sentinel := new([64]byte) // unreachable at once: the first cycle finds it
 	runtime.AddCleanup(sentinel, func(before int64) {
-		debug.SetGCPercent(reportGCPercent)
+		if collectGen.Load() != gen {
+			return
+		}
 		debug.SetMemoryLimit(before)
+		debug.SetGCPercent(reportGCPercent) // last: once it shows, the limit is back
 	}, before)
 }
+
+// collectGen counts collectFrom's calls.
+var collectGen atomic.Int64
 
 // cgroupMemoryMax is the lowest memory limit of the process's cgroup and
 // its parents (cgroup v2's memory.max, or v1's memory.limit_in_bytes), or
