@@ -51,6 +51,14 @@ func (a *Aligner) servedBy(f *event.Event, inferred bool) served {
 			via = "target"
 		}
 	}
+	from := t - kw
+	if p == nil && !inferred && (f.Reason == event.FailRefused || f.Reason == event.FailTimeout) {
+		// A connection refused or never answered was a new one: a pod's
+		// record of the client's address from before the request began
+		// (give or take ExitBefore of the two clocks) is of an earlier
+		// connection that had the same local port, not this one's.
+		from = max(from, t-max(f.Duration, 0)-int64(a.opts.ExitBefore))
+	}
 	ks := a.kscratch[:0]
 	if clientAP.IsValid() {
 		// A client reuses its local ports: the kernel's record of an earlier
@@ -61,7 +69,7 @@ func (a *Aligner) servedBy(f *event.Event, inferred bool) served {
 			target = a.servicesFor(f, nil)
 		}
 		kpods := a.kpods[:0]
-		a.kernelFor(keyOf(clientAP), t-kw, t+la, func(k *event.Event, kp *podState) bool {
+		a.kernelFor(keyOf(clientAP), from, t+la, func(k *event.Event, kp *podState) bool {
 			// A pod not known to serve the target is not taken on
 			// trust: a false pod is worse than none.
 			if p == nil && kp != nil && len(target) > 0 && !servesAny(kp.services, target) {

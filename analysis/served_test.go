@@ -3,6 +3,7 @@ package analysis
 import (
 	"sort"
 	"testing"
+	"time"
 
 	"github.com/drainscope/drainscope/event"
 )
@@ -95,6 +96,43 @@ func TestServedBy(t *testing.T) {
 				r.failure(0, client(1), event.FailReset)
 			},
 			pod: "web-1", via: "kernel", records: 1,
+		},
+		{
+			// The port's earlier connection closed on web-2 5 s before
+			// the failure, 2 s before this request began: a connection
+			// that never answered (or was refused) was a new one.
+			name: "reused client port, a timeout begun after the record",
+			build: func(r *rec, p pods) {
+				r.connClosed(p.web2, -5*s, client(1), "local", 0)
+				r.failure(0, client(1), event.FailTimeout, took(3*time.Second))
+			},
+			pod: "", via: "",
+		},
+		{
+			name: "reused client port, a refusal begun after the record",
+			build: func(r *rec, p pods) {
+				r.connClosed(p.web2, -5*s, client(1), "local", 0)
+				r.failure(0, client(1), event.FailRefused, took(time.Second))
+			},
+			pod: "", via: "",
+		},
+		{
+			name: "a timeout's own record, after its request began",
+			build: func(r *rec, p pods) {
+				r.rst(p.web1, -2*s, client(1), "NO_SOCKET", 0)
+				r.failure(0, client(1), event.FailTimeout, took(3*time.Second))
+			},
+			pod: "web-1", via: "kernel", records: 1,
+		},
+		{
+			name: "an EOF on a connection closed before the request began",
+			build: func(r *rec, p pods) {
+				// A keep-alive connection the pod closed: the client
+				// fails on its next request, begun after the close.
+				r.connClosed(p.web2, -5*s, client(1), "local", 0)
+				r.failure(0, client(1), event.FailEOF, took(time.Millisecond))
+			},
+			pod: "web-2", via: "kernel", records: 1,
 		},
 		{
 			name: "reused client port on another Service's pod",
