@@ -63,10 +63,17 @@ func (a *Aligner) servedBy(f *event.Event, inferred bool) served {
 	if clientAP.IsValid() {
 		// A client reuses its local ports: the kernel's record of an earlier
 		// connection from the same address may be another Service's pod.
-		// When the client named (or dialled) a Service, only its pods count.
+		// When the client named (or dialled) a Service, only its pods count,
+		// and those of every Service that held the dialled address within
+		// the records' window: a connection outlives its Service's deletion
+		// (the proxy's connection tracking keeps it), and the API server
+		// hands the freed address to the next Service.
 		var target []string
 		if p == nil {
 			target = a.servicesFor(f, nil)
+			if ip, ok := dialled(f); ok && len(target) > 0 {
+				target = a.servicesHeld(target, ip, from, t+la)
+			}
 		}
 		kpods := a.kpods[:0]
 		a.kernelFor(keyOf(clientAP), from, t+la, func(k *event.Event, kp *podState) bool {

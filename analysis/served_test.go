@@ -135,6 +135,19 @@ func TestServedBy(t *testing.T) {
 			pod: "web-2", via: "kernel", records: 1,
 		},
 		{
+			// The client's connection was made while web held 10.96.0.10;
+			// web was deleted 3 s before, db holds the address since, and
+			// web-1's close of that connection is the failure.
+			name: "a connection that outlived its Service, its address another's",
+			build: func(r *rec, p pods) {
+				r.svc(-3*s, "default", "web", event.ChangeDeleted, "")
+				r.svc(-2*s, "default", "db", event.ChangeCreated, "10.96.0.10")
+				r.connClosed(p.web1, -2*ms, client(1), "local", 0)
+				r.failure(0, client(1), event.FailEOF, func(e *event.Event) { e.Attrs[event.AttrTarget] = "10.96.0.10:80" })
+			},
+			pod: "web-1", via: "kernel", records: 1,
+		},
+		{
 			name: "reused client port on another Service's pod",
 			build: func(r *rec, p pods) {
 				r.connClosed(p.api, -300*ms, client(1), "local", 0)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 
@@ -385,6 +386,31 @@ func (a *Aligner) servicesAt(ip netip.Addr, t int64) []string {
 		out = append(out, cs[i].key)
 	}
 	return out
+}
+
+// servicesHeld appends to dst the Services that held ip at some time in
+// [from, to], each once.
+func (a *Aligner) servicesHeld(dst []string, ip netip.Addr, from, to int64) []string {
+	cs := a.svcAddrs[ip.Unmap()]
+	for i, c := range cs {
+		if c.key == "" || c.t > to || i+1 < len(cs) && cs[i+1].t < from || slices.Contains(dst, c.key) {
+			continue
+		}
+		dst = append(dst, c.key)
+	}
+	return dst
+}
+
+// dialled is the address a failure's client dialled: its target's host
+// when that is an address, else the connection's remote end.
+func dialled(f *event.Event) (netip.Addr, bool) {
+	if ip, err := netip.ParseAddr(targetHost(f.Attrs[event.AttrTarget])); err == nil {
+		return ip, true
+	}
+	if f.Remote.IsValid() {
+		return f.Remote.Addr(), true
+	}
+	return netip.Addr{}, false
 }
 
 // servicesFor returns the Service keys a failure refers to, at the time its
