@@ -589,7 +589,15 @@ func checkRolloutBounds(ctx context.Context, t *testing.T, st store.Store, runs 
 			t.Errorf("run %s: rollout replaced %d with %d new pods, want 4 with 4", r.Run.Name, len(ro.Replaced), len(ro.NewPods))
 		}
 		if del.Trigger != event.ChangeDeleted || len(del.Replaced) != 4 || len(del.NewPods) != 0 {
-			t.Errorf("run %s: after the rollout %q replacing %d with %d new, want the deletion of the 4 new pods", r.Run.Name, del.Trigger, len(del.Replaced), len(del.NewPods))
+			names := func(ps []analysis.PodView) string {
+				var out []string
+				for _, p := range ps {
+					out = append(out, fmt.Sprintf("%s (deletion %s)", p.Name, time.Unix(0, deletion[p.UID]).UTC().Format("15:04:05.000")))
+				}
+				return strings.Join(out, ", ")
+			}
+			t.Errorf("run %s: after the rollout %q replacing %d (%s) with %d new, want the deletion of the 4 new pods; the rollout's own were %s",
+				r.Run.Name, del.Trigger, len(del.Replaced), names(del.Replaced), len(del.NewPods), names(ro.Replaced))
 		}
 		// The store's grouping (the rollouts list) agrees.
 		n := 0
