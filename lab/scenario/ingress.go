@@ -269,9 +269,23 @@ func (ir *ingressRun) stop() {
 	})
 }
 
-// waitRouted asks the ingress on new connections until every one of
-// replicas pods has answered through it.
+// waitRouted waits until the proxy's own view holds replicas servers,
+// then asks it on new connections until every one of the pods has
+// answered through it. Asked before its slots held them (up to a sync
+// period after the pods were ready), it would answer 503 with no server,
+// and log those as the run's failures.
 func (ir *ingressRun) waitRouted(ctx context.Context, c *Cluster, replicas int) error {
+	for {
+		in, err := ir.h.ServersState()
+		if err == nil && len(in) >= replicas {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: the proxy routes to %d of %d replicas (last error: %v)", ctx.Err(), len(in), replicas, err)
+		case <-time.After(ingressPollEvery):
+		}
+	}
 	return waitServed(ctx, c, ir.h.Listen, replicas)
 }
 
