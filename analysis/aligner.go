@@ -60,7 +60,7 @@ type Aligner struct {
 	inferredSeen map[connKey]seenInference
 	inferredAt   addrMap[[]inferMark]
 
-	global  ring[event.Event] // recent landmarks of all pods, for failures no pod claims
+	global  ring[*event.Event] // recent landmarks of all pods, for failures no pod claims
 	pending ring[pending]
 
 	scratch  []Piece
@@ -188,13 +188,14 @@ func (a *Aligner) Add(e *event.Event) error {
 	if e.Kind == event.KernelCapabilities && hasFeature(e.Attrs[event.AttrKernelFeatures], FeatureMainProcess) {
 		a.mainNodes[e.Node] = true
 	}
+	k := &keeper{e: e}
 	p := a.pod(&e.Pod, true)
 	if p != nil {
 		if e.Kind.IsKernel() && a.mainNodes[e.Node] {
 			p.mainKnown = true
 		}
-		if p.ingest(e, &a.opts) {
-			a.global.push(e.Clone())
+		if p.ingest(k, &a.opts) {
+			a.global.push(k.get())
 		}
 		if !p.enlisted && (p.ended || p.lc().deletion.Time != 0) {
 			p.enlisted = true
@@ -203,7 +204,7 @@ func (a *Aligner) Add(e *event.Event) error {
 		a.learnIPs(p, e)
 	}
 	if e.Kind.IsEndpoint() {
-		a.endpoint(e)
+		a.endpoint(k)
 		if p != nil {
 			a.lateLeave(p, e)
 		}
@@ -230,6 +231,24 @@ func (a *Aligner) Add(e *event.Event) error {
 		a.infer(e, p)
 	}
 	return nil
+}
+
+// keeper makes one copy of the event being added, on the heap, the first
+// time a part of the state keeps it, and hands every part that copy: an
+// endpoint change is at once a landmark of its pod, an entry of the global
+// ring, a transition of the pod's endpoint view and one of its Service's
+// count. Nothing may modify a kept event.
+type keeper struct {
+	e    *event.Event
+	kept *event.Event
+}
+
+func (k *keeper) get() *event.Event {
+	if k.kept == nil {
+		c := k.e.Clone()
+		k.kept = &c
+	}
+	return k.kept
 }
 
 func hasFeature(list, f string) bool {
@@ -447,7 +466,7 @@ func (a *Aligner) sweep() {
 	})
 	retain := int64(a.opts.Retain)
 	// Keep one landmark older than the window: the nearest before it.
-	for a.global.len() > 1 && a.global.at(a.global.head+1).Time < a.now-retain {
+	for a.global.len() > 1 && (*a.global.at(a.global.head + 1)).Time < a.now-retain {
 		a.global.drop()
 	}
 	for _, s := range a.svcs {

@@ -362,11 +362,14 @@ func TestSynthCauses(t *testing.T) {
 	}
 }
 
-// Pods share noLifecycle for reading until their first lifecycle event;
-// nothing may write to it.
+// Pods share noLifecycle, and lifecycles noEvent, for reading until the
+// event is seen; nothing may write to either.
 func TestNoLifecycleStaysZero(t *testing.T) {
 	runAlign(30)
-	if !reflect.DeepEqual(noLifecycle, lifecycle{}) {
+	if !reflect.DeepEqual(noEvent, event.Event{}) {
+		t.Fatalf("the shared unseen event was written: %+v", noEvent)
+	}
+	if !reflect.DeepEqual(noLifecycle, *newLifecycle()) {
 		t.Fatalf("the shared empty lifecycle was written: %+v", noLifecycle)
 	}
 }

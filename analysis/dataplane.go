@@ -149,7 +149,8 @@ func (a *Aligner) dataplane(e *event.Event) {
 	if len(v.trans) >= 32 {
 		v.trans = append(v.trans[:0], v.trans[16:]...)
 	}
-	ev := *e // its Attrs map is kept, not copied: see Aligner.Add
+	ev := new(event.Event)
+	*ev = *e // its Attrs map is kept, not copied: see Aligner.Add
 	ev.Pod = p.ref
 	ev.Workload = p.wl
 	// Held here only: the pod's timeline and its failures' nearest
@@ -157,7 +158,7 @@ func (a *Aligner) dataplane(e *event.Event) {
 	// podState.nearest). A pod's views grow with the nodes that record
 	// its endpoint; a second copy in the landmarks was a third of a
 	// server's heap at 2,000 nodes.
-	v.trans = append(v.trans, epTrans{ev: ev, ready: ready})
+	v.trans = append(v.trans, epTrans{t: ev.Time, ev: ev, ready: ready})
 	if !ready {
 		if w := p.watchLeave(svc, e.Time); w != nil {
 			if e.Time-w.Time < int64(a.opts.Retain) {
@@ -191,11 +192,11 @@ func (a *Aligner) lateLeave(p *podState, e *event.Event) {
 			continue
 		}
 		t := &v.trans[len(v.trans)-1]
-		if t.ready || !t.unmeasured || e.Time-t.ev.Time > int64(watchJitter) {
+		if t.ready || !t.unmeasured || e.Time-t.t > int64(watchJitter) {
 			continue
 		}
 		t.unmeasured = false
-		a.lags.add(v.node, t.ev.Attrs[event.AttrProxy], t.ev.Time, 0)
+		a.lags.add(v.node, t.ev.Attrs[event.AttrProxy], t.t, 0)
 	}
 }
 
@@ -211,13 +212,13 @@ func (p *podState) watchLeave(svc string, t int64) *event.Event {
 		}
 		var leave *event.Event
 		for j := range v.trans {
-			if v.trans[j].ev.Time > t {
+			if v.trans[j].t > t {
 				break
 			}
 			if v.trans[j].ready {
 				leave = nil
 			} else if leave == nil {
-				leave = &v.trans[j].ev
+				leave = v.trans[j].ev
 			}
 		}
 		if leave != nil && (best == nil || leave.Time < best.Time) {

@@ -156,13 +156,13 @@ func (a *Aligner) decide(pf *pending) {
 
 // nearest returns the last event at or before t and the first after it in
 // a time-ordered slice.
-func nearest(ls []event.Event, t int64) (before, after *event.Event) {
+func nearest(ls []*event.Event, t int64) (before, after *event.Event) {
 	i := sort.Search(len(ls), func(i int) bool { return ls[i].Time > t })
 	if i > 0 {
-		before = &ls[i-1]
+		before = ls[i-1]
 	}
 	if i < len(ls) {
-		after = &ls[i]
+		after = ls[i]
 	}
 	return before, after
 }
@@ -173,12 +173,12 @@ func (p *podState) nearest(t int64) (before, after *event.Event) {
 	before, after = nearest(p.landmarks, t)
 	for i := range p.dp {
 		s := p.dp[i].trans
-		j := sort.Search(len(s), func(j int) bool { return s[j].ev.Time > t })
-		if j > 0 && (before == nil || s[j-1].ev.Time > before.Time) {
-			before = &s[j-1].ev
+		j := sort.Search(len(s), func(j int) bool { return s[j].t > t })
+		if j > 0 && (before == nil || s[j-1].t > before.Time) {
+			before = s[j-1].ev
 		}
-		if j < len(s) && (after == nil || s[j].ev.Time < after.Time) {
-			after = &s[j].ev
+		if j < len(s) && (after == nil || s[j].t < after.Time) {
+			after = s[j].ev
 		}
 	}
 	return before, after
@@ -186,6 +186,12 @@ func (p *podState) nearest(t int64) (before, after *event.Event) {
 
 func (a *Aligner) nearestGlobal(t int64) (before, after *event.Event) {
 	g := &a.global
-	i := g.search(func(e *event.Event) bool { return e.Time > t })
-	return g.at(i - 1), g.at(i)
+	i := g.search(func(e **event.Event) bool { return (*e).Time > t })
+	if b := g.at(i - 1); b != nil {
+		before = *b
+	}
+	if x := g.at(i); x != nil {
+		after = *x
+	}
+	return before, after
 }

@@ -56,7 +56,7 @@ func ProxyStillRouted(f *Facts, dst []Piece) []Piece {
 		// The proxy's view at t: in rotation when its last move before t
 		// was an add, or its first move after t a removal.
 		j := 0
-		for j < len(v.trans) && v.trans[j].ev.Time < t {
+		for j < len(v.trans) && v.trans[j].t < t {
 			j++
 		}
 		in := j > 0 && v.trans[j-1].ready || j == 0 && !v.trans[0].ready
@@ -66,7 +66,7 @@ func ProxyStillRouted(f *Facts, dst []Piece) []Piece {
 		var removal *event.Event
 		for k := j; k < len(v.trans); k++ {
 			if !v.trans[k].ready {
-				removal = &v.trans[k].ev
+				removal = v.trans[k].ev
 				break
 			}
 		}
@@ -74,7 +74,7 @@ func ProxyStillRouted(f *Facts, dst []Piece) []Piece {
 		if removal != nil {
 			dst = append(dst, piece(fmt.Sprintf("%s %s still listed it: its own removal came %s after the EndpointSlice's", via, v.node, fmtDur(removal.Time-w.Time)), removal))
 		} else {
-			dst = append(dst, piece(fmt.Sprintf("%s %s still listed it (no removal recorded)", via, v.node), &v.trans[max(j-1, 0)].ev))
+			dst = append(dst, piece(fmt.Sprintf("%s %s still listed it (no removal recorded)", via, v.node), v.trans[max(j-1, 0)].ev))
 		}
 		return dst
 	}

@@ -43,8 +43,8 @@ type podState struct {
 	// is seen), in time order; connSummary folds them per connection.
 	conns []connEnd
 
-	landmarks []event.Event
-	leases    []*ipLease // this pod's entries in the aligner's address index
+	landmarks []*event.Event // shared with the aligner's global ring (see keeper)
+	leases    []*ipLease     // this pod's entries in the aligner's address index
 
 	failures map[Cause]int
 	inferred map[Cause]int
@@ -76,7 +76,8 @@ type epView struct {
 }
 
 type epTrans struct {
-	ev    event.Event
+	t     int64        // ev.Time, beside the flags for the scans
+	ev    *event.Event // shared (see keeper)
 	ready bool
 	// observed: the state as a list found it (event.FlagObserved), not a
 	// transition: nothing is known of what came before it.
@@ -197,7 +198,7 @@ const (
 
 // terminating reports whether anything showed the pod ending at or before t.
 func (p *podState) terminatingAt(t int64) *event.Event {
-	for _, e := range []*event.Event{&p.lc().deletion, &p.lc().sigterm, &p.lc().listener, &p.lc().kill} {
+	for _, e := range []*event.Event{p.lc().deletion, p.lc().sigterm, p.lc().listener, p.lc().kill} {
 		if e.Time != 0 && e.Time <= t {
 			return e
 		}
@@ -245,7 +246,9 @@ func (p *podState) restart(t int64) {
 	p.before = &old
 	p.since = t
 	if p.life != nil {
-		p.life = &lifecycle{deletion: p.life.deletion} // the deletion is the pod's, not the life's
+		d := p.life.deletion
+		p.life = newLifecycle()
+		p.life.deletion = d // the deletion is the pod's, not the life's
 	}
 	p.exits, p.pids, p.termed, p.conns = nil, nil, nil, nil
 	p.notReady = 0
@@ -253,20 +256,26 @@ func (p *podState) restart(t int64) {
 	p.failures, p.inferred = nil, nil
 }
 
-// lifecycle is a pod's lifecycle events, each the zero Event (Time 0)
-// until seen. It is allocated at the pod's first one: in a long window
-// most pods are quiet, and these five events held by value were most of a
-// quiet pod's state (2.7 KB a pod; 124 MiB for 46,000 pods).
+// lifecycle is a pod's lifecycle events, each noEvent (Time 0) until
+// seen, else the copy its landmark shares (see keeper). It is allocated at
+// the pod's first one: in a long window most pods are quiet.
 type lifecycle struct {
-	deletion event.Event // first pod_deletion
-	sigterm  event.Event // first SIGTERM to a process of the pod
-	kill     event.Event // first SIGKILL
-	term     event.Event // last container_terminated
-	listener event.Event // first listener_closed
+	deletion *event.Event // first pod_deletion
+	sigterm  *event.Event // first SIGTERM to a process of the pod
+	kill     *event.Event // first SIGKILL
+	term     *event.Event // last container_terminated
+	listener *event.Event // first listener_closed
+}
+
+// noEvent is a lifecycle event not seen; never written.
+var noEvent event.Event
+
+func newLifecycle() *lifecycle {
+	return &lifecycle{deletion: &noEvent, sigterm: &noEvent, kill: &noEvent, term: &noEvent, listener: &noEvent}
 }
 
 // noLifecycle is what lc returns for a pod without one; never written.
-var noLifecycle lifecycle
+var noLifecycle = *newLifecycle()
 
 // lc returns the pod's lifecycle events for reading.
 func (p *podState) lc() *lifecycle {
@@ -279,7 +288,7 @@ func (p *podState) lc() *lifecycle {
 // lcw returns the pod's lifecycle events for writing, allocating them.
 func (p *podState) lcw() *lifecycle {
 	if p.life == nil {
-		p.life = &lifecycle{}
+		p.life = newLifecycle()
 	}
 	return p.life
 }
@@ -291,9 +300,10 @@ func (p *podState) lifeEnded() bool {
 	return p.lc().kill.Time != 0 || p.lc().term.Time != 0 || p.lastMainExit() != nil
 }
 
-// ingest records e in the pod's state and reports whether it became one of
-// the pod's landmarks.
-func (p *podState) ingest(e *event.Event, opts *Options) bool {
+// ingest records k's event in the pod's state and reports whether it
+// became one of the pod's landmarks.
+func (p *podState) ingest(k *keeper, opts *Options) bool {
+	e := k.e
 	if p.first == 0 {
 		p.first = e.Time
 	}
@@ -325,12 +335,12 @@ func (p *podState) ingest(e *event.Event, opts *Options) bool {
 	landmark := isLandmark(e) && !p.repeatedSignal(e, opts)
 	if landmark {
 		if p.landmarks == nil {
-			p.landmarks = make([]event.Event, 0, 16) // a replaced pod has 10 to 20
+			p.landmarks = make([]*event.Event, 0, 16) // a replaced pod has 10 to 20
 		}
 		if len(p.landmarks) >= maxLandmarks {
 			p.landmarks = append(p.landmarks[:0], p.landmarks[maxLandmarks/2:]...)
 		}
-		p.landmarks = append(p.landmarks, e.Clone())
+		p.landmarks = append(p.landmarks, k.get())
 	}
 	switch e.Kind {
 	case event.PodCreated:
@@ -347,10 +357,10 @@ func (p *podState) ingest(e *event.Event, opts *Options) bool {
 		}
 	case event.PodDeletion:
 		if p.lc().deletion.Time == 0 {
-			p.lcw().deletion = e.Clone()
+			p.lcw().deletion = k.get()
 		}
 	case event.ContainerTerminated:
-		p.lcw().term = e.Clone()
+		p.lcw().term = k.get()
 	case event.Signal:
 		if p.sandboxEvent(e) || !p.isMain(e) {
 			break
@@ -358,7 +368,7 @@ func (p *podState) ingest(e *event.Event, opts *Options) bool {
 		switch e.Signal {
 		case event.SIGTERM:
 			if p.lc().sigterm.Time == 0 {
-				p.lcw().sigterm = e.Clone()
+				p.lcw().sigterm = k.get()
 			}
 			if c := e.Pod.Container; c != "" && !slices.Contains(p.termed, c) && len(p.termed) < 16 {
 				p.termed = append(p.termed, c)
@@ -371,7 +381,7 @@ func (p *podState) ingest(e *event.Event, opts *Options) bool {
 				break
 			}
 			if p.lc().kill.Time == 0 {
-				p.lcw().kill = e.Clone()
+				p.lcw().kill = k.get()
 			}
 			p.ended = true
 		}
@@ -391,14 +401,14 @@ func (p *podState) ingest(e *event.Event, opts *Options) bool {
 			break
 		}
 		if p.lc().listener.Time == 0 {
-			p.lcw().listener = e.Clone()
+			p.lcw().listener = k.get()
 		}
 		p.addPID(e.PID)
 	case event.ConnClosed, event.RSTSent, event.RSTReceived:
 		p.connEnded(e)
 	}
 	if e.Kind.IsEndpoint() {
-		p.endpoint(e)
+		p.endpoint(k)
 	}
 	return landmark
 }
@@ -419,7 +429,7 @@ func (p *podState) repeatedSignal(e *event.Event, opts *Options) bool {
 		return false
 	}
 	for i := len(p.landmarks) - 1; i >= 0 && e.Time-p.landmarks[i].Time <= int64(opts.ExitSlack); i-- {
-		if RepeatsSignal(&p.landmarks[i], e, opts.ExitSlack) {
+		if RepeatsSignal(p.landmarks[i], e, opts.ExitSlack) {
 			return true
 		}
 	}
@@ -555,8 +565,8 @@ func (p *podState) diedAt(t int64) *event.Event {
 	if x := p.lastMainExit(); x != nil && x.Time <= t {
 		return x
 	}
-	if p.lc().kill.Time != 0 && p.lc().kill.Time <= t && p.isMain(&p.lc().kill) {
-		return &p.lc().kill
+	if p.lc().kill.Time != 0 && p.lc().kill.Time <= t && p.isMain(p.lc().kill) {
+		return p.lc().kill
 	}
 	return nil
 }
@@ -589,7 +599,8 @@ func (p *podState) connEnded(e *event.Event) {
 	p.conns = append(p.conns, c)
 }
 
-func (p *podState) endpoint(e *event.Event) {
+func (p *podState) endpoint(k *keeper) {
+	e := k.e
 	svc := serviceKey(e.Pod.Namespace, e.Service)
 	if svc != "" {
 		found := false
@@ -619,13 +630,13 @@ func (p *podState) endpoint(e *event.Event) {
 	if !known {
 		return
 	}
-	k := epKey{svc, e.Node}
+	key := epKey{svc, e.Node}
 	i := 0
-	for i < len(p.ep) && p.ep[i].epKey != k {
+	for i < len(p.ep) && p.ep[i].epKey != key {
 		i++
 	}
 	if i == len(p.ep) {
-		p.ep = append(p.ep, epView{epKey: k})
+		p.ep = append(p.ep, epView{epKey: key})
 	}
 	v := &p.ep[i]
 	if n := len(v.trans); n > 0 && v.trans[n-1].ready == ready {
@@ -634,7 +645,7 @@ func (p *podState) endpoint(e *event.Event) {
 	if len(v.trans) >= 32 {
 		v.trans = append(v.trans[:0], v.trans[16:]...)
 	}
-	v.trans = append(v.trans, epTrans{ev: e.Clone(), ready: ready, observed: observed})
+	v.trans = append(v.trans, epTrans{t: e.Time, ev: k.get(), ready: ready, observed: observed})
 }
 
 // endpointReady tells whether an endpoint event leaves the endpoint routed
@@ -704,7 +715,7 @@ func (p *podState) rotationAt(t int64, svcs []string) rotation {
 		s := vw.v.trans
 		r.seen = true
 		i := 0
-		for i < len(s) && s[i].ev.Time < t {
+		for i < len(s) && s[i].t < t {
 			i++
 		}
 		// s[:i] are before t, s[i:] at or after t.
@@ -719,8 +730,8 @@ func (p *podState) rotationAt(t int64, svcs []string) rotation {
 			r.in = true
 			for j := i; j < len(s); j++ {
 				if !s[j].ready {
-					if r.leftAfter == nil || s[j].ev.Time > r.leftAfter.Time {
-						r.leftAfter = &s[j].ev
+					if r.leftAfter == nil || s[j].t > r.leftAfter.Time {
+						r.leftAfter = s[j].ev
 					}
 					break
 				}
@@ -729,8 +740,8 @@ func (p *podState) rotationAt(t int64, svcs []string) rotation {
 		}
 		for j := i - 1; j >= 0; j-- {
 			if !s[j].ready {
-				if r.lastLeave == nil || s[j].ev.Time+vw.allow > r.lastLeave.Time+r.lag {
-					r.lastLeave, r.lag = &s[j].ev, vw.allow
+				if r.lastLeave == nil || s[j].t+vw.allow > r.lastLeave.Time+r.lag {
+					r.lastLeave, r.lag = s[j].ev, vw.allow
 				}
 				break
 			}
@@ -769,15 +780,20 @@ func (p *podState) events() []event.Event {
 	var dp []event.Event
 	for i := range p.dp {
 		for j := range p.dp[i].trans {
-			dp = append(dp, p.dp[i].trans[j].ev)
+			dp = append(dp, *p.dp[i].trans[j].ev)
 		}
 	}
 	byTime := func(a, b event.Event) int { return cmp.Compare(a.Time, b.Time) }
 	slices.SortStableFunc(dp, byTime)
-	if dp = dp[:min(len(dp), max(0, maxLandmarks-len(p.landmarks)))]; len(dp) == 0 {
-		return p.landmarks
+	dp = dp[:min(len(dp), max(0, maxLandmarks-len(p.landmarks)))]
+	out := make([]event.Event, 0, len(p.landmarks)+len(dp))
+	for _, e := range p.landmarks {
+		out = append(out, *e)
 	}
-	out := append(slices.Clip(p.landmarks), dp...) // a new array: the landmarks stay as they are
+	if len(dp) == 0 {
+		return out
+	}
+	out = append(out, dp...)
 	slices.SortStableFunc(out, byTime)
 	return out
 }

@@ -310,8 +310,8 @@ func PodTerminating(f *Facts, dst []Piece) []Piece {
 		return dst
 	}
 	out := append(dst, piece("pod was terminating", e))
-	if p.lc().listener.Time != 0 && p.lc().listener.Time <= t && e != &p.lc().listener {
-		out = append(out, piece("listener closed", &p.lc().listener))
+	if p.lc().listener.Time != 0 && p.lc().listener.Time <= t && e != p.lc().listener {
+		out = append(out, piece("listener closed", p.lc().listener))
 	}
 	if x := p.lastMainExit(); x != nil && x.Time <= t {
 		out = append(out, piece("process exited", x))
@@ -356,8 +356,8 @@ func (p *podState) lastReady(t int64, svcs []string) *event.Event {
 		}
 		s := v.trans
 		for i := range s {
-			if s[i].ready && s[i].ev.Time <= t && (best == nil || s[i].ev.Time > best.Time) {
-				best = &s[i].ev
+			if s[i].ready && s[i].t <= t && (best == nil || s[i].t > best.Time) {
+				best = s[i].ev
 			}
 		}
 	}
@@ -386,7 +386,7 @@ func ExitNear(f *Facts, dst []Piece) []Piece {
 	}
 	out := append(dst, piece("process exited", x))
 	if f.pod.lc().sigterm.Time != 0 && f.pod.lc().sigterm.Time <= x.Time {
-		out = append(out, piece("SIGTERM", &f.pod.lc().sigterm))
+		out = append(out, piece("SIGTERM", f.pod.lc().sigterm))
 	}
 	return out
 }
@@ -480,7 +480,7 @@ func killedNear(f *Facts, dst []Piece) []Piece {
 	}
 	out := dst
 	if near(p.lc().kill.Time) {
-		out = append(out, piece("SIGKILL", &p.lc().kill))
+		out = append(out, piece("SIGKILL", p.lc().kill))
 	}
 	for i := range p.exits {
 		x := &p.exits[i]
@@ -494,13 +494,13 @@ func killedNear(f *Facts, dst []Piece) []Piece {
 		for _, c := range ClosedAtExit(f, nil) {
 			if c.Event.Kind == event.ConnClosed &&
 				abs(c.Event.Time-p.lc().kill.Time) <= int64(f.opts.ExitSlack) {
-				out = append(out, piece("SIGKILL", &p.lc().kill), c)
+				out = append(out, piece("SIGKILL", p.lc().kill), c)
 				break
 			}
 		}
 	}
 	if len(out) > len(dst) && p.lc().deletion.Time != 0 {
-		out = append(out, piece("deletion (the grace period starts here)", &p.lc().deletion))
+		out = append(out, piece("deletion (the grace period starts here)", p.lc().deletion))
 	}
 	return out
 }
@@ -560,7 +560,7 @@ func deadCandidates(f *Facts, dst []Piece, died bool) []Piece {
 				if life.lc().kill.Time == 0 || life.lc().kill.Time > t {
 					continue
 				}
-				x = &life.lc().kill
+				x = life.lc().kill
 			}
 		}
 		if p.routedAt(t, f.svcs) {

@@ -51,10 +51,11 @@ type countTrans struct {
 	t                    int64
 	n                    int
 	serving, terminating int
-	ev                   event.Event
+	ev                   *event.Event // shared (see keeper)
 }
 
-func (a *Aligner) endpoint(e *event.Event) {
+func (a *Aligner) endpoint(k *keeper) {
+	e := k.e
 	key := serviceKey(e.Pod.Namespace, e.Service)
 	if key == "" {
 		return
@@ -145,7 +146,7 @@ func (a *Aligner) endpoint(e *event.Event) {
 	if last := len(h) - 1; last >= 0 && h[last].n == nc.n {
 		tr.ev = h[last].ev // the ready count's evidence stays the event that set it
 	} else {
-		tr.ev = e.Clone()
+		tr.ev = k.get()
 	}
 	nc.hist = append(nc.hist, tr)
 }
@@ -265,7 +266,7 @@ func (s *svcState) noReadyAt(t, grace int64) (bool, []*event.Event) {
 		if cur.n > 0 {
 			return false, nil
 		}
-		why = append(why, &cur.ev)
+		why = append(why, cur.ev)
 	}
 	if len(why) == 0 && s.created != nil && s.created.Time <= t+grace {
 		// No node had a view yet, but the Service was seen created (up to
@@ -285,7 +286,7 @@ func (s *svcState) firstReadyIn(from, to int64) *event.Event {
 		for i := range live {
 			h := &live[i]
 			if h.t > from && h.t <= to && h.n > 0 && (first == nil || h.ev.Time < first.Time) {
-				first = &h.ev
+				first = h.ev
 				break
 			}
 		}
@@ -404,8 +405,10 @@ func (a *Aligner) servicesHeld(dst []string, ip netip.Addr, from, to int64) []st
 // dialled is the address a failure's client dialled: its target's host
 // when that is an address, else the connection's remote end.
 func dialled(f *event.Event) (netip.Addr, bool) {
-	if ip, err := netip.ParseAddr(targetHost(f.Attrs[event.AttrTarget])); err == nil {
-		return ip, true
+	if h := targetHost(f.Attrs[event.AttrTarget]); h != "" {
+		if ip, err := netip.ParseAddr(h); err == nil {
+			return ip, true
+		}
 	}
 	if f.Remote.IsValid() {
 		return f.Remote.Addr(), true

@@ -219,7 +219,7 @@ func (p *podState) timeline(opts *Options) PodTimeline {
 			// without a ready one recorded before it (the watch may have
 			// started late).
 			if wasReady || (tr.ev.Kind != event.EndpointAdded && !tr.observed) {
-				out.add(tr.ev.Time, v.node)
+				out.add(tr.t, v.node)
 				break
 			}
 		}
@@ -229,7 +229,7 @@ func (p *podState) timeline(opts *Options) PodTimeline {
 	t.OutOfRotation = spread(&out)
 	for _, v := range p.dp {
 		for _, tr := range v.trans {
-			t.Dataplane = append(t.Dataplane, DataplaneMark{Node: v.node, Service: v.svc, Time: tr.ev.Time, InRotation: tr.ready})
+			t.Dataplane = append(t.Dataplane, DataplaneMark{Node: v.node, Service: v.svc, Time: tr.t, InRotation: tr.ready})
 		}
 	}
 	sort.Slice(t.Dataplane, func(i, j int) bool {
@@ -240,14 +240,14 @@ func (p *podState) timeline(opts *Options) PodTimeline {
 		return a.Node < b.Node
 	})
 	if p.lc().sigterm.Time != 0 {
-		s := sigView(&p.lc().sigterm)
+		s := sigView(p.lc().sigterm)
 		t.Sigterm = &s
 		if p.lc().deletion.Time != 0 && p.lc().sigterm.Time >= p.lc().deletion.Time {
 			t.PreStop = p.lc().sigterm.Time - p.lc().deletion.Time
 		}
 	}
 	if p.lc().kill.Time != 0 {
-		s := sigView(&p.lc().kill)
+		s := sigView(p.lc().kill)
 		t.Kill = &s
 	}
 	exit := p.lastMainExit()
