@@ -182,7 +182,8 @@ func (a *Aligner) Add(e *event.Event) error {
 		}
 		// The failure waits a lookahead; its Attrs map is shared, not
 		// copied (see Add).
-		a.push(pending{ev: *e, inferred: inferred, proof: ProofStored})
+		_, q := a.addPending()
+		q.ev, q.inferred, q.proof = *e, inferred, ProofStored
 		return nil
 	}
 	if e.Kind == event.KernelCapabilities && hasFeature(e.Attrs[event.AttrKernelFeatures], FeatureMainProcess) {
@@ -218,15 +219,16 @@ func (a *Aligner) Add(e *event.Event) error {
 	switch e.Kind {
 	case event.ConnClosed, event.RSTSent, event.RSTReceived, event.ConnRefused:
 		if e.Remote.IsValid() {
-			// The event's number in kbuf will be kbuf.tail (push returns
+			// The event's number in kbuf will be kbuf.tail (add returns
 			// it). prev may be before the window: kbuf.at says so.
 			prev, ok := a.kidx.swap(keyOf(e.Remote), a.kbuf.tail, a.kbuf.head)
 			if !ok {
 				prev = -1
 			}
-			ev := *e
-			ev.Attrs = nil // connection events need no extras
-			a.kbuf.push(kentry{ev: ev, pod: p, prev: prev})
+			_, k := a.kbuf.add()
+			k.ev = *e
+			k.ev.Attrs = nil // connection events need no extras
+			k.pod, k.prev = p, prev
 		}
 		a.infer(e, p)
 	}
@@ -299,12 +301,13 @@ func (a *Aligner) Flush() {
 	a.lastPod, a.ending = nil, nil
 }
 
-func (a *Aligner) push(p pending) int64 {
-	seq := a.pending.push(p)
+// addPending adds a failure to decide, to be filled in place.
+func (a *Aligner) addPending() (int64, *pending) {
+	seq, q := a.pending.add()
 	if n := a.pending.len(); n > a.stats.MaxPending {
 		a.stats.MaxPending = n
 	}
-	return seq
+	return seq, q
 }
 
 // flush decides the failures whose lookahead ends before now.

@@ -112,14 +112,13 @@ func (a *Aligner) infer(e *event.Event, p *podState) {
 	}
 	likely := LikelyProof(proof)
 	a.markInferred(k.local, e.Time, likely)
-	seq := a.push(pending{
-		ev: event.Event{
-			Time: e.Time, Kind: event.ClientFailure, Node: e.Node, Source: event.SourceKernel,
-			Pod: e.Pod, Workload: e.Workload, Local: client, Remote: unmapAP(e.Local),
-			Reason: class, Flags: event.FlagInferred,
-		},
-		inferred: true, proof: proof,
-	})
+	seq, q := a.addPending()
+	q.ev = event.Event{
+		Time: e.Time, Kind: event.ClientFailure, Node: e.Node, Source: event.SourceKernel,
+		Pod: e.Pod, Workload: e.Workload, Local: client, Remote: unmapAP(e.Local),
+		Reason: class, Flags: event.FlagInferred,
+	}
+	q.inferred, q.proof = true, proof
 	a.inferredSeen[k] = seenInference{t: e.Time, seq: seq}
 }
 

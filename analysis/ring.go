@@ -11,6 +11,15 @@ type ring[T any] struct {
 func (r *ring[T]) len() int { return int(r.tail - r.head) }
 
 func (r *ring[T]) push(v T) int64 {
+	s, p := r.add()
+	*p = v
+	return s
+}
+
+// add appends a zero element and returns its number and where it is, to
+// be filled in place: an element the size of an event is then written
+// once, not copied in.
+func (r *ring[T]) add() (int64, *T) {
 	if r.len() == len(r.buf) {
 		n := max(64, 2*len(r.buf))
 		buf := make([]T, n)
@@ -19,9 +28,9 @@ func (r *ring[T]) push(v T) int64 {
 		}
 		r.buf = buf
 	}
-	r.buf[r.tail&int64(len(r.buf)-1)] = v
+	p := &r.buf[r.tail&int64(len(r.buf)-1)] // zero: drop clears what it forgets
 	r.tail++
-	return r.tail - 1
+	return r.tail - 1, p
 }
 
 // at returns element s, or nil when it was dropped or never pushed.
