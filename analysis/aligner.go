@@ -60,7 +60,7 @@ type Aligner struct {
 	inferredSeen map[connKey]seenInference
 	inferredAt   addrMap[[]inferMark]
 
-	global  ring[*event.Event] // recent landmarks of all pods, for failures no pod claims
+	global  ring[mark] // recent landmarks of all pods, for failures no pod claims
 	pending ring[pending]
 
 	scratch  []Piece
@@ -85,6 +85,13 @@ type ipLease struct {
 	ip          netip.Addr
 	pod         *podState
 	first, last int64
+}
+
+// mark is an event by pointer with its time beside it: a search by time
+// then reads the marks only, not an event for each step.
+type mark struct {
+	t  int64
+	ev *event.Event
 }
 
 type kentry struct {
@@ -196,7 +203,7 @@ func (a *Aligner) Add(e *event.Event) error {
 			p.mainKnown = true
 		}
 		if p.ingest(k, &a.opts) {
-			a.global.push(k.get())
+			a.global.push(mark{e.Time, k.get()})
 		}
 		if !p.enlisted && (p.ended || p.lc().deletion.Time != 0) {
 			p.enlisted = true
@@ -469,7 +476,7 @@ func (a *Aligner) sweep() {
 	})
 	retain := int64(a.opts.Retain)
 	// Keep one landmark older than the window: the nearest before it.
-	for a.global.len() > 1 && (*a.global.at(a.global.head + 1)).Time < a.now-retain {
+	for a.global.len() > 1 && a.global.at(a.global.head+1).t < a.now-retain {
 		a.global.drop()
 	}
 	for _, s := range a.svcs {

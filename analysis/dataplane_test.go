@@ -108,8 +108,8 @@ func TestDataplaneHeldOnce(t *testing.T) {
 		}
 	}
 	for _, ps := range al.byUID {
-		for _, e := range ps.landmarks {
-			if e.Kind.IsDataplane() {
+		for _, m := range ps.landmarks {
+			if e := m.ev; e.Kind.IsDataplane() {
 				t.Errorf("a dataplane event among the landmarks: %s at %d", e.Kind, e.Time)
 			}
 		}

@@ -156,13 +156,13 @@ func (a *Aligner) decide(pf *pending) {
 
 // nearest returns the last event at or before t and the first after it in
 // a time-ordered slice.
-func nearest(ls []*event.Event, t int64) (before, after *event.Event) {
-	i := sort.Search(len(ls), func(i int) bool { return ls[i].Time > t })
+func nearest(ls []mark, t int64) (before, after *event.Event) {
+	i := sort.Search(len(ls), func(i int) bool { return ls[i].t > t })
 	if i > 0 {
-		before = ls[i-1]
+		before = ls[i-1].ev
 	}
 	if i < len(ls) {
-		after = ls[i]
+		after = ls[i].ev
 	}
 	return before, after
 }
@@ -186,12 +186,12 @@ func (p *podState) nearest(t int64) (before, after *event.Event) {
 
 func (a *Aligner) nearestGlobal(t int64) (before, after *event.Event) {
 	g := &a.global
-	i := g.search(func(e **event.Event) bool { return (*e).Time > t })
+	i := g.search(func(m *mark) bool { return m.t > t })
 	if b := g.at(i - 1); b != nil {
-		before = *b
+		before = b.ev
 	}
 	if x := g.at(i); x != nil {
-		after = *x
+		after = x.ev
 	}
 	return before, after
 }

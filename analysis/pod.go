@@ -43,8 +43,8 @@ type podState struct {
 	// is seen), in time order; connSummary folds them per connection.
 	conns []connEnd
 
-	landmarks []*event.Event // shared with the aligner's global ring (see keeper)
-	leases    []*ipLease     // this pod's entries in the aligner's address index
+	landmarks []mark     // shared with the aligner's global ring (see keeper)
+	leases    []*ipLease // this pod's entries in the aligner's address index
 
 	failures map[Cause]int
 	inferred map[Cause]int
@@ -335,12 +335,12 @@ func (p *podState) ingest(k *keeper, opts *Options) bool {
 	landmark := isLandmark(e) && !p.repeatedSignal(e, opts)
 	if landmark {
 		if p.landmarks == nil {
-			p.landmarks = make([]*event.Event, 0, 16) // a replaced pod has 10 to 20
+			p.landmarks = make([]mark, 0, 16) // a replaced pod has 10 to 20
 		}
 		if len(p.landmarks) >= maxLandmarks {
 			p.landmarks = append(p.landmarks[:0], p.landmarks[maxLandmarks/2:]...)
 		}
-		p.landmarks = append(p.landmarks, k.get())
+		p.landmarks = append(p.landmarks, mark{e.Time, k.get()})
 	}
 	switch e.Kind {
 	case event.PodCreated:
@@ -428,8 +428,8 @@ func (p *podState) repeatedSignal(e *event.Event, opts *Options) bool {
 	if e.Kind != event.Signal {
 		return false
 	}
-	for i := len(p.landmarks) - 1; i >= 0 && e.Time-p.landmarks[i].Time <= int64(opts.ExitSlack); i-- {
-		if RepeatsSignal(p.landmarks[i], e, opts.ExitSlack) {
+	for i := len(p.landmarks) - 1; i >= 0 && e.Time-p.landmarks[i].t <= int64(opts.ExitSlack); i-- {
+		if RepeatsSignal(p.landmarks[i].ev, e, opts.ExitSlack) {
 			return true
 		}
 	}
@@ -787,8 +787,8 @@ func (p *podState) events() []event.Event {
 	slices.SortStableFunc(dp, byTime)
 	dp = dp[:min(len(dp), max(0, maxLandmarks-len(p.landmarks)))]
 	out := make([]event.Event, 0, len(p.landmarks)+len(dp))
-	for _, e := range p.landmarks {
-		out = append(out, *e)
+	for _, m := range p.landmarks {
+		out = append(out, *m.ev)
 	}
 	if len(dp) == 0 {
 		return out
