@@ -46,6 +46,10 @@ type cursor struct {
 	ip   netip.Addr
 	cip  netip.Addr
 	next int64
+	// backend is the Attrs of the failures that log the pod as their
+	// backend, made once: the stream makes no garbage per event, which
+	// the aligner's collections would be charged with.
+	backend map[string]string
 }
 
 type cursorHeap []*cursor
@@ -141,6 +145,7 @@ func (g *synth) activate() {
 		ip:  netip.AddrFrom4([4]byte{10, 244, byte(i >> 8), byte(i)}),
 		cip: netip.AddrFrom4([4]byte{10, byte(200 + i>>16), byte(i >> 8), byte(i)}),
 	}
+	c.backend = map[string]string{event.AttrBackend: netip.AddrPortFrom(c.ip, 8080).String()}
 	c.next = c.at + g.tmpl[0].off
 	heap.Push(&g.active, c)
 }
@@ -150,7 +155,6 @@ func (g *synth) each(fn func(*event.Event)) {
 	wl := event.Workload{Kind: "Deployment", Name: "web"}
 	nodes := [2]string{"node-a", "node-b"}
 	clusterIP := netip.MustParseAddrPort("10.96.0.10:80")
-	backendAttr := map[string]map[string]string{}
 	for {
 		// Start every pod whose first step is due before the next event.
 		for g.next < g.pods && (g.active.Len() == 0 || g.base+int64(g.next)*synthGap+g.tmpl[0].off <= g.active[0].next) {
@@ -199,16 +203,7 @@ func (g *synth) each(fn func(*event.Event)) {
 				e.Local = netip.AddrPortFrom(netip.AddrFrom4([4]byte{192, 168, byte(c.i >> 8), byte(c.i)}), uint16(st.k))
 			}
 			if withBackend {
-				key := podAddr.String()
-				a := backendAttr[key]
-				if a == nil {
-					a = map[string]string{event.AttrBackend: key}
-					if len(backendAttr) > 4096 {
-						clear(backendAttr)
-					}
-					backendAttr[key] = a
-				}
-				e.Attrs = a
+				e.Attrs = c.backend
 			}
 		}
 		fn(e)
