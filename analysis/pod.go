@@ -124,12 +124,12 @@ type connKey struct{ local, remote addrKey }
 // thousands of connections after SIGTERM.
 type connEnd struct {
 	key connKey
+	how connHow // beside key's 36 bytes, where it takes no room of its own
 	t   int64
 	// idle is how long before t the peer last acknowledged this side's
 	// data (conn_closed's Duration; 0 unknown): a connection whose idle
 	// time reaches back before SIGTERM was open at SIGTERM.
 	idle int64
-	how  connHow
 }
 
 type connHow uint8
@@ -328,8 +328,8 @@ func (p *podState) ingest(k *keeper, opts *Options) bool {
 	}
 	// A container that starts again, or a pod ready again, after its app
 	// ended, with no deletion: the container restarted in place.
-	if p.lc().deletion.Time == 0 && !e.Flags.Has(event.FlagObserved) && p.lifeEnded() &&
-		(e.Kind == event.ContainerStarted || e.Kind == event.PodReady) {
+	if (e.Kind == event.ContainerStarted || e.Kind == event.PodReady) &&
+		p.lc().deletion.Time == 0 && !e.Flags.Has(event.FlagObserved) && p.lifeEnded() {
 		p.restart(e.Time)
 	}
 	landmark := isLandmark(e) && !p.repeatedSignal(e, opts)
