@@ -232,10 +232,10 @@ func (a *Aligner) Add(e *event.Event) error {
 			if !ok {
 				prev = -1
 			}
-			_, k := a.kbuf.add()
-			k.ev = *e
-			k.ev.Attrs = nil // connection events need no extras
-			k.pod, k.prev = p, prev
+			_, ke := a.kbuf.add()
+			ke.ev = *e
+			ke.ev.Attrs = nil // connection events need no extras
+			ke.pod, ke.prev = p, prev
 		}
 		a.infer(e, p)
 	}
