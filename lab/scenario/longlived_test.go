@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -36,7 +37,11 @@ func TestLabLongLived(t *testing.T) {
 	bin := buildStatic(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute) // the lab lock may be held for a while
 	defer cancel()
-	st, err := store.Open(ctx, filepath.Join(t.TempDir(), "events.db"))
+	dbPath := filepath.Join(t.TempDir(), "events.db")
+	if *labStore != "" {
+		dbPath = *labStore // kept for a look afterwards
+	}
+	st, err := store.Open(ctx, dbPath)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +103,7 @@ func TestLabLongLived(t *testing.T) {
 	}
 	checkLongLivedExtras(ctx, t, st, res)
 	checkLongLivedDisruptions(t, r, byName)
-	checkLongLivedRollout(t, r, byName[scenario.StepRollout])
+	checkLongLivedRollout(ctx, t, st, r, byName[scenario.StepRollout])
 	checkNoCauseOffTermination(t, r, res.Steps)
 }
 
@@ -121,6 +126,41 @@ func checkLongLivedExtras(ctx context.Context, t *testing.T, st store.Store, res
 	if len(exits) == 0 {
 		t.Errorf("no process exited in any pod while they settled: the exec probes and the worker did not run, or the kernel did not see them")
 	}
+}
+
+// podSideRecords says what the pods' kernels recorded of connections from
+// the failure's client address within 200 ms of it: when the analysis
+// found no pod, whether the pod side recorded the connection at all, or
+// only under other client ports (a NAT rewrite of the client's port).
+func podSideRecords(ctx context.Context, st store.Store, f analysis.EventView) string {
+	client, err := netip.ParseAddrPort(f.Local)
+	if err != nil {
+		return "no client address"
+	}
+	const near = int64(200 * time.Millisecond)
+	events, err := store.Events(ctx, st, store.Query{Window: event.Window{From: f.Time - near, To: f.Time + near}})
+	if err != nil {
+		return "reading the store: " + err.Error()
+	}
+	var own, other []string
+	for _, e := range events {
+		switch e.Kind {
+		case event.ConnClosed, event.RSTSent, event.RSTReceived, event.ConnRefused:
+		default:
+			continue
+		}
+		if e.Remote.Addr().Unmap() != client.Addr().Unmap() {
+			continue
+		}
+		rec := fmt.Sprintf("%s %s %+d ms", e.Pod.Name, e.Kind, (e.Time-f.Time)/int64(time.Millisecond))
+		if e.Remote.Port() == client.Port() {
+			own = append(own, rec)
+		} else if len(other) < 12 {
+			other = append(other, fmt.Sprintf("port %d: %s", e.Remote.Port(), rec))
+		}
+	}
+	return fmt.Sprintf("pod-side records of %s within 200 ms: [%s]; of its other ports: [%s]",
+		client, strings.Join(own, "; "), strings.Join(other, "; "))
 }
 
 // stepOf names the step whose pods include uid.
@@ -180,7 +220,7 @@ func checkLongLivedDisruptions(t *testing.T, r *analysis.Result, steps map[strin
 // the short profile's exit run on the same node: failures, every one of
 // them during the rollout on a pod it replaced and with a cause, and no
 // SIGKILL.
-func checkLongLivedRollout(t *testing.T, r *analysis.Result, s scenario.Step) {
+func checkLongLivedRollout(ctx context.Context, t *testing.T, st store.Store, r *analysis.Result, s scenario.Step) {
 	t.Helper()
 	from, to := s.Start.UnixNano(), s.End.Add(5*time.Second).UnixNano()
 	n := 0
@@ -202,8 +242,8 @@ func checkLongLivedRollout(t *testing.T, r *analysis.Result, s scenario.Step) {
 			onReplaced = !slices.ContainsFunc(f.Candidates, func(c analysis.PodView) bool { return !replaced(c.UID) })
 		}
 		if !onReplaced || f.Cause == analysis.CauseUnexplained {
-			t.Errorf("rollout failure %s: on pod %s (replaced: %v), cause %s: want a replaced pod and a cause; %s",
-				describeFailure(f), podName(f.Pod), onReplaced, f.Cause, f.Explanation)
+			t.Errorf("rollout failure %s: on pod %s (replaced: %v), cause %s: want a replaced pod and a cause; %s; %s",
+				describeFailure(f), podName(f.Pod), onReplaced, f.Cause, f.Explanation, podSideRecords(ctx, st, f.Failure))
 		}
 	}
 	t.Logf("rollout: %d client failures, by cause %v", n, causes)
