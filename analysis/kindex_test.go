@@ -48,6 +48,11 @@ func TestKernelIndex(t *testing.T) {
 					t.Fatalf("seq %d: get %v = %d %v, want %d", seq, k, got, ok, w)
 				}
 			}
+			// Never set: absent, whatever the filter in front says.
+			k := keyOf(netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 2, byte(r.IntN(256)), byte(r.IntN(256))}), 30000))
+			if got, ok := x.get(k); ok {
+				t.Fatalf("seq %d: get %v = %d, never set", seq, k, got)
+			}
 		}
 	}
 	if len(x.slots) > 1<<16 {
