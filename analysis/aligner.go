@@ -202,7 +202,7 @@ func (a *Aligner) Add(e *event.Event) error {
 		if e.Kind.IsKernel() && a.mainNodes[e.Node] {
 			p.mainKnown = true
 		}
-		if p.ingest(k, &a.opts) {
+		if p.ingest(k, &a.opts, a.timelineWanted(p)) {
 			a.global.push(mark{e.Time, k.get()})
 		}
 		if !p.enlisted && (p.ended || p.lc().deletion.Time != 0) {
@@ -544,6 +544,16 @@ func (a *Aligner) unindex(p *podState) {
 // reports tells whether report(p) passes p's timeline to onPod.
 func (a *Aligner) reports(p *podState) bool {
 	return a.onPod != nil && hasLifecycle(p) && (a.podWanted == nil || a.podWanted(p.ref.Namespace, p.wl))
+}
+
+// timelineWanted reports whether p's timeline may be built: what only a
+// timeline reads (each connection's end after SIGTERM, the counts of the
+// pod's failures by cause) is not recorded for a pod no one will ask for.
+// A report of one Deployment in a busy cluster then records none of the
+// other pods' connections. A pod whose workload is not known yet may
+// still be wanted.
+func (a *Aligner) timelineWanted(p *podState) bool {
+	return a.onPod != nil && (a.podWanted == nil || p.wl.IsZero() || a.podWanted(p.ref.Namespace, p.wl))
 }
 
 // report calls onPod with the pod's timeline, when it has one and onPod

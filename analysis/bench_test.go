@@ -225,6 +225,7 @@ type alignRun struct {
 	peakHeap         uint64
 	baseHeap         uint64
 	causes           map[Cause]int
+	timelines        int
 	stats            Stats
 }
 
@@ -236,7 +237,9 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-func runAlign(pods int) alignRun {
+// runAlign aligns the synthetic stream of pods; timelines asks for every
+// pod's timeline, as a report with no workload named does.
+func runAlign(pods int, timelines bool) alignRun {
 	var out alignRun
 	// The generator alone, to subtract its cost.
 	g := newSynth(pods)
@@ -252,7 +255,11 @@ func runAlign(pods int) alignRun {
 	out.baseHeap = ms.HeapInuse
 	out.peakHeap = ms.HeapInuse
 	out.causes = map[Cause]int{}
-	al := NewAligner(Options{}, func(d *Decision) { out.causes[d.Rule.Cause]++ }, nil)
+	var onPod func(*PodTimeline)
+	if timelines {
+		onPod = func(tl *PodTimeline) { out.timelines++ }
+	}
+	al := NewAligner(Options{}, func(d *Decision) { out.causes[d.Rule.Cause]++ }, onPod)
 	g = newSynth(pods)
 	n := 0
 	cpu0 := cpuTime()
@@ -287,16 +294,29 @@ func runAlign(pods int) alignRun {
 // alone, then the generator feeding the aligner, and counts the difference
 // as aligning. It reports the median of the five and their spread.
 //
+// The two sizes ask for no pod's timeline, so the aligner records only
+// what the decisions read. timelines=10000 asks for every pod's, as a
+// report with no workload named does: it then also records each pod's
+// connection ends and failure counts, and builds the 10,000 timelines.
+//
 //	go test ./analysis -run '^$' -bench AlignMillion -benchtime 1x
 func BenchmarkAlignMillion(b *testing.B) {
 	const passes = 5
-	for _, pods := range []int{2500, 10000} {
-		b.Run(fmt.Sprintf("pods=%d", pods), func(b *testing.B) {
+	for _, c := range []struct {
+		name      string
+		pods      int
+		timelines bool
+	}{
+		{"pods=2500", 2500, false},
+		{"pods=10000", 10000, false},
+		{"timelines=10000", 10000, true},
+	} {
+		b.Run(c.name, func(b *testing.B) {
 			var runs []alignRun
 			for b.Loop() {
 				runs = runs[:0]
 				for range passes {
-					runs = append(runs, runAlign(pods))
+					runs = append(runs, runAlign(c.pods, c.timelines))
 				}
 			}
 			reportAlign(b, runs)
@@ -323,8 +343,8 @@ func reportAlign(b *testing.B, runs []alignRun) {
 	}
 	b.Logf("%d failures against %d events, %d passes: aligning median %.3f s (%.3f–%.3f), CPU with GC %.3f s (%.3f–%.3f); generating the stream (setup, subtracted) median %.3f s; peak HeapInuse %.1f MiB (%.1f–%.1f; %.1f MiB before); load average %.2f %.2f %.2f",
 		r.failures, r.events, len(runs), align.med, align.min, align.max, cpu.med, cpu.min, cpu.max, gen.med, heap.med, heap.min, heap.max, mib(r.baseHeap), la[0], la[1], la[2])
-	b.Logf("max pending %d, max kernel window %d, pods evicted %d; causes: %v; inferred %d, proven %d of %d client failures",
-		r.stats.MaxPending, r.stats.MaxKernelWindow, r.stats.PodsEvicted, r.causes, r.stats.Inferred, r.stats.ProvenByKernel, r.stats.ClientFailures)
+	b.Logf("max pending %d, max kernel window %d, pods evicted %d; causes: %v; inferred %d, proven %d of %d client failures; %d timelines built",
+		r.stats.MaxPending, r.stats.MaxKernelWindow, r.stats.PodsEvicted, r.causes, r.stats.Inferred, r.stats.ProvenByKernel, r.stats.ClientFailures, r.timelines)
 }
 
 type spread struct{ med, min, max float64 }
@@ -341,7 +361,7 @@ func spreadOf(runs []alignRun, f func(alignRun) float64) spread {
 // The synthetic stream's causes come out as built, so the benchmark
 // measures the real work.
 func TestSynthCauses(t *testing.T) {
-	r := runAlign(30)
+	r := runAlign(30, false)
 	want := map[Cause]int{
 		CauseKeepAliveAtExit: 30 * (40 + 5), // 40 client EOFs + 5 inferred resets
 		CauseEndpointRace:    30 * 20,
@@ -357,10 +377,71 @@ func TestSynthCauses(t *testing.T) {
 	}
 }
 
+// What only a timeline reads (connection ends, failure counts) is recorded
+// for the pods whose timeline is wanted, and only for them; leaving it
+// out changes no decision.
+func TestTimelineOnlyState(t *testing.T) {
+	type verdict struct {
+		cause          Cause
+		pod, via       string
+		pieces         int
+		proven, likely bool
+		offsets        Offsets
+	}
+	run := func(onPod func(*PodTimeline), want func(string, event.Workload) bool) (*[]verdict, *Aligner) {
+		out := new([]verdict)
+		al := NewAligner(Options{}, func(d *Decision) {
+			*out = append(*out, verdict{d.Rule.Cause, d.Pod.Name, d.Via, len(d.Evidence), d.Proven, d.Likely, d.Offsets})
+		}, onPod)
+		if want != nil {
+			al.WantPods(want)
+		}
+		newSynth(30).each(func(e *event.Event) {
+			if err := al.Add(e); err != nil {
+				t.Fatal(err)
+			}
+		})
+		return out, al
+	}
+	recorded := func(al *Aligner) (conns, counted int) {
+		for _, p := range al.byUID {
+			if len(p.conns) > 0 {
+				conns++
+			}
+			if len(p.failures)+len(p.inferred) > 0 {
+				counted++
+			}
+		}
+		return conns, counted
+	}
+	timelines := 0
+	all, alAll := run(func(*PodTimeline) { timelines++ }, nil)
+	none, alNone := run(nil, nil)
+	scoped, alScoped := run(func(*PodTimeline) { timelines++ }, func(_ string, wl event.Workload) bool { return wl.Name == "other" })
+	if c, n := recorded(alAll); c != 30 || n != 30 {
+		t.Errorf("timelines wanted: %d of 30 pods hold connection ends, %d failure counts; want all", c, n)
+	}
+	for name, al := range map[string]*Aligner{"no onPod": alNone, "another workload wanted": alScoped} {
+		if c, n := recorded(al); c != 0 || n != 0 {
+			t.Errorf("%s: %d pods hold connection ends, %d failure counts; want none", name, c, n)
+		}
+	}
+	alAll.Flush()
+	alNone.Flush()
+	alScoped.Flush()
+	if timelines != 30 {
+		t.Errorf("%d timelines, want 30 (the wanted run's only)", timelines)
+	}
+	// 100 client failures a pod and 5 it infers (see TestSynthCauses)
+	if len(*all) != 30*105 || !reflect.DeepEqual(*all, *none) || !reflect.DeepEqual(*all, *scoped) {
+		t.Errorf("decisions differ: %d with timelines, %d without, %d scoped; want 3150 alike", len(*all), len(*none), len(*scoped))
+	}
+}
+
 // Pods share noLifecycle, and lifecycles noEvent, for reading until the
 // event is seen; nothing may write to either.
 func TestNoLifecycleStaysZero(t *testing.T) {
-	runAlign(30)
+	runAlign(30, true)
 	if !reflect.DeepEqual(noEvent, event.Event{}) {
 		t.Fatalf("the shared unseen event was written: %+v", noEvent)
 	}

@@ -135,12 +135,15 @@ func (a *Aligner) decide(pf *pending) {
 		d.Before, d.After = p.nearest(t)
 		d.Offsets = life.offsets(t, fx.svcs)
 		p = life
-		if pf.inferred {
+		switch {
+		case !a.timelineWanted(p):
+			// The counts are the timeline's.
+		case pf.inferred:
 			if p.inferred == nil {
 				p.inferred = map[Cause]int{}
 			}
 			p.inferred[d.Rule.Cause]++
-		} else {
+		default:
 			if p.failures == nil {
 				p.failures = map[Cause]int{}
 			}

@@ -301,8 +301,10 @@ func (p *podState) lifeEnded() bool {
 }
 
 // ingest records k's event in the pod's state and reports whether it
-// became one of the pod's landmarks.
-func (p *podState) ingest(k *keeper, opts *Options) bool {
+// became one of the pod's landmarks. timeline says the pod's timeline may
+// be built (Aligner.timelineWanted): only then are its connections' ends
+// recorded.
+func (p *podState) ingest(k *keeper, opts *Options, timeline bool) bool {
 	e := k.e
 	if p.first == 0 {
 		p.first = e.Time
@@ -405,7 +407,9 @@ func (p *podState) ingest(k *keeper, opts *Options) bool {
 		}
 		p.addPID(e.PID)
 	case event.ConnClosed, event.RSTSent, event.RSTReceived:
-		p.connEnded(e)
+		if timeline {
+			p.connEnded(e)
+		}
 	}
 	if e.Kind.IsEndpoint() {
 		p.endpoint(k)
