@@ -25,8 +25,8 @@ type podState struct {
 
 	// life holds the pod's lifecycle events once it has one (see lc).
 	life  *lifecycle
-	exits []event.Event
-	pids  []int32 // signal targets and listener owners: the pod's main processes
+	exits []*event.Event // the app's exits, shared with the landmarks (see keeper)
+	pids  []int32        // signal targets and listener owners: the pod's main processes
 	// termed are the containers (runtime IDs from the cgroup path) whose
 	// processes got SIGTERM: the app containers. A real node's sandbox
 	// (pause) container never gets one; the runtime SIGKILLs it once the
@@ -203,9 +203,9 @@ func (p *podState) terminatingAt(t int64) *event.Event {
 			return e
 		}
 	}
-	for i := range p.exits {
-		if p.exits[i].Time <= t && p.isMainExit(&p.exits[i]) {
-			return &p.exits[i]
+	for _, x := range p.exits {
+		if x.Time <= t && p.isMainExit(x) {
+			return x
 		}
 	}
 	return nil
@@ -393,7 +393,7 @@ func (p *podState) ingest(k *keeper, opts *Options, timeline bool) bool {
 			break // an exec probe's, kubectl exec's or a worker's exit
 		}
 		if len(p.exits) < 64 {
-			p.exits = append(p.exits, e.Clone())
+			p.exits = append(p.exits, k.get())
 		}
 		if p.isMainExit(e) && p.lc().sigterm.Time != 0 {
 			p.ended = true
@@ -516,8 +516,7 @@ func (p *podState) sandboxEvent(e *event.Event) bool {
 // mainExit is the main process's exit nearest to t, or nil.
 func (p *podState) mainExit(t int64) *event.Event {
 	var best *event.Event
-	for i := range p.exits {
-		e := &p.exits[i]
+	for _, e := range p.exits {
 		if !p.isMainExit(e) {
 			continue
 		}
@@ -578,8 +577,8 @@ func (p *podState) diedAt(t int64) *event.Event {
 // lastMainExit is the main process's last exit, or nil.
 func (p *podState) lastMainExit() *event.Event {
 	for i := len(p.exits) - 1; i >= 0; i-- {
-		if p.isMainExit(&p.exits[i]) {
-			return &p.exits[i]
+		if p.isMainExit(p.exits[i]) {
+			return p.exits[i]
 		}
 	}
 	return nil

@@ -482,8 +482,7 @@ func killedNear(f *Facts, dst []Piece) []Piece {
 	if near(p.lc().kill.Time) {
 		out = append(out, piece("SIGKILL", p.lc().kill))
 	}
-	for i := range p.exits {
-		x := &p.exits[i]
+	for _, x := range p.exits {
 		if x.Signal == event.SIGKILL && near(x.Time) && !p.sandboxEvent(x) {
 			out = append(out, piece("process killed", x))
 		}
