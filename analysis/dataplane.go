@@ -147,7 +147,7 @@ func (a *Aligner) dataplane(e *event.Event) {
 		return
 	}
 	if len(v.trans) >= 32 {
-		v.trans = append(v.trans[:0], v.trans[16:]...)
+		v.trans = newerPart(v.trans, 16, 32)
 	}
 	ev := new(event.Event)
 	*ev = *e // its Attrs map is kept, not copied: see Aligner.Add

@@ -562,3 +562,51 @@ func TestSweepDropsOnlyEndedPods(t *testing.T) {
 		t.Errorf("%d pods evicted, want 2", n)
 	}
 }
+
+func TestRestartKeepsItsLandmarksThroughCompaction(t *testing.T) {
+	// A crash-looping pod's landmarks reach maxLandmarks over days of
+	// restarts. The life a restart ends keeps the landmarks it had, in
+	// the same array the pod goes on filling; halving the pod's at the
+	// bound wrote the newer half over the ended life's, whose failures
+	// then found their nearest events out of time order.
+	r := newRec()
+	p := r.pod("web-a", "10.244.0.11")
+	d := int64(0)
+	// 400 landmarks: the array grows to hold 591.
+	for range 400 {
+		r.add(r.podEvent(p, d, event.PodNotReady))
+		d += ms
+	}
+	r.mainExit(p, d, 2, 0)
+	d += ms
+	restart := r.at(d)
+	r.ready(p, d) // ready again after the exit: restarted in place
+	// The pod passes 512 in the array the ended life holds.
+	for range 200 {
+		d += ms
+		r.add(r.podEvent(p, d, event.PodNotReady))
+	}
+	a := NewAligner(Options{}, nil, nil)
+	for i := range r.events {
+		if err := a.Add(&r.events[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ps := a.byUID[p.ref.UID]
+	if ps == nil || ps.before == nil {
+		t.Fatal("the pod did not restart in place")
+	}
+	old := ps.before.landmarks
+	if len(old) < 400 {
+		t.Fatalf("the ended life keeps %d landmarks, want its 400 and more", len(old))
+	}
+	for i, m := range old {
+		if m.t >= restart || (i > 0 && m.t < old[i-1].t) {
+			t.Fatalf("the ended life's landmark %d of %d is at %+d ms from the restart, after %+d ms: overwritten by the pod's later ones",
+				i, len(old), (m.t-restart)/ms, (old[max(i-1, 0)].t-restart)/ms)
+		}
+	}
+	if n := len(ps.landmarks); n > maxLandmarks {
+		t.Errorf("the pod holds %d landmarks, more than %d", n, maxLandmarks)
+	}
+}

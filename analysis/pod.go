@@ -340,7 +340,7 @@ func (p *podState) ingest(k *keeper, opts *Options, timeline bool) bool {
 			p.landmarks = make([]mark, 0, 16) // a replaced pod has 10 to 20
 		}
 		if len(p.landmarks) >= maxLandmarks {
-			p.landmarks = append(p.landmarks[:0], p.landmarks[maxLandmarks/2:]...)
+			p.landmarks = newerPart(p.landmarks, maxLandmarks/2, maxLandmarks)
 		}
 		p.landmarks = append(p.landmarks, mark{e.Time, k.get()})
 	}
@@ -646,7 +646,7 @@ func (p *podState) endpoint(k *keeper) {
 		return // no change in this node's view
 	}
 	if len(v.trans) >= 32 {
-		v.trans = append(v.trans[:0], v.trans[16:]...)
+		v.trans = newerPart(v.trans, 16, 32)
 	}
 	v.trans = append(v.trans, epTrans{t: e.Time, ev: k.get(), ready: ready, observed: observed})
 }
@@ -751,6 +751,13 @@ func (p *podState) rotationAt(t int64, svcs []string) rotation {
 		}
 	}
 	return r
+}
+
+// newerPart returns s[from:] in a new array with room for n: the life a
+// restart ended (see restart) may still hold s's array, and compacting it
+// in place would write the pod's newer entries over that life's.
+func newerPart[T any](s []T, from, n int) []T {
+	return append(make([]T, 0, n), s[from:]...)
 }
 
 func abs(x int64) int64 {
