@@ -41,6 +41,8 @@ type podState struct {
 
 	// Connection endings seen after SIGTERM (after deletion when no SIGTERM
 	// is seen), in time order; connSummary folds them per connection.
+	// Recorded, like failures and inferred, only while the pod's timeline
+	// may be built (Aligner.timelineWanted): nothing else reads them.
 	conns []connEnd
 
 	landmarks []mark     // shared with the aligner's global ring (see keeper)
