@@ -52,7 +52,8 @@ func (a *Aligner) servedBy(f *event.Event, inferred bool) served {
 		}
 	}
 	from := t - kw
-	if p == nil && !inferred && (f.Reason == event.FailRefused || f.Reason == event.FailTimeout) {
+	newConn := p == nil && !inferred && (f.Reason == event.FailRefused || f.Reason == event.FailTimeout)
+	if newConn {
 		// A connection refused or never answered was a new one: a pod's
 		// record of the client's address from before the request began
 		// (give or take ExitBefore of the two clocks) is of an earlier
@@ -80,6 +81,13 @@ func (a *Aligner) servedBy(f *event.Event, inferred bool) served {
 			// A pod not known to serve the target is not taken on
 			// trust: a false pod is worse than none.
 			if p == nil && kp != nil && len(target) > 0 && !servesAny(kp.services, target) {
+				return true
+			}
+			// Nor was that new connection ever established: a close the
+			// pod side recorded ended another one with the same local
+			// port (a client that retries at once often gets the port
+			// again, and the retry reaches a pod).
+			if newConn && k.Kind == event.ConnClosed {
 				return true
 			}
 			if p == nil || kp == p {

@@ -117,6 +117,17 @@ func TestServedBy(t *testing.T) {
 			pod: "", via: "",
 		},
 		{
+			// Refused before the Service had a ready endpoint; the
+			// client's retry got the same port and reached web-1 once
+			// it was routed, and web-1 closed that connection.
+			name: "reused client port, a refusal then the retry's close",
+			build: func(r *rec, p pods) {
+				r.failure(0, client(1), event.FailRefused, took(time.Millisecond))
+				r.connClosed(p.web1, 1500*ms, client(1), "local", 0)
+			},
+			pod: "", via: "",
+		},
+		{
 			name: "a timeout's own record, after its request began",
 			build: func(r *rec, p pods) {
 				r.rst(p.web1, -2*s, client(1), "NO_SOCKET", 0)
