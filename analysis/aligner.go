@@ -202,7 +202,7 @@ func (a *Aligner) Add(e *event.Event) error {
 		if e.Kind.IsKernel() && a.mainNodes[e.Node] {
 			p.mainKnown = true
 		}
-		if p.ingest(k, &a.opts, a.timelineWanted(p)) {
+		if p.ingest(k, &a.opts) {
 			a.global.push(mark{e.Time, k.get()})
 		}
 		if !p.enlisted && (p.ended || p.lc().deletion.Time != 0) {
@@ -236,6 +236,9 @@ func (a *Aligner) Add(e *event.Event) error {
 			ke.ev = *e
 			ke.ev.Attrs = nil // connection events need no extras
 			ke.pod, ke.prev = p, prev
+		}
+		if p != nil && a.timelineWanted(p) {
+			p.connEnded(e)
 		}
 		a.infer(e, p)
 	}

@@ -303,10 +303,9 @@ func (p *podState) lifeEnded() bool {
 }
 
 // ingest records k's event in the pod's state and reports whether it
-// became one of the pod's landmarks. timeline says the pod's timeline may
-// be built (Aligner.timelineWanted): only then are its connections' ends
-// recorded.
-func (p *podState) ingest(k *keeper, opts *Options, timeline bool) bool {
+// became one of the pod's landmarks. A connection's end is the aligner's
+// to record (Aligner.Add): only a wanted timeline reads it.
+func (p *podState) ingest(k *keeper, opts *Options) bool {
 	e := k.e
 	if p.first == 0 {
 		p.first = e.Time
@@ -408,10 +407,6 @@ func (p *podState) ingest(k *keeper, opts *Options, timeline bool) bool {
 			p.lcw().listener = k.get()
 		}
 		p.addPID(e.PID)
-	case event.ConnClosed, event.RSTSent, event.RSTReceived:
-		if timeline {
-			p.connEnded(e)
-		}
 	}
 	if e.Kind.IsEndpoint() {
 		p.endpoint(k)
@@ -587,6 +582,9 @@ func (p *podState) lastMainExit() *event.Event {
 }
 
 func (p *podState) connEnded(e *event.Event) {
+	if e.Kind == event.ConnRefused {
+		return // a SYN refused: no connection ended
+	}
 	ref := p.lc().sigterm.Time
 	if ref == 0 {
 		ref = p.lc().deletion.Time
