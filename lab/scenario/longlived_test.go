@@ -129,16 +129,20 @@ func checkLongLivedExtras(ctx context.Context, t *testing.T, st store.Store, res
 }
 
 // podSideRecords says what the pods' kernels recorded of connections from
-// the failure's client address within 200 ms of it: when the analysis
-// found no pod, whether the pod side recorded the connection at all, or
-// only under other client ports (a NAT rewrite of the client's port).
+// the failure's client address: on its port, in the window the analysis
+// reads (KernelWindow before, Lookahead after), what it could tie the
+// failure to a pod by; on the address's other ports within 200 ms, a
+// sign that NAT rewrote the client's port. It explains a failure put on
+// no pod, or on the wrong one.
 func podSideRecords(ctx context.Context, st store.Store, f analysis.EventView) string {
 	client, err := netip.ParseAddrPort(f.Local)
 	if err != nil {
 		return "no client address"
 	}
+	opts := analysis.DefaultOptions()
 	const near = int64(200 * time.Millisecond)
-	events, err := store.Events(ctx, st, store.Query{Window: event.Window{From: f.Time - near, To: f.Time + near}})
+	events, err := store.Events(ctx, st, store.Query{Window: event.Window{
+		From: f.Time - int64(opts.KernelWindow), To: f.Time + int64(opts.Lookahead) + 1}})
 	if err != nil {
 		return "reading the store: " + err.Error()
 	}
@@ -152,15 +156,17 @@ func podSideRecords(ctx context.Context, st store.Store, f analysis.EventView) s
 		if e.Remote.Addr().Unmap() != client.Addr().Unmap() {
 			continue
 		}
-		rec := fmt.Sprintf("%s %s %+d ms", e.Pod.Name, e.Kind, (e.Time-f.Time)/int64(time.Millisecond))
-		if e.Remote.Port() == client.Port() {
+		d := e.Time - f.Time
+		rec := fmt.Sprintf("%s %s %+d ms", e.Pod.Name, e.Kind, d/int64(time.Millisecond))
+		switch {
+		case e.Remote.Port() == client.Port():
 			own = append(own, rec)
-		} else if len(other) < 12 {
+		case d >= -near && d <= near && len(other) < 12:
 			other = append(other, fmt.Sprintf("port %d: %s", e.Remote.Port(), rec))
 		}
 	}
-	return fmt.Sprintf("pod-side records of %s within 200 ms: [%s]; of its other ports: [%s]",
-		client, strings.Join(own, "; "), strings.Join(other, "; "))
+	return fmt.Sprintf("pod-side records of %s from %s before to %s after: [%s]; of its other ports within 200 ms: [%s]",
+		client, opts.KernelWindow, opts.Lookahead, strings.Join(own, "; "), strings.Join(other, "; "))
 }
 
 // stepOf names the step whose pods include uid.

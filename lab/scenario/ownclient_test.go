@@ -333,7 +333,7 @@ func checkOwnClient(ctx context.Context, t *testing.T, st store.Store, oc *ownCl
 				// No analysis can attribute it; counted apart, bounded.
 				noRecord = append(noRecord, desc)
 			default:
-				wrongPod = append(wrongPod, desc)
+				wrongPod = append(wrongPod, desc+"; "+podSideRecords(ctx, st, fv))
 			}
 		}
 		// A refusal that began after the Service's creation and before the
@@ -344,7 +344,7 @@ func checkOwnClient(ctx context.Context, t *testing.T, st store.Store, oc *ownCl
 			if af.Cause == analysis.CauseNoReadyEndpoints {
 				noReadyOK++
 			} else if !beforeEndpoints {
-				badNoReady = append(badNoReady, desc)
+				badNoReady = append(badNoReady, desc+"; "+podSideRecords(ctx, st, fv))
 			}
 		}
 		// A failure after the run was over: the Deployment's deletion cut it.
