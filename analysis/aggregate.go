@@ -168,7 +168,8 @@ func (c *collector) failure(d *Decision) {
 			acc.evidence[p.Role]++
 		}
 	}
-	if o := d.Offsets.Exit; o.OK {
+	offsets := d.Offsets()
+	if o := offsets.Exit; o.OK {
 		acc.fromExit.add(o.NS)
 		if d.Inferred {
 			c.infFromExit.add(o.NS)
@@ -176,7 +177,7 @@ func (c *collector) failure(d *Decision) {
 			c.fromExit.add(o.NS)
 		}
 	}
-	if o := d.Offsets.Sigterm; o.OK {
+	if o := offsets.Sigterm; o.OK {
 		acc.fromSigterm.add(o.NS)
 		if d.Inferred {
 			c.infFromSigterm.add(o.NS)
@@ -184,8 +185,8 @@ func (c *collector) failure(d *Decision) {
 			c.fromSigterm.add(o.NS)
 		}
 	}
-	if d.Rule.Cause == CauseEndpointRace && d.Offsets.Rotation.OK && -d.Offsets.Rotation.NS > acc.maxRotationLag {
-		acc.maxRotationLag = -d.Offsets.Rotation.NS
+	if d.Rule.Cause == CauseEndpointRace && offsets.Rotation.OK && -offsets.Rotation.NS > acc.maxRotationLag {
+		acc.maxRotationLag = -offsets.Rotation.NS
 	}
 	keep := len(acc.examples) < c.opts.Examples
 	list := &c.failures

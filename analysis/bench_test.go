@@ -391,7 +391,7 @@ func TestTimelineOnlyState(t *testing.T) {
 	run := func(onPod func(*PodTimeline), want func(string, event.Workload) bool) (*[]verdict, *Aligner) {
 		out := new([]verdict)
 		al := NewAligner(Options{}, func(d *Decision) {
-			*out = append(*out, verdict{d.Rule.Cause, d.Pod.Name, d.Via, len(d.Evidence), d.Proven, d.Likely, d.Offsets})
+			*out = append(*out, verdict{d.Rule.Cause, d.Pod.Name, d.Via, len(d.Evidence), d.Proven, d.Likely, d.Offsets()})
 		}, onPod)
 		if want != nil {
 			al.WantPods(want)

@@ -28,11 +28,9 @@ type Decision struct {
 	Rule        *Rule
 	Evidence    []Piece
 	Missing     []Missing // unexplained: the first requirement each rule lacked
-	Before      *event.Event
-	After       *event.Event
-	Offsets     Offsets
 
 	facts *Facts
+	pod   *podState // the pod that served it, nil when none did
 }
 
 // Missing names a requirement a rule lacked.
@@ -55,6 +53,26 @@ type Offsets struct {
 
 // Cause is the decided cause.
 func (d *Decision) Cause() Cause { return d.Rule.Cause }
+
+// Offsets are the failure's offsets from the landmarks of the pod's life
+// it fell in (none when no pod served it). Like Nearest, they are worked
+// out when asked: most consumers read them for few decisions (a scoped
+// report, the examples) or for none (the rollout metrics).
+func (d *Decision) Offsets() Offsets {
+	if d.facts.pod == nil {
+		return Offsets{}
+	}
+	return d.facts.pod.offsets(d.Failure.Time, d.facts.svcs)
+}
+
+// Nearest returns the pod's last landmark at or before the failure and
+// its first after it; the whole cluster's when no pod served it.
+func (d *Decision) Nearest() (before, after *event.Event) {
+	if d.pod == nil {
+		return d.facts.a.nearestGlobal(d.Failure.Time)
+	}
+	return d.pod.nearest(d.Failure.Time)
+}
 
 // unexplained is the decision when no rule holds; its Missing list says
 // what each rule lacked.
@@ -99,7 +117,7 @@ func (a *Aligner) decide(pf *pending) {
 	}
 
 	d := &a.dec
-	*d = Decision{Failure: f, Inferred: pf.inferred, Proof: pf.proof, Proven: proven, Likely: likely, Via: via, facts: fx, Missing: a.missing[:0]}
+	*d = Decision{Failure: f, Inferred: pf.inferred, Proof: pf.proof, Proven: proven, Likely: likely, Via: via, facts: fx, pod: p, Missing: a.missing[:0]}
 	ev := a.scratch[:0]
 	for i := range a.opts.Rules {
 		r := &a.opts.Rules[i]
@@ -132,8 +150,6 @@ func (a *Aligner) decide(pf *pending) {
 		life := fx.pod
 		d.Pod, d.Workload = p.ref, p.wl
 		d.Terminating = life.terminatingAt(t+int64(a.opts.ExitBefore)) != nil
-		d.Before, d.After = p.nearest(t)
-		d.Offsets = life.offsets(t, fx.svcs)
 		p = life
 		switch {
 		case !a.timelineWanted(p):
@@ -149,8 +165,6 @@ func (a *Aligner) decide(pf *pending) {
 			}
 			p.failures[d.Rule.Cause]++
 		}
-	} else {
-		d.Before, d.After = a.nearestGlobal(t)
 	}
 	if a.onFailure != nil {
 		a.onFailure(d)

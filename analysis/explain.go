@@ -153,15 +153,17 @@ func (d *Decision) Aligned() AlignedFailure {
 	for _, m := range d.Missing {
 		out.Missing = append(out.Missing, m.Rule.Title+": no evidence that "+m.Requirement.Name)
 	}
-	if d.Before != nil {
-		out.Before = &Neighbor{Offset: d.Before.Time - f.Time, Event: View(d.Before)}
+	before, after := d.Nearest()
+	if before != nil {
+		out.Before = &Neighbor{Offset: before.Time - f.Time, Event: View(before)}
 	}
-	if d.After != nil {
-		out.After = &Neighbor{Offset: d.After.Time - f.Time, Event: View(d.After)}
+	if after != nil {
+		out.After = &Neighbor{Offset: after.Time - f.Time, Event: View(after)}
 	}
+	offs := d.Offsets()
 	for name, o := range map[string]Offset{
-		"from_sigterm": d.Offsets.Sigterm, "from_exit": d.Offsets.Exit, "from_kill": d.Offsets.Kill,
-		"from_deletion": d.Offsets.Deletion, "from_rotation_exit": d.Offsets.Rotation,
+		"from_sigterm": offs.Sigterm, "from_exit": offs.Exit, "from_kill": offs.Kill,
+		"from_deletion": offs.Deletion, "from_rotation_exit": offs.Rotation,
 	} {
 		if o.OK {
 			if out.Offsets == nil {
@@ -176,11 +178,11 @@ func (d *Decision) Aligned() AlignedFailure {
 			out.Candidates = append(out.Candidates, PodView{Namespace: p.Event.Pod.Namespace, Name: p.Event.Pod.Name, UID: p.Event.Pod.UID})
 		}
 	}
-	out.Explanation = render(d.Rule.Explain, d.explainData())
+	out.Explanation = render(d.Rule.Explain, d.explainData(offs, before, after))
 	return out
 }
 
-func (d *Decision) explainData() ExplainData {
+func (d *Decision) explainData(o Offsets, before, after *event.Event) ExplainData {
 	f := d.Failure
 	x := ExplainData{Class: f.Reason, Service: f.Service, Via: d.Via}
 	if f.Reason == event.FailStatus {
@@ -195,7 +197,6 @@ func (d *Decision) explainData() ExplainData {
 	if !d.Pod.IsZero() {
 		x.Pod = d.Pod.String()
 	}
-	o := d.Offsets
 	if o.Exit.OK {
 		x.FromExit = fmtOffset(o.Exit.NS)
 	}
@@ -249,11 +250,11 @@ func (d *Decision) explainData() ExplainData {
 	x.CandidateCount = len(cands)
 	x.Candidates = joinAnd(cands)
 	var near []string
-	if d.Before != nil {
-		near = append(near, Describe(d.Before)+" "+fmtOffset(d.Before.Time-f.Time))
+	if before != nil {
+		near = append(near, Describe(before)+" "+fmtOffset(before.Time-f.Time))
 	}
-	if d.After != nil {
-		near = append(near, Describe(d.After)+" "+fmtOffset(d.After.Time-f.Time))
+	if after != nil {
+		near = append(near, Describe(after)+" "+fmtOffset(after.Time-f.Time))
 	}
 	x.Nearest = strings.Join(near, "; ")
 	return x
