@@ -13,9 +13,15 @@ import (
 // aligner looks up client addresses for every connection event and every
 // failure, so the difference shows. Both halves' keys are pointer-free,
 // like addrKey.
+//
+// Most of those lookups are of an absent key (few client addresses have an
+// inferred failure), so a keyFilter of the IPv4 keys answers them first.
+// Every key in v4 has its bit set; a deleted key's bit stays set until the
+// next each, which sets the bits anew.
 type addrMap[V any] struct {
-	v4 map[uint64]V
-	v6 map[addrKey]V
+	v4    map[uint64]V
+	v6    map[addrKey]V
+	maybe keyFilter
 }
 
 // v4InV6 is the prefix of an IPv4-mapped IPv6 address, as addrKey holds
@@ -45,6 +51,10 @@ func newAddrMap[V any]() addrMap[V] {
 
 func (m *addrMap[V]) get(k addrKey) (V, bool) {
 	if x, ok := k.v4(); ok {
+		if !m.maybe.mayHold(x) {
+			var zero V
+			return zero, false
+		}
 		v, ok := m.v4[x]
 		return v, ok
 	}
@@ -55,6 +65,7 @@ func (m *addrMap[V]) get(k addrKey) (V, bool) {
 func (m *addrMap[V]) set(k addrKey, v V) {
 	if x, ok := k.v4(); ok {
 		m.v4[x] = v
+		m.maybe.add(x)
 		return
 	}
 	m.v6[k] = v
@@ -71,10 +82,15 @@ func (m *addrMap[V]) del(k addrKey) {
 func (m *addrMap[V]) len() int { return len(m.v4) + len(m.v6) }
 
 // each calls fn for every entry, in no order; fn may delete the entry it is
-// given or set its value.
+// given or set its value. It then sets the filter's bits anew, for the keys
+// left.
 func (m *addrMap[V]) each(fn func(addrKey, V)) {
 	for x, v := range m.v4 {
 		fn(unpack4(x), v)
+	}
+	clear(m.maybe[:])
+	for x := range m.v4 {
+		m.maybe.add(x)
 	}
 	for k, v := range m.v6 {
 		fn(k, v)

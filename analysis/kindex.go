@@ -12,8 +12,8 @@ package analysis
 //     control word, then a slot; and swap reads the previous value and
 //     writes the new one in a single probe, where a map needs two lookups.
 //   - Other keys (IPv6) go to a plain map: rare in a cluster.
-//   - A bit per hash of each IPv4 key (maybe) answers most lookups of an
-//     absent key without reading the table: a failure whose client the
+//   - A bit per hash of each IPv4 key (maybe, a keyFilter) answers most
+//     lookups of an absent key without reading the table: a failure whose client the
 //     pods never recorded, a refused or unanswered connect, is common.
 //
 // Entries are never deleted one by one: an entry whose event has left the
@@ -29,15 +29,31 @@ type kernelIndex struct {
 	// when the size holds, as it does in a steady stream: a rebuild then
 	// allocates nothing for the collector to reclaim.
 	spare []kslot
-	// maybe has a bit per hash of the IPv4 keys in slots (stale ones
-	// included until a rebuild): clear, the key is not there. 8 KiB stay
-	// in cache where a probe of the table, 1 MiB in a busy window, missed.
-	maybe [1024]uint64
+	// maybe holds the IPv4 keys in slots, stale ones included until a
+	// rebuild: a probe of the table, 1 MiB in a busy window, misses cache.
+	maybe keyFilter
 }
 
-func maybeBit(key uint64) (word int, bit uint64) {
+// keyFilter has a bit per hash of each packed IPv4 key (addrKey.v4) added
+// since it was last cleared: a clear bit says the key was not added. Its
+// 8 KiB stay in cache, so it answers most lookups of an absent key where a
+// table or map of thousands of keys would miss.
+type keyFilter [1024]uint64
+
+func filterBit(key uint64) (word int, bit uint64) {
 	h := key * 0x9E3779B97F4A7C15 >> 48
 	return int(h >> 6), 1 << (h & 63)
+}
+
+func (f *keyFilter) add(key uint64) {
+	w, b := filterBit(key)
+	f[w] |= b
+}
+
+// mayHold reports whether key may have been added: false is certain.
+func (f *keyFilter) mayHold(key uint64) bool {
+	w, b := filterBit(key)
+	return f[w]&b != 0
 }
 
 type kslot struct {
@@ -89,7 +105,7 @@ func (x *kernelIndex) get(k addrKey) (int64, bool) {
 		return seq, ok
 	}
 	key := v4 | kslotUsed
-	if w, b := maybeBit(key); x.maybe[w]&b == 0 {
+	if !x.maybe.mayHold(key) {
 		return 0, false
 	}
 	s := x.find(key)
@@ -112,8 +128,7 @@ func (x *kernelIndex) swap(k addrKey, seq, head int64) (prev int64, ok bool) {
 		return prev, true
 	}
 	s.key, s.seq = key, seq
-	w, b := maybeBit(key)
-	x.maybe[w] |= b
+	x.maybe.add(key)
 	if x.used++; 2*x.used >= len(x.slots) {
 		x.rebuild(head)
 	}
@@ -145,8 +160,7 @@ func (x *kernelIndex) rebuild(head int64) {
 	for _, s := range old {
 		if s.key != 0 && s.seq >= head {
 			*x.find(s.key) = s
-			w, b := maybeBit(s.key)
-			x.maybe[w] |= b
+			x.maybe.add(s.key)
 		}
 	}
 }

@@ -76,3 +76,58 @@ func TestAddrKeyV4(t *testing.T) {
 		t.Error("an IPv6 address made a v4 key")
 	}
 }
+
+// An addrMap answers as a plain map would through sets, deletes and each
+// (which may delete or change what it visits): the filter in front of it
+// never hides a key that is there.
+func TestAddrMap(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	key := func() addrKey {
+		if r.IntN(8) == 0 {
+			return keyOf(netip.AddrPortFrom(netip.MustParseAddr("fd00::1"), uint16(r.IntN(64))))
+		}
+		return keyOf(netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 1, byte(r.IntN(4)), byte(r.IntN(256))}), uint16(30000+r.IntN(64))))
+	}
+	m := newAddrMap[int]()
+	want := map[addrKey]int{}
+	check := func(i int) {
+		for range 200 {
+			k := key()
+			got, ok := m.get(k)
+			w, wok := want[k]
+			if ok != wok || got != w {
+				t.Fatalf("step %d: get %v = %d %v, want %d %v", i, k, got, ok, w, wok)
+			}
+		}
+		if m.len() != len(want) {
+			t.Fatalf("step %d: len %d, want %d", i, m.len(), len(want))
+		}
+	}
+	for i := range 20_000 {
+		switch k := key(); r.IntN(3) {
+		case 0, 1:
+			m.set(k, i)
+			want[k] = i
+		case 2:
+			m.del(k)
+			delete(want, k)
+		}
+		if i%2000 == 1999 {
+			// A sweep: forget the older half, renumber some of the rest.
+			m.each(func(k addrKey, v int) {
+				switch {
+				case v < i-10_000:
+					m.del(k)
+					delete(want, k)
+				case v%3 == 0:
+					m.set(k, v+1)
+					want[k] = v + 1
+				}
+			})
+		}
+		if i%500 == 0 {
+			check(i)
+		}
+	}
+	check(-1)
+}
