@@ -786,15 +786,21 @@ func hasLifecycle(p *podState) bool {
 // held in its views only, in time order: at most maxLandmarks, as when
 // the transitions were landmarks too, the landmarks all kept and the
 // latest transitions left out past the bound.
+//
+// The transitions are sorted and cut by pointer, so only the events kept
+// are copied: a pod seen by many nodes' proxies has hundreds.
 func (p *podState) events() []event.Event {
-	var dp []event.Event
+	n := 0
+	for i := range p.dp {
+		n += len(p.dp[i].trans)
+	}
+	dp := make([]*event.Event, 0, n)
 	for i := range p.dp {
 		for j := range p.dp[i].trans {
-			dp = append(dp, *p.dp[i].trans[j].ev)
+			dp = append(dp, p.dp[i].trans[j].ev)
 		}
 	}
-	byTime := func(a, b event.Event) int { return cmp.Compare(a.Time, b.Time) }
-	slices.SortStableFunc(dp, byTime)
+	slices.SortStableFunc(dp, func(a, b *event.Event) int { return cmp.Compare(a.Time, b.Time) })
 	dp = dp[:min(len(dp), max(0, maxLandmarks-len(p.landmarks)))]
 	out := make([]event.Event, 0, len(p.landmarks)+len(dp))
 	for _, m := range p.landmarks {
@@ -803,8 +809,10 @@ func (p *podState) events() []event.Event {
 	if len(dp) == 0 {
 		return out
 	}
-	out = append(out, dp...)
-	slices.SortStableFunc(out, byTime)
+	for _, e := range dp {
+		out = append(out, *e)
+	}
+	slices.SortStableFunc(out, func(a, b event.Event) int { return cmp.Compare(a.Time, b.Time) })
 	return out
 }
 
