@@ -12,8 +12,9 @@ import (
 // and values without escapes, valid UTF-8) is read here directly.
 // Anything else (an escape, a number, nesting, null, bad input) goes to
 // encoding/json, so that the result and the errors are always its own.
-func decodeAttrs(b []byte) (map[string]string, error) {
-	if m, ok := decodeFlatAttrs(b); ok {
+// The plain keys and values come from in, which may be nil.
+func decodeAttrs(b []byte, in *interner) (map[string]string, error) {
+	if m, ok := decodeFlatAttrs(b, in); ok {
 		return m, nil
 	}
 	var m map[string]string
@@ -23,7 +24,7 @@ func decodeAttrs(b []byte) (map[string]string, error) {
 
 // decodeFlatAttrs reads a flat object of plain strings; ok is false for
 // any input it does not read exactly as encoding/json would.
-func decodeFlatAttrs(b []byte) (m map[string]string, ok bool) {
+func decodeFlatAttrs(b []byte, in *interner) (m map[string]string, ok bool) {
 	i := skipSpace(b, 0)
 	if i == len(b) || b[i] != '{' {
 		return nil, false
@@ -34,7 +35,7 @@ func decodeFlatAttrs(b []byte) (m map[string]string, ok bool) {
 		return m, skipSpace(b, i+1) == len(b)
 	}
 	for {
-		var k, v string
+		var k, v []byte
 		if k, i, ok = plainString(b, i); !ok {
 			return nil, false
 		}
@@ -44,7 +45,7 @@ func decodeFlatAttrs(b []byte) (m map[string]string, ok bool) {
 		if v, i, ok = plainString(b, skipSpace(b, i+1)); !ok {
 			return nil, false
 		}
-		m[k] = v // a repeated key: the last wins, as in encoding/json
+		m[in.str(k)] = in.str(v) // a repeated key: the last wins, as in encoding/json
 		if i = skipSpace(b, i); i == len(b) {
 			return nil, false
 		}
@@ -60,11 +61,11 @@ func decodeFlatAttrs(b []byte) (m map[string]string, ok bool) {
 }
 
 // plainString reads a JSON string at b[i] that needs no unescaping: no
-// backslash, no control character, valid UTF-8. It returns the string and
-// the index after its closing quote.
-func plainString(b []byte, i int) (string, int, bool) {
+// backslash, no control character, valid UTF-8. It returns the string's
+// bytes (within b) and the index after its closing quote.
+func plainString(b []byte, i int) ([]byte, int, bool) {
 	if i == len(b) || b[i] != '"' {
-		return "", i, false
+		return nil, i, false
 	}
 	ascii := true
 	for j := i + 1; j < len(b); j++ {
@@ -72,16 +73,16 @@ func plainString(b []byte, i int) (string, int, bool) {
 		case c == '"':
 			s := b[i+1 : j]
 			if !ascii && !utf8.Valid(s) {
-				return "", i, false // encoding/json replaces bad bytes with U+FFFD
+				return nil, i, false // encoding/json replaces bad bytes with U+FFFD
 			}
-			return string(s), j + 1, true
+			return s, j + 1, true
 		case c == '\\' || c < 0x20:
-			return "", i, false
+			return nil, i, false
 		case c >= utf8.RuneSelf:
 			ascii = false
 		}
 	}
-	return "", i, false
+	return nil, i, false
 }
 
 func skipSpace(b []byte, i int) int {

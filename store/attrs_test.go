@@ -38,12 +38,12 @@ func TestDecodeAttrs(t *testing.T) {
 		checkAttrs(t, []byte(c))
 	}
 	for _, c := range []string{`{}`, `{"proxy": "nftables", "proxy_recorded": "true"}`, ` { "k" : "v" } `, `{"utf8": "Grüße, 日本"}`, `{"a":"1","a":"2"}`} {
-		if _, ok := decodeFlatAttrs([]byte(c)); !ok {
+		if _, ok := decodeFlatAttrs([]byte(c), nil); !ok {
 			t.Errorf("%s: not read by the fast path", c)
 		}
 	}
 	for _, c := range []string{`{"why": "a \"b\""}`, "{\"bad\": \"\xff\"}", `{"n": 1}`, `null`, `{"a": "b",}`} {
-		if _, ok := decodeFlatAttrs([]byte(c)); ok {
+		if _, ok := decodeFlatAttrs([]byte(c), nil); ok {
 			t.Errorf("%s: read by the fast path, which must leave it to encoding/json", c)
 		}
 	}
@@ -53,12 +53,15 @@ func checkAttrs(t *testing.T, b []byte) {
 	t.Helper()
 	var want map[string]string
 	wantErr := json.Unmarshal(b, &want)
-	got, err := decodeAttrs(b)
-	if (err == nil) != (wantErr == nil) {
-		t.Fatalf("%q: error %v, encoding/json's %v", b, err, wantErr)
-	}
-	if err == nil && (!reflect.DeepEqual(got, want) || (got == nil) != (want == nil)) {
-		t.Fatalf("%q: %#v, encoding/json's %#v", b, got, want)
+	var in interner
+	for _, in := range []*interner{nil, &in, &in} { // the second time from the table
+		got, err := decodeAttrs(b, in)
+		if (err == nil) != (wantErr == nil) {
+			t.Fatalf("%q: error %v, encoding/json's %v", b, err, wantErr)
+		}
+		if err == nil && (!reflect.DeepEqual(got, want) || (got == nil) != (want == nil)) {
+			t.Fatalf("%q: %#v, encoding/json's %#v", b, got, want)
+		}
 	}
 }
 
@@ -97,7 +100,7 @@ func BenchmarkDecodeAttrs(b *testing.B) {
 				sink = m
 			})
 			cur := timeIt(func() {
-				m, err := decodeAttrs(in)
+				m, err := decodeAttrs(in, nil)
 				if err != nil {
 					b.Fatal(err)
 				}

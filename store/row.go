@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net/netip"
 
+	"github.com/jackc/pgx/v5/pgtype"
+
 	"github.com/drainscope/drainscope/event"
 )
 
@@ -43,38 +45,64 @@ func checkBatch(batch []event.Event) error {
 	return nil
 }
 
-// scanTarget holds the destinations for one Postgres row; reused across rows.
+// scanTarget holds the destinations for one Postgres row; reused across
+// rows. The text columns are read as the driver's bytes, valid until the
+// next row, and made strings through the interner.
 type scanTarget struct {
-	id, netns            int64
-	kind, source, wk, wn string
-	lport, rport, flags  int32
-	laddr, raddr         netip.Addr
-	attrs                []byte
-	e                    event.Event
-	dest                 []any
+	id, netns           int64
+	lport, rport, flags int32
+	laddr, raddr        netip.Addr
+	text                [textColumns]pgtype.DriverBytes
+	attrs               pgtype.DriverBytes
+	in                  interner
+	e                   event.Event
+	dest                []any
 }
+
+// The text columns, in the order of scanTarget.text.
+const (
+	colKind = iota
+	colNode
+	colSource
+	colNamespace
+	colPod
+	colUID
+	colContainer
+	colWorkloadKind
+	colWorkload
+	colComm
+	colPeerComm
+	colService
+	colSlice
+	colReason
+	textColumns
+)
 
 func newScanTarget() *scanTarget {
 	t := &scanTarget{}
-	e := &t.e
+	e, x := &t.e, &t.text
 	t.dest = []any{
-		&e.Time, &t.id, &t.kind, &e.Node, &t.source,
-		&e.Pod.Namespace, &e.Pod.Name, &e.Pod.UID, &e.Pod.Container, &t.wk, &t.wn,
-		&e.PID, &e.Comm, &e.PeerPID, &e.PeerComm,
+		&e.Time, &t.id, &x[colKind], &x[colNode], &x[colSource],
+		&x[colNamespace], &x[colPod], &x[colUID], &x[colContainer], &x[colWorkloadKind], &x[colWorkload],
+		&e.PID, &x[colComm], &e.PeerPID, &x[colPeerComm],
 		&e.Signal, &e.Code, &e.Duration,
 		&t.laddr, &t.lport, &t.raddr, &t.rport, &t.netns,
-		&e.Service, &e.Slice, &e.Reason, &t.flags, &t.attrs,
+		&x[colService], &x[colSlice], &x[colReason], &t.flags, &t.attrs,
 	}
 	return t
 }
 
 // finish completes the event after a row was scanned into dest.
 func (t *scanTarget) finish() (*event.Event, error) {
-	e := &t.e
+	e, str := &t.e, func(c int) string { return t.in.str(t.text[c]) }
 	e.ID = event.ID(t.id)
-	e.Kind = event.Kind(t.kind)
-	e.Source = event.Source(t.source)
-	e.Workload = event.Workload{Kind: t.wk, Name: t.wn}
+	e.Kind = event.Kind(str(colKind))
+	e.Node = str(colNode)
+	e.Source = event.Source(str(colSource))
+	e.Pod = event.PodRef{Namespace: str(colNamespace), Name: str(colPod), UID: str(colUID), Container: str(colContainer)}
+	e.Workload = event.Workload{Kind: str(colWorkloadKind), Name: str(colWorkload)}
+	e.Comm, e.PeerComm = str(colComm), str(colPeerComm)
+	e.Service, e.Slice, e.Reason = str(colService), str(colSlice), str(colReason)
 	e.NetNS = uint64(t.netns)
 	e.Flags = event.Flags(t.flags)
 	e.Local, e.Remote = netip.AddrPort{}, netip.AddrPort{}
@@ -87,7 +115,7 @@ func (t *scanTarget) finish() (*event.Event, error) {
 	e.Attrs = nil
 	if len(t.attrs) > 0 {
 		var err error
-		if e.Attrs, err = decodeAttrs(t.attrs); err != nil {
+		if e.Attrs, err = decodeAttrs(t.attrs, &t.in); err != nil {
 			return nil, fmt.Errorf("event %s: decoding attrs: %w", e.ID, err)
 		}
 	}
