@@ -1,8 +1,12 @@
 package analysis
 
 import (
+	"bufio"
 	"encoding/json"
 	"io"
+	"reflect"
+	"slices"
+	"strings"
 )
 
 // Result is everything the report and the web UI show about a window.
@@ -135,10 +139,111 @@ type Inference struct {
 // WriteJSON writes the result as one JSON document, laid out for a
 // person to read with indent: the report of a 1,000-pod rollout is tens
 // of megabytes, and indenting them was a seventh of its time.
+//
+// The compact form, what a program or a file gets, is streamed: the same
+// bytes as json.Encoder's, but each element of the result's lists is
+// encoded and written on its own. The encoder builds the whole document
+// in one buffer first, grown by doubling: 128 MB of fresh memory for a
+// 5,000-node rollout's 35 MB report.
 func WriteJSON(w io.Writer, r *Result, indent bool) error {
-	enc := json.NewEncoder(w)
 	if indent {
+		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
+		return enc.Encode(r)
 	}
-	return enc.Encode(r)
+	bw := bufio.NewWriterSize(w, 64<<10)
+	if err := streamObject(bw, reflect.ValueOf(r).Elem()); err != nil {
+		return err
+	}
+	bw.WriteByte('\n')
+	return bw.Flush()
+}
+
+// streamObject writes struct v as encoding/json would, streaming the
+// elements of its slice fields; other fields are encoded whole. Write
+// errors stay in bw, which Flush returns.
+func streamObject(bw *bufio.Writer, v reflect.Value) error {
+	bw.WriteByte('{')
+	first := true
+	for i := range v.NumField() {
+		sf, fv := v.Type().Field(i), v.Field(i)
+		name, omitEmpty, ok := jsonField(sf)
+		if !ok || omitEmpty && emptyJSON(fv) {
+			continue
+		}
+		if !first {
+			bw.WriteByte(',')
+		}
+		first = false
+		key, _ := json.Marshal(name)
+		bw.Write(key)
+		bw.WriteByte(':')
+		if fv.Kind() != reflect.Slice || fv.IsNil() || fv.Type().Elem().Kind() == reflect.Uint8 {
+			if err := marshalTo(bw, fv); err != nil {
+				return err
+			}
+			continue
+		}
+		bw.WriteByte('[')
+		for j := range fv.Len() {
+			if j > 0 {
+				bw.WriteByte(',')
+			}
+			if err := marshalTo(bw, fv.Index(j)); err != nil {
+				return err
+			}
+		}
+		bw.WriteByte(']')
+	}
+	bw.WriteByte('}')
+	return nil
+}
+
+// marshalTo encodes v, through its address when it has one: encoding/json
+// calls a pointer method (MarshalJSON, MarshalText) of an addressable
+// value, as a struct's field or a slice's element is.
+func marshalTo(bw *bufio.Writer, v reflect.Value) error {
+	x := v.Interface()
+	if v.CanAddr() {
+		x = v.Addr().Interface()
+	}
+	b, err := json.Marshal(x)
+	if err != nil {
+		return err
+	}
+	_, err = bw.Write(b)
+	return err
+}
+
+// jsonField reads a field's json tag: its name, omitempty, and whether it
+// is encoded at all (exported, not "-").
+func jsonField(sf reflect.StructField) (name string, omitEmpty, ok bool) {
+	tag := sf.Tag.Get("json")
+	if !sf.IsExported() || tag == "-" {
+		return "", false, false
+	}
+	name, opts, _ := strings.Cut(tag, ",")
+	if name == "" {
+		name = sf.Name
+	}
+	return name, slices.Contains(strings.Split(opts, ","), "omitempty"), true
+}
+
+// emptyJSON is encoding/json's test for omitempty.
+func emptyJSON(v reflect.Value) bool {
+	switch v.Kind() {
+	case reflect.Array, reflect.Map, reflect.Slice, reflect.String:
+		return v.Len() == 0
+	case reflect.Bool:
+		return !v.Bool()
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return v.Int() == 0
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+		return v.Uint() == 0
+	case reflect.Float32, reflect.Float64:
+		return v.Float() == 0
+	case reflect.Interface, reflect.Pointer:
+		return v.IsNil()
+	}
+	return false
 }
