@@ -117,11 +117,24 @@ func TestConnectionCloseReconnectsWithoutFailure(t *testing.T) {
 
 // Each failure mode, produced by a real socket on loopback.
 func TestClassifiesRealFailures(t *testing.T) {
+	// closed is a loopback port that refuses connections: bound, so that
+	// no other listener (another case's server, another test's) can take
+	// it as a listener closed at once could be, but never listening.
 	closed := func() netip.AddrPort {
-		ln, _ := net.Listen("tcp4", "127.0.0.1:0")
-		a := netip.MustParseAddrPort(ln.Addr().String())
-		ln.Close()
-		return a
+		fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { syscall.Close(fd) })
+		lo := [4]byte{127, 0, 0, 1}
+		if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: lo}); err != nil {
+			t.Fatal(err)
+		}
+		sa, err := syscall.Getsockname(fd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return netip.AddrPortFrom(netip.AddrFrom4(lo), uint16(sa.(*syscall.SockaddrInet4).Port))
 	}
 	cases := []struct {
 		name   string
