@@ -13,8 +13,9 @@ package analysis
 //     writes the new one in a single probe, where a map needs two lookups.
 //   - Other keys (IPv6) go to a plain map: rare in a cluster.
 //   - A bit per hash of each IPv4 key (maybe, a keyFilter) answers most
-//     lookups of an absent key without reading the table: a failure whose client the
-//     pods never recorded, a refused or unanswered connect, is common.
+//     lookups of an absent key without reading the table: a failure whose
+//     client the pods never recorded, a refused or unanswered connect, is
+//     common.
 //
 // Entries are never deleted one by one: an entry whose event has left the
 // kernel window is stale, and kbuf.at says so (it returns nil). Once

@@ -291,11 +291,12 @@ func encodeDigest(m *model) (view, full []byte, err error) {
 		v.Lanes = append(v.Lanes, dl)
 	}
 	// gob, not JSON: it decodes five times as fast, and the timeline part
-	// is what a cold read waits for. Both parts are compressed (s2, a
-	// snappy of klauspost/compress): the cold read waits as much on
-	// Postgres reading the value out of its TOAST chunks and on the
-	// copies of it, and a 1,000-pod rollout's timeline part shrinks from
-	// 4.9 to 1.7 MB for 2-25 ms of decoding (the most in a fresh process).
+	// is what a cold read waits for. Both parts are compressed with s2
+	// (klauspost/compress's extension of snappy): a cold read waits as
+	// much on Postgres reading the value out of its TOAST chunks and on
+	// the copies of it, and a 1,000-pod rollout's timeline part shrinks
+	// from 4.9 to 1.7 MB for 2-25 ms of decoding (the most in a fresh
+	// process).
 	var buf bytes.Buffer
 	if err = gob.NewEncoder(&buf).Encode(v); err != nil {
 		return nil, nil, fmt.Errorf("encoding the timeline: %w", err)
