@@ -2,11 +2,23 @@ package analysis
 
 // ring is a FIFO addressed by sequence numbers that only grow: push returns
 // an element's number, at finds it while it is still held, drop forgets the
-// oldest. Pointers from at stay valid until the next push.
+// oldest. A pointer from at stays valid until its element is dropped.
+//
+// The elements live in blocks of ringBlock elements. Growing adds a
+// block: nothing held is copied, and no doubled array is left behind. A
+// block the oldest element has left is kept for the next one needed, so a window that slides along a long stream (the kernel
+// events of the last seconds) touches memory for what it holds at most,
+// not for what went through it.
 type ring[T any] struct {
-	buf        []T
+	blocks     []*[ringBlock]T // blocks[0][0] is sequence number first
+	spare      []*[ringBlock]T // emptied blocks, all zero
+	first      int64
 	head, tail int64 // sequence numbers of the oldest element and of the next
 }
+
+// ringBlock is how many elements a block holds: 48 KiB of the kernel
+// window's entries, which hold an event each.
+const ringBlock = 128
 
 func (r *ring[T]) len() int { return int(r.tail - r.head) }
 
@@ -20,17 +32,18 @@ func (r *ring[T]) push(v T) int64 {
 // be filled in place: an element the size of an event is then written
 // once, not copied in.
 func (r *ring[T]) add() (int64, *T) {
-	if r.len() == len(r.buf) {
-		n := max(64, 2*len(r.buf))
-		buf := make([]T, n)
-		for s := r.head; s < r.tail; s++ {
-			buf[s&int64(n-1)] = r.buf[s&int64(len(r.buf)-1)]
+	i := uint64(r.tail - r.first)
+	if i/ringBlock == uint64(len(r.blocks)) {
+		var b *[ringBlock]T
+		if n := len(r.spare); n > 0 {
+			b, r.spare = r.spare[n-1], r.spare[:n-1]
+		} else {
+			b = new([ringBlock]T)
 		}
-		r.buf = buf
+		r.blocks = append(r.blocks, b)
 	}
-	p := &r.buf[r.tail&int64(len(r.buf)-1)] // zero: drop clears what it forgets
 	r.tail++
-	return r.tail - 1, p
+	return r.tail - 1, &r.blocks[i/ringBlock][i%ringBlock]
 }
 
 // at returns element s, or nil when it was dropped or never pushed.
@@ -38,16 +51,25 @@ func (r *ring[T]) at(s int64) *T {
 	if s < r.head || s >= r.tail {
 		return nil
 	}
-	return &r.buf[s&int64(len(r.buf)-1)]
+	i := uint64(s - r.first) // first ≤ head ≤ s
+	return &r.blocks[i/ringBlock][i%ringBlock]
 }
 
 func (r *ring[T]) front() *T { return r.at(r.head) }
 
-// drop forgets the oldest element, clearing it for the collector.
+// drop forgets the oldest element, clearing it for the collector; the
+// block it empties goes to the spares.
 func (r *ring[T]) drop() {
 	var zero T
-	r.buf[r.head&int64(len(r.buf)-1)] = zero
+	*r.at(r.head) = zero
 	r.head++
+	if r.head-r.first == ringBlock {
+		r.spare = append(r.spare, r.blocks[0])
+		n := copy(r.blocks, r.blocks[1:]) // in place: the list keeps its array
+		r.blocks[n] = nil
+		r.blocks = r.blocks[:n]
+		r.first = r.head
+	}
 }
 
 // search returns the first sequence number in [head, tail) for which f
