@@ -14,7 +14,6 @@ import (
 	"os"
 	"reflect"
 	"runtime/debug"
-	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -37,8 +36,9 @@ import (
 // digestVersion changes whenever what a digest holds changes (its
 // layout): digests of another version are never read. What the analysis
 // makes of the same events is covered by the key without anyone
-// remembering to bump it (see digestKey). 4: both parts compressed.
-const digestVersion = 4
+// remembering to bump it (see digestKey). 5: both parts s2 streams, the
+// timelines and lanes a gob message each.
+const digestVersion = 5
 
 // digestKey names a rollout's digest for this build and the analysis
 // options in force: another build's analysis may read the same events
@@ -170,8 +170,9 @@ type digestView struct {
 	Rules     []analysis.RuleView
 	Truncated bool
 	Classes   []string // each failure's Failure.Reason, by index
-	Timelines []analysis.PodTimeline
-	Lanes     []digestLane
+	// The messages that follow: NTimelines analysis.PodTimeline, then
+	// NLanes digestLane.
+	NTimelines, NLanes int
 }
 
 type digestLane struct {
@@ -260,14 +261,22 @@ func unpackFails(b []byte) ([]failMark, error) {
 }
 
 // encodeDigest packs m's timeline part and its whole analysis.
+//
+// The timeline part is a gob stream: the digestView, then each of its
+// NTimelines pod timelines and NLanes lanes as a message of its own. A
+// decoder then holds one lane's message at a time, not a copy of the whole
+// part (a 1,000-pod rollout's is 4.9 MB), and decodes each lane's marks
+// into the same slice. gob, not JSON: it decodes five times as fast, and
+// the timeline part is what a cold read waits for. Both parts are s2
+// streams (klauspost/compress's extension of snappy): a cold read waits
+// as much on Postgres reading the value out of its TOAST chunks and on
+// the copies of it, and compressed the timeline part is a third as
+// large; read as a stream it is never decompressed whole.
 func encodeDigest(m *model) (view, full []byte, err error) {
 	res := m.result
 	v := digestView{Rollout: m.rollout, Capture: m.capture, Extent: m.extent, Summary: m.summary,
 		Events: m.events, ClientN: m.clientN, Took: m.took, Rules: res.Rules, Truncated: res.Truncated,
-		Classes: make([]string, len(res.Failures)), Timelines: slices.Clone(res.Timelines)}
-	for i := range v.Timelines {
-		v.Timelines[i].Events = nil // the lanes' marks hold what the timeline draws of them
-	}
+		Classes: make([]string, len(res.Failures)), NTimelines: len(res.Timelines), NLanes: len(m.lanes)}
 	for i := range res.Failures {
 		v.Classes[i] = res.Failures[i].Failure.Reason
 	}
@@ -275,9 +284,23 @@ func encodeDigest(m *model) (view, full []byte, err error) {
 	for i := range res.Timelines {
 		tlIndex[&res.Timelines[i]] = i
 	}
+	var buf bytes.Buffer
+	zw := s2.NewWriter(&buf, s2.WriterConcurrency(1), s2.WriterBlockSize(digestBlock))
+	enc := gob.NewEncoder(zw)
+	if err := enc.Encode(v); err != nil {
+		return nil, nil, fmt.Errorf("encoding the timeline: %w", err)
+	}
+	for _, tl := range res.Timelines {
+		tl.Events = nil // the lanes' marks hold what the timeline draws of them
+		if err := enc.Encode(tl); err != nil {
+			return nil, nil, fmt.Errorf("encoding pod %s's timeline: %w", tl.Pod.String(), err)
+		}
+	}
+	var dl digestLane
 	for _, l := range m.lanes {
-		dl := digestLane{Key: l.key, Pod: l.pod, Role: l.role, Node: l.node, First: l.first, Last: l.last, Start: l.start,
-			TL: -1, Dropped: l.dropped, Socks: packSocks(l.socks), Fails: packFails(l.fails), Inferred: packFails(l.inferred)}
+		dl = digestLane{Key: l.key, Pod: l.pod, Role: l.role, Node: l.node, First: l.first, Last: l.last, Start: l.start,
+			TL: -1, Dropped: l.dropped, Socks: packSocks(l.socks), Fails: packFails(l.fails), Inferred: packFails(l.inferred),
+			Marks: dl.Marks[:0]}
 		if l.tl != nil {
 			i, ok := tlIndex[l.tl]
 			if !ok {
@@ -288,92 +311,124 @@ func encodeDigest(m *model) (view, full []byte, err error) {
 		for _, lm := range l.marks {
 			dl.Marks = append(dl.Marks, digestMark{T: lm.t, ID: lm.id, Kind: lm.kind, Signal: lm.signal, Node: lm.node, Summary: lm.summary})
 		}
-		v.Lanes = append(v.Lanes, dl)
+		if err := enc.Encode(&dl); err != nil {
+			return nil, nil, fmt.Errorf("encoding lane %s: %w", l.key, err)
+		}
 	}
-	// gob, not JSON: it decodes five times as fast, and the timeline part
-	// is what a cold read waits for. Both parts are compressed with s2
-	// (klauspost/compress's extension of snappy): a cold read waits as
-	// much on Postgres reading the value out of its TOAST chunks and on
-	// the copies of it, and a 1,000-pod rollout's timeline part shrinks
-	// from 4.9 to 1.7 MB for 2-25 ms of decoding (the most in a fresh
-	// process).
-	var buf bytes.Buffer
-	if err = gob.NewEncoder(&buf).Encode(v); err != nil {
-		return nil, nil, fmt.Errorf("encoding the timeline: %w", err)
+	if err := zw.Close(); err != nil {
+		return nil, nil, fmt.Errorf("compressing the timeline: %w", err)
 	}
-	j, err := json.Marshal(res)
-	if err != nil {
+	view = buf.Bytes()
+	var fb bytes.Buffer
+	zw.Reset(&fb)
+	if err := json.NewEncoder(zw).Encode(res); err != nil {
 		return nil, nil, fmt.Errorf("encoding the analysis: %w", err)
 	}
-	return s2.Encode(nil, buf.Bytes()), s2.Encode(nil, j), nil
+	if err := zw.Close(); err != nil {
+		return nil, nil, fmt.Errorf("compressing the analysis: %w", err)
+	}
+	return view, fb.Bytes(), nil
 }
+
+// digestBlock is the digest streams' block size. A reader holds a block
+// and its compressed form: 2 MiB at s2's default of 1 MiB, for a stream
+// of 1.7 MB.
+const digestBlock = 256 << 10
 
 // decodeDigest makes a model from a digest. Without the whole analysis
 // (full empty) the model answers the timeline only (partial).
 func decodeDigest(key analysis.DisruptionKey, view, full []byte) (*model, error) {
-	view, err := s2.Decode(nil, view)
-	if err != nil {
-		return nil, fmt.Errorf("decompressing the timeline: %w", err)
-	}
+	dec := gob.NewDecoder(s2.NewReader(bytes.NewReader(view), s2.ReaderMaxBlockSize(digestBlock)))
 	var v digestView
-	if err := gob.NewDecoder(bytes.NewReader(view)).Decode(&v); err != nil {
+	if err := dec.Decode(&v); err != nil {
 		return nil, fmt.Errorf("decoding the timeline: %w", err)
 	}
 	m := &model{key: key, rollout: v.Rollout, capture: v.Capture, extent: v.Extent, summary: v.Summary,
 		events: v.Events, clientN: v.ClientN, took: v.Took}
 	res := &analysis.Result{}
 	if len(full) > 0 {
-		if full, err = s2.Decode(nil, full); err != nil {
-			return nil, fmt.Errorf("decompressing the analysis: %w", err)
-		}
-		if err := json.Unmarshal(full, res); err != nil {
+		if err := json.NewDecoder(s2.NewReader(bytes.NewReader(full), s2.ReaderMaxBlockSize(digestBlock))).Decode(res); err != nil {
 			return nil, fmt.Errorf("decoding the analysis: %w", err)
 		}
-		if len(res.Failures) != len(v.Classes) || len(res.Timelines) != len(v.Timelines) {
+		if len(res.Failures) != len(v.Classes) || len(res.Timelines) != v.NTimelines {
 			return nil, fmt.Errorf("the analysis does not match the timeline")
 		}
 	} else {
 		m.partial = true
-		res.Rules, res.Truncated, res.Timelines = v.Rules, v.Truncated, v.Timelines
+		res.Rules, res.Truncated = v.Rules, v.Truncated
 		res.Failures = make([]analysis.AlignedFailure, len(v.Classes))
 		for i, c := range v.Classes {
 			res.Failures[i].Failure.Reason = c
 		}
 	}
+	if v.NTimelines < 0 || v.NLanes < 0 {
+		return nil, fmt.Errorf("%d timelines and %d lanes", v.NTimelines, v.NLanes)
+	}
+	// Each message decodes into zero values: gob leaves a field the
+	// message omits (a zero) as it was. With the whole analysis, its
+	// timelines (events included) are the ones kept.
+	tls := make([]analysis.PodTimeline, 0, min(v.NTimelines, 1<<16))
+	for i := range v.NTimelines {
+		tls = append(tls, analysis.PodTimeline{})
+		if err := dec.Decode(&tls[i]); err != nil {
+			return nil, fmt.Errorf("decoding timeline %d of %d: %w", i, v.NTimelines, err)
+		}
+	}
+	if m.partial {
+		res.Timelines = tls
+	}
 	m.result = res
-	for _, dl := range v.Lanes {
-		l := &lane{key: dl.Key, pod: dl.Pod, role: dl.Role, node: dl.Node, first: dl.First, last: dl.Last, start: dl.Start, dropped: dl.Dropped}
-		if dl.TL >= 0 {
-			if dl.TL >= len(res.Timelines) {
-				return nil, fmt.Errorf("lane %s: timeline %d of %d", dl.Key, dl.TL, len(res.Timelines))
-			}
-			l.tl = &res.Timelines[dl.TL]
+	m.lanes = make([]*lane, 0, min(v.NLanes, 1<<16))
+	var dl digestLane
+	for i := range v.NLanes {
+		marks := dl.Marks[:cap(dl.Marks)]
+		clear(marks)
+		dl = digestLane{Marks: marks[:0]}
+		if err := dec.Decode(&dl); err != nil {
+			return nil, fmt.Errorf("decoding lane %d of %d: %w", i, v.NLanes, err)
 		}
-		for _, dm := range dl.Marks {
-			l.marks = append(l.marks, landmark{t: dm.T, id: dm.ID, kind: dm.Kind, signal: dm.Signal, node: dm.Node, summary: dm.Summary})
-		}
-		var err error
-		if l.socks, err = unpackSocks(dl.Socks); err != nil {
+		l, err := laneOf(&dl, res)
+		if err != nil {
 			return nil, fmt.Errorf("lane %s: %w", dl.Key, err)
 		}
-		if l.fails, err = unpackFails(dl.Fails); err != nil {
-			return nil, fmt.Errorf("lane %s: %w", dl.Key, err)
-		}
-		if l.inferred, err = unpackFails(dl.Inferred); err != nil {
-			return nil, fmt.Errorf("lane %s: %w", dl.Key, err)
-		}
-		for _, fs := range [][]failMark{l.fails, l.inferred} {
-			for _, f := range fs {
-				if int(f.i) >= len(res.Failures) {
-					return nil, fmt.Errorf("lane %s: failure %d of %d", dl.Key, f.i, len(res.Failures))
-				}
-			}
-		}
-		l.all = append(append(make([]failMark, 0, len(l.fails)+len(l.inferred)), l.fails...), l.inferred...)
-		sort.SliceStable(l.all, func(i, j int) bool { return l.all[i].t < l.all[j].t })
 		m.lanes = append(m.lanes, l)
 	}
 	return m, nil
+}
+
+// laneOf makes a lane of its digest, its timeline and failures in res.
+func laneOf(dl *digestLane, res *analysis.Result) (*lane, error) {
+	l := &lane{key: dl.Key, pod: dl.Pod, role: dl.Role, node: dl.Node, first: dl.First, last: dl.Last, start: dl.Start, dropped: dl.Dropped}
+	if dl.TL >= 0 {
+		if dl.TL >= len(res.Timelines) {
+			return nil, fmt.Errorf("timeline %d of %d", dl.TL, len(res.Timelines))
+		}
+		l.tl = &res.Timelines[dl.TL]
+	}
+	l.marks = make([]landmark, len(dl.Marks))
+	for i, dm := range dl.Marks {
+		l.marks[i] = landmark{t: dm.T, id: dm.ID, kind: dm.Kind, signal: dm.Signal, node: dm.Node, summary: dm.Summary}
+	}
+	var err error
+	if l.socks, err = unpackSocks(dl.Socks); err != nil {
+		return nil, err
+	}
+	if l.fails, err = unpackFails(dl.Fails); err != nil {
+		return nil, err
+	}
+	if l.inferred, err = unpackFails(dl.Inferred); err != nil {
+		return nil, err
+	}
+	for _, fs := range [][]failMark{l.fails, l.inferred} {
+		for _, f := range fs {
+			if int(f.i) >= len(res.Failures) {
+				return nil, fmt.Errorf("failure %d of %d", f.i, len(res.Failures))
+			}
+		}
+	}
+	l.all = append(append(make([]failMark, 0, len(l.fails)+len(l.inferred)), l.fails...), l.inferred...)
+	sort.SliceStable(l.all, func(i, j int) bool { return l.all[i].t < l.all[j].t })
+	return l, nil
 }
 
 // digestsOf returns the store's digests when this server may use them:

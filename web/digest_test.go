@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
@@ -157,5 +158,68 @@ func TestDigestPrunedWithItsWindow(t *testing.T) {
 				t.Errorf("digest after the cut: %+v %v %v", g, ok, err)
 			}
 		})
+	}
+}
+
+// TestDigestRoundTrip: the timeline part gives back every lane as it was,
+// each lane decoded over the one before it (a mark's zero fields are not
+// the previous lane's); and a part cut short anywhere is refused, not
+// read as a rollout with fewer lanes.
+func TestDigestRoundTrip(t *testing.T) {
+	start := time.Date(2026, 3, 14, 12, 0, 0, 0, time.UTC)
+	st := storeWith(t, denseRollout(6000, 4, start, 3))
+	s := newTestServer(t, st, func(o *Options) { o.Now = func() time.Time { return start.Add(48 * time.Hour) } })
+	ro := biggest(t, s)
+	do(t, s, "GET", ro.Links.API+"/timeline?width=1400")
+	m := modelOf(s, ro.ID)
+	if m == nil || len(m.lanes) < 2 {
+		t.Fatalf("no model with lanes: %+v", m)
+	}
+	// A mark with every field set, then one with none but its time and
+	// summary, in the next lane at the same place.
+	a, b := m.lanes[0], m.lanes[1]
+	if len(a.marks) == 0 || len(b.marks) == 0 {
+		t.Fatalf("lanes without marks: %d, %d", len(a.marks), len(b.marks))
+	}
+	a.marks[0] = landmark{t: a.marks[0].t, id: 7, kind: event.Signal, signal: 9, node: "node-a", summary: "every field"}
+	b.marks[0] = landmark{t: b.marks[0].t, summary: "none"}
+	view, full, err := encodeDigest(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := decodeDigest(m.key, view, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.lanes) != len(m.lanes) || len(got.result.Timelines) != len(m.result.Timelines) {
+		t.Fatalf("%d lanes and %d timelines, want %d and %d", len(got.lanes), len(got.result.Timelines), len(m.lanes), len(m.result.Timelines))
+	}
+	for i, w := range m.lanes {
+		g := got.lanes[i]
+		if (g.tl == nil) != (w.tl == nil) || g.tl != nil && g.tl.Pod != w.tl.Pod {
+			t.Errorf("lane %s: timeline %v, want %v", w.key, g.tl, w.tl)
+		}
+		type lanePart struct {
+			key, role, node      string
+			first, last, start   int64
+			dropped              int
+			marks                []landmark
+			socks                []sockMark
+			fails, inferred, all []failMark
+		}
+		part := func(l *lane) lanePart {
+			return lanePart{l.key, l.role, l.node, l.first, l.last, l.start, l.dropped, l.marks, l.socks, l.fails, l.inferred, l.all}
+		}
+		if !reflect.DeepEqual(part(g), part(w)) {
+			t.Errorf("lane %s differs:\n got %+v\nwant %+v", w.key, part(g), part(w))
+		}
+	}
+	if _, err := decodeDigest(m.key, view, full); err != nil {
+		t.Errorf("with the whole analysis: %v", err)
+	}
+	for _, n := range []int{0, 10, len(view) / 3, len(view) / 2, len(view) - 1} {
+		if _, err := decodeDigest(m.key, view[:n], nil); err == nil {
+			t.Errorf("the timeline part cut to %d of %d bytes was read", n, len(view))
+		}
 	}
 }
