@@ -2,6 +2,8 @@ package fleet
 
 import (
 	"container/heap"
+	"crypto/sha256"
+	"encoding/base32"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -205,14 +207,24 @@ func (t *traffic) end(p pod, at time.Time) {
 
 // dataplane schedules a rule change of p's endpoint on the sample nodes.
 func (t *traffic) dataplane(k event.Kind, at time.Time, p pod) {
+	chain := endpointChain(p.ref.Namespace, p.svc, "http", p.addr)
 	for _, n := range t.dpNodes {
 		for i := range t.m.DataplanePerChange {
 			e := event.Event{Kind: k, Source: event.SourceDataplane, Pod: event.PodRef{Namespace: p.ref.Namespace},
 				Service: p.svc, Local: p.addr, Attrs: map[string]string{event.AttrProxy: event.ProxyNFTables,
-					event.AttrServicePort: "http", event.AttrProtocol: "TCP", event.AttrChain: fmt.Sprintf("endpoint-%x", t.r.Uint32())}}
+					event.AttrServicePort: "http", event.AttrProtocol: "TCP", event.AttrChain: chain}}
 			t.add(n, at.Add(time.Duration(800+t.r.IntN(700)+i)*time.Millisecond), e)
 		}
 	}
+}
+
+// endpointChain names an endpoint's chain as kube-proxy's nftables mode
+// does, from the Service port and the endpoint's address: every node's
+// proxy names it alike.
+func endpointChain(ns, svc, port string, addr netip.AddrPort) string {
+	name := fmt.Sprintf("%s/%s/tcp/%s__%s/%d", ns, svc, port, addr.Addr(), addr.Port())
+	h := sha256.Sum256([]byte(name))
+	return "endpoint-" + base32.StdEncoding.EncodeToString(h[:])[:8] + "-" + name
 }
 
 // background schedules resets and refusals of running pods over dt from at.
