@@ -12,14 +12,21 @@ import (
 // and values without escapes, valid UTF-8) is read here directly.
 // Anything else (an escape, a number, nesting, null, bad input) goes to
 // encoding/json, so that the result and the errors are always its own.
-// The plain keys and values come from in, which may be nil.
+// The plain keys and values come from in, which may be nil; so may the
+// whole map, for the same bytes as a recent row's (see interner.attrs).
 func decodeAttrs(b []byte, in *interner) (map[string]string, error) {
-	if m, ok := decodeFlatAttrs(b, in); ok {
+	if m, ok := in.sharedAttrs(b); ok {
 		return m, nil
 	}
-	var m map[string]string
-	err := json.Unmarshal(b, &m)
-	return m, err
+	m, ok := decodeFlatAttrs(b, in)
+	if !ok {
+		m = nil
+		if err := json.Unmarshal(b, &m); err != nil {
+			return nil, err
+		}
+	}
+	in.shareAttrs(b, m)
+	return m, nil
 }
 
 // decodeFlatAttrs reads a flat object of plain strings; ok is false for

@@ -2,6 +2,7 @@ package store
 
 import (
 	"fmt"
+	"reflect"
 	"testing"
 	"unsafe"
 )
@@ -31,5 +32,46 @@ func TestInterner(t *testing.T) {
 	}
 	if s := (*interner)(nil).str([]byte("x")); s != "x" {
 		t.Fatalf("nil interner: %q", s)
+	}
+}
+
+// Equal attribute bytes decode to one map while it stays in the table;
+// other bytes, or no interner, to a map of their own; the table is
+// bounded.
+func TestSharedAttrs(t *testing.T) {
+	var in interner
+	row := func(s string) map[string]string {
+		t.Helper()
+		m, err := decodeAttrs([]byte(s), &in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	same := func(a, b map[string]string) bool {
+		return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
+	}
+	chain := `{"proxy": "nftables", "chain": "endpoint-ABCDEFGH-shop/checkout/tcp/http__10.1.0.7/8080"}`
+	a, b := row(chain), row(chain)
+	if !same(a, b) || a["chain"] != "endpoint-ABCDEFGH-shop/checkout/tcp/http__10.1.0.7/8080" {
+		t.Fatalf("equal bytes gave two maps, or the wrong one: %v %v", a, b)
+	}
+	if c := row(`{"proxy": "nftables", "chain": "endpoint-XYZ"}`); same(a, c) || c["chain"] != "endpoint-XYZ" {
+		t.Fatalf("other bytes gave %v", c)
+	}
+	// Through encoding/json (an escape), shared all the same.
+	if e, f := row(`{"msg": "a\"b"}`), row(`{"msg": "a\"b"}`); !same(e, f) || e["msg"] != `a"b` {
+		t.Fatalf("escaped: %v %v", e, f)
+	}
+	for i := range maxSharedAttrs + 10 {
+		row(fmt.Sprintf(`{"container_id": "%d"}`, i))
+	}
+	if len(in.attrs) > maxSharedAttrs {
+		t.Fatalf("table of %d maps, bound %d", len(in.attrs), maxSharedAttrs)
+	}
+	x, _ := decodeAttrs([]byte(chain), nil)
+	y, _ := decodeAttrs([]byte(chain), nil)
+	if same(x, y) {
+		t.Fatalf("no interner, one map")
 	}
 }

@@ -23,7 +23,8 @@ type Store interface {
 	// should retry it later; nothing was lost.
 	Append(ctx context.Context, batch []event.Event) error
 	// Scan calls fn for each event matching q, in time order, without
-	// holding all of them in memory. fn must not keep the pointer.
+	// holding all of them in memory. fn must not keep the pointer, and
+	// must not write to the event's Attrs: events may share one map.
 	Scan(ctx context.Context, q Query, fn func(*event.Event) error) error
 	// Terminations summarises, per pod, the termination events in q's
 	// window (pods with a deletion, SIGTERM, SIGKILL or exit).
