@@ -70,7 +70,8 @@ type Aligner struct {
 	dec      Decision
 	facts    Facts
 
-	lags lagTable // measured watch → dataplane lags per node
+	lags    lagTable            // measured watch → dataplane lags per node
+	dpNodes map[string]struct{} // the nodes whose proxies recorded rules
 
 	// mainNodes are the nodes whose capture marks containers' main
 	// processes (kernel_capabilities lists FeatureMainProcess).
@@ -137,6 +138,7 @@ func NewAligner(opts Options, onFailure func(*Decision), onPod func(*PodTimeline
 		onPod:        onPod,
 		byUID:        map[string]*podState{},
 		backends:     map[string]netip.Addr{},
+		dpNodes:      map[string]struct{}{},
 		ips:          newIPIndex(),
 		svcs:         map[string]*svcState{},
 		svcIdx:       map[string][]string{},
@@ -163,10 +165,9 @@ const FeatureMainProcess = event.FeatureMainProcess
 func (a *Aligner) Stats() Stats { return a.stats }
 
 // Add feeds one event. Events must come in time order (ties in any order).
-// e is not kept, but the Attrs maps of a client failure (until it is
-// decided one lookahead later) and of a dataplane event are: the caller
-// must not modify them afterwards (the stores decode a new map for every
-// row).
+// e is not kept, but its Attrs map may be: the caller must not modify it
+// afterwards (a store's scan hands out maps no one writes to; see
+// store.Store's Scan).
 func (a *Aligner) Add(e *event.Event) error {
 	if e.Time < a.now {
 		return fmt.Errorf("%w: %s at %d after %d", ErrOutOfOrder, e.Kind, e.Time, a.now)
@@ -188,7 +189,7 @@ func (a *Aligner) Add(e *event.Event) error {
 			a.markInferred(k.local, e.Time, false)
 		}
 		// The failure waits a lookahead; its Attrs map is shared, not
-		// copied (see Add).
+		// copied (see Add), as are a kept event's.
 		_, q := a.addPending()
 		q.ev, q.inferred, q.proof = *e, inferred, ProofStored
 		return nil
@@ -249,7 +250,8 @@ func (a *Aligner) Add(e *event.Event) error {
 // time a part of the state keeps it, and hands every part that copy: an
 // endpoint change is at once a landmark of its pod, an entry of the global
 // ring, a transition of the pod's endpoint view and one of its Service's
-// count. Nothing may modify a kept event.
+// count. Nothing may modify a kept event. Its Attrs map is the one Add
+// was given, not a copy: a 5,000-node window keeps tens of thousands.
 type keeper struct {
 	e    *event.Event
 	kept *event.Event
@@ -257,7 +259,7 @@ type keeper struct {
 
 func (k *keeper) get() *event.Event {
 	if k.kept == nil {
-		c := k.e.Clone()
+		c := *k.e
 		k.kept = &c
 	}
 	return k.kept
