@@ -37,7 +37,10 @@ type podState struct {
 	dp       []epView // per Service and proxy's node: its dataplane's view (dataplane events)
 	lags     *lagTable
 	services []string
-	spreads  [3]spreadAcc // endpoint not ready, terminating, removed
+	// spreads are the endpoint's not ready, terminating and removed
+	// across nodes; nil until one is seen (a cluster-wide window names
+	// a hundred thousand pods, few of which leave their endpoints).
+	spreads *[3]spreadAcc
 
 	// Connection endings seen after SIGTERM (after deletion when no SIGTERM
 	// is seen), in time order; connSummary folds them per connection.
@@ -87,6 +90,15 @@ type epTrans struct {
 	// unmeasured: a dataplane removal no watch leave preceded (yet); see
 	// Aligner.lateLeave.
 	unmeasured bool
+}
+
+// spread returns the pod's spread i (spreadNotReady, ...), making the
+// spreads at the first.
+func (p *podState) spread(i int) *spreadAcc {
+	if p.spreads == nil {
+		p.spreads = new([3]spreadAcc)
+	}
+	return &p.spreads[i]
 }
 
 type spreadAcc struct {
@@ -234,6 +246,10 @@ const maxLives = 4
 func (p *podState) restart(t int64) {
 	old := *p // keeps the ended life's lifecycle; p gets a new one below
 	old.before = nil
+	if p.spreads != nil {
+		sp := *p.spreads // the ended life's, as they were
+		old.spreads = &sp
+	}
 	if p.before != nil {
 		n := 1
 		prev := &old
@@ -622,11 +638,11 @@ func (p *podState) endpoint(k *keeper) {
 	case observed:
 		// A state found by a list is no transition of the spreads.
 	case e.Kind == event.EndpointNotReady:
-		p.spreads[spreadNotReady].add(e.Time, e.Node)
+		p.spread(spreadNotReady).add(e.Time, e.Node)
 	case e.Kind == event.EndpointTerminating:
-		p.spreads[spreadTerminating].add(e.Time, e.Node)
+		p.spread(spreadTerminating).add(e.Time, e.Node)
 	case e.Kind == event.EndpointRemoved:
-		p.spreads[spreadRemoved].add(e.Time, e.Node)
+		p.spread(spreadRemoved).add(e.Time, e.Node)
 		p.ended = true
 	}
 	ready, known := endpointReady(e)

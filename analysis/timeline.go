@@ -201,9 +201,11 @@ func (p *podState) timeline(opts *Options) PodTimeline {
 		sort.Strings(nodes)
 		return &Spread{First: s.first, Last: s.last, Spread: s.last - s.first, Nodes: nodes}
 	}
-	t.EndpointNotReady = spread(&p.spreads[spreadNotReady])
-	t.EndpointTerminating = spread(&p.spreads[spreadTerminating])
-	t.EndpointRemoved = spread(&p.spreads[spreadRemoved])
+	if p.spreads != nil {
+		t.EndpointNotReady = spread(&p.spreads[spreadNotReady])
+		t.EndpointTerminating = spread(&p.spreads[spreadTerminating])
+		t.EndpointRemoved = spread(&p.spreads[spreadRemoved])
+	}
 	var out spreadAcc
 	var buf [8]view
 	for _, vw := range p.views(nil, buf[:0]) {

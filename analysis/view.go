@@ -1,7 +1,6 @@
 package analysis
 
 import (
-	"maps"
 	"time"
 
 	"github.com/drainscope/drainscope/event"
@@ -85,7 +84,7 @@ func View(e *event.Event) EventView {
 		}
 	}
 	if len(e.Attrs) > 0 {
-		v.Attrs = maps.Clone(e.Attrs)
+		v.Attrs = e.Attrs // read only, as the event's (see Aligner.Add)
 	}
 	return v
 }
