@@ -551,10 +551,20 @@ func afterRollout(ctx context.Context, o Options, cl *Cluster, srv *server, dsn 
 		if fresh, err = startServer(ctx, o, cl, dsn, fmt.Sprintf("serve-%d-cold-%d", row.Nodes, i+1)); err != nil {
 			return err
 		}
+		// What else ran meanwhile, on the same cores: the server's own
+		// start (it lists the cluster's pods for the agents' checks),
+		// kube-apiserver and etcd answering it, Postgres.
+		api := cl.apiPIDs()
+		pg := pidsOf("postgres", "")
+		c0 := [3]time.Duration{cpuOf(fresh.pid()), cpuOf(api...), cpuOf(pg...)}
 		d, err := timeline(ctx, fresh.url, ro.ID)
 		if err != nil {
 			return fmt.Errorf("cold timeline: %w", err)
 		}
+		c1 := [3]time.Duration{cpuOf(fresh.pid()), cpuOf(api...), cpuOf(pg...)}
+		logf("    fresh server %d: %v; CPU during it: the server %v (%v before it, from its start), kube-apiserver and etcd %v, Postgres %v",
+			i+1, d.Round(time.Millisecond), (c1[0] - c0[0]).Round(time.Millisecond), c0[0].Round(time.Millisecond),
+			(c1[1] - c0[1]).Round(time.Millisecond), (c1[2] - c0[2]).Round(time.Millisecond))
 		row.Cold = append(row.Cold, d)
 	}
 	logf("  cold timeline of the ended rollout (from its digest, %d fresh servers): %s", timedRuns, spreadOf(row.Cold))
