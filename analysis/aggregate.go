@@ -226,8 +226,8 @@ func (c *collector) pod(t *PodTimeline) {
 	// The views are built only for the pods reported: a pod out of scope
 	// or of the window (the lead history) costs none.
 	cp.Events = make([]EventView, 0, len(t.events))
-	for i := range t.events {
-		cp.Events = append(cp.Events, View(&t.events[i]))
+	for _, e := range t.events {
+		cp.Events = append(cp.Events, View(e))
 	}
 	cp.events = nil
 	c.inf.RefusedOutOfRotation += t.RefusedOutOfRotation

@@ -115,8 +115,8 @@ func digestStream(t *testing.T, name string, pods int, perturb bool, opts Option
 		c.failure(d)
 	}, func(tl *PodTimeline) {
 		evs := make([]EventView, 0, len(tl.events))
-		for i := range tl.events {
-			evs = append(evs, View(&tl.events[i]))
+		for _, e := range tl.events {
+			evs = append(evs, View(e))
 		}
 		timelines = append(timelines, string(mustJSON(tl))+" "+string(mustJSON(evs)))
 		c.pod(tl)

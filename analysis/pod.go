@@ -801,11 +801,9 @@ func hasLifecycle(p *podState) bool {
 // events are the pod's landmarks and its dataplane transitions, which are
 // held in its views only, in time order: at most maxLandmarks, as when
 // the transitions were landmarks too, the landmarks all kept and the
-// latest transitions left out past the bound.
-//
-// The transitions are sorted and cut by pointer, so only the events kept
-// are copied: a pod seen by many nodes' proxies has hundreds.
-func (p *podState) events() []event.Event {
+// latest transitions left out past the bound. They are the kept events
+// themselves, not copies: the caller reads them, as it reads the pod.
+func (p *podState) events() []*event.Event {
 	n := 0
 	for i := range p.dp {
 		n += len(p.dp[i].trans)
@@ -816,19 +814,18 @@ func (p *podState) events() []event.Event {
 			dp = append(dp, p.dp[i].trans[j].ev)
 		}
 	}
-	slices.SortStableFunc(dp, func(a, b *event.Event) int { return cmp.Compare(a.Time, b.Time) })
+	byTime := func(a, b *event.Event) int { return cmp.Compare(a.Time, b.Time) }
+	slices.SortStableFunc(dp, byTime)
 	dp = dp[:min(len(dp), max(0, maxLandmarks-len(p.landmarks)))]
-	out := make([]event.Event, 0, len(p.landmarks)+len(dp))
+	out := make([]*event.Event, 0, len(p.landmarks)+len(dp))
 	for _, m := range p.landmarks {
-		out = append(out, *m.ev)
+		out = append(out, m.ev)
 	}
 	if len(dp) == 0 {
 		return out
 	}
-	for _, e := range dp {
-		out = append(out, *e)
-	}
-	slices.SortStableFunc(out, func(a, b event.Event) int { return cmp.Compare(a.Time, b.Time) })
+	out = append(out, dp...)
+	slices.SortStableFunc(out, byTime)
 	return out
 }
 

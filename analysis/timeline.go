@@ -66,7 +66,7 @@ type PodTimeline struct {
 	// callback leave them empty.
 	Events []EventView `json:"events"`
 
-	events []event.Event
+	events []*event.Event // the kept events themselves (podState.events): read during onPod
 }
 
 // DataplaneMark is one change of a node's proxy rules for the pod's
