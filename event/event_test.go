@@ -1,6 +1,9 @@
 package event
 
-import "testing"
+import (
+	"testing"
+	"unsafe"
+)
 
 // A clone keeps its attributes when the original's map changes.
 func TestCloneOwnsItsAttrs(t *testing.T) {
@@ -36,5 +39,13 @@ func TestValidateTimeRange(t *testing.T) {
 		if err := e.Validate(); (err == nil) != tc.ok {
 			t.Errorf("time %d: Validate = %v", tc.t, err)
 		}
+	}
+}
+
+// An Event stays within the allocator's 352-byte size class: one byte
+// more and every kept copy takes 384 (see the PID fields).
+func TestEventSize(t *testing.T) {
+	if n := unsafe.Sizeof(Event{}); n > 352 {
+		t.Errorf("Event is %d bytes, past the 352-byte size class: every kept copy takes the next class", n)
 	}
 }
