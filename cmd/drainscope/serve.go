@@ -301,6 +301,12 @@ func (f *serveFlags) webOptions(ctx context.Context, st store.Store, c serveChec
 					slog.Warn("agent events: the pod index stopped", "err", err)
 				}
 			}()
+			go func(began time.Time) {
+				if pods.WaitForSync(ctx) == nil {
+					live, _ := pods.Len()
+					slog.Info("agent events: the pod index has listed the cluster's pods", "pods", live, "took", time.Since(began).Round(time.Millisecond))
+				}
+			}(time.Now())
 		}
 		opts.AgentEvents = h
 		slog.Info("taking agents' events", "path", relay.EventsPath, "service_account", c.agentNS+"/"+c.agentName)
