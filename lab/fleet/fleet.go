@@ -483,11 +483,12 @@ func afterRollout(ctx context.Context, o Options, cl *Cluster, srv *server, dsn 
 
 	since := time.Since(start).Round(time.Second) + time.Minute
 	for _, r := range []struct {
+		name string
 		d    *[]time.Duration
 		args []string
 	}{
-		{&row.Report, []string{"report", "--store", dsn, "--since", since.String(), "--workload", "shop/Deployment/checkout"}},
-		{&row.ReportAll, []string{"report", "--store", dsn, "--since", since.String()}},
+		{"report of the rollout", &row.Report, []string{"report", "--store", dsn, "--since", since.String(), "--workload", "shop/Deployment/checkout"}},
+		{"report of the whole run", &row.ReportAll, []string{"report", "--store", dsn, "--since", since.String()}},
 	} {
 		for range timedRuns {
 			cmd := o.Server(r.args...)
@@ -496,6 +497,7 @@ func afterRollout(ctx context.Context, o Options, cl *Cluster, srv *server, dsn 
 				return err
 			}
 			cmd.Stdout, cmd.Stderr = out, out
+			m := meter(fresh.pid(), cl)
 			t := time.Now()
 			err = cmd.Run()
 			*r.d = append(*r.d, time.Since(t))
@@ -503,6 +505,7 @@ func afterRollout(ctx context.Context, o Options, cl *Cluster, srv *server, dsn 
 			if err != nil {
 				return fmt.Errorf("%s: %v (output in %s)", strings.Join(r.args[:1], " "), err, out.Name())
 			}
+			logf("    %s: %v; CPU meanwhile besides it: %s", r.name, (*r.d)[len(*r.d)-1].Round(time.Millisecond), m)
 		}
 	}
 	logf("  report of the rollout %s; of the whole run %s", spreadOf(row.Report), spreadOf(row.ReportAll))
@@ -554,17 +557,14 @@ func afterRollout(ctx context.Context, o Options, cl *Cluster, srv *server, dsn 
 		// What else ran meanwhile, on the same cores: the server's own
 		// start (it lists the cluster's pods for the agents' checks),
 		// kube-apiserver and etcd answering it, Postgres.
-		api := cl.apiPIDs()
-		pg := pidsOf("postgres", "")
-		c0 := [3]time.Duration{cpuOf(fresh.pid()), cpuOf(api...), cpuOf(pg...)}
+		before := cpuOf(fresh.pid())
+		m := meter(fresh.pid(), cl)
 		d, err := timeline(ctx, fresh.url, ro.ID)
 		if err != nil {
 			return fmt.Errorf("cold timeline: %w", err)
 		}
-		c1 := [3]time.Duration{cpuOf(fresh.pid()), cpuOf(api...), cpuOf(pg...)}
-		logf("    fresh server %d: %v; CPU during it: the server %v (%v before it, from its start), kube-apiserver and etcd %v, Postgres %v",
-			i+1, d.Round(time.Millisecond), (c1[0] - c0[0]).Round(time.Millisecond), c0[0].Round(time.Millisecond),
-			(c1[1] - c0[1]).Round(time.Millisecond), (c1[2] - c0[2]).Round(time.Millisecond))
+		logf("    fresh server %d: %v (the server's start before it: %v CPU); CPU during it: %s",
+			i+1, d.Round(time.Millisecond), before.Round(time.Millisecond), m)
 		row.Cold = append(row.Cold, d)
 	}
 	logf("  cold timeline of the ended rollout (from its digest, %d fresh servers): %s", timedRuns, spreadOf(row.Cold))
@@ -590,6 +590,30 @@ func spreadOf(runs []time.Duration) string {
 }
 
 // timeline times the first request for rollout id's timeline.
+// cpuMeter reads what the processes beside a timed step used of the
+// machine's cores meanwhile: a server, kube-apiserver with etcd, Postgres
+// and the simulation itself.
+type cpuMeter struct {
+	pids [4][]int
+	t0   [4]time.Duration
+}
+
+func meter(server int, cl *Cluster) *cpuMeter {
+	m := &cpuMeter{pids: [4][]int{{server}, cl.apiPIDs(), pidsOf("postgres", ""), {os.Getpid()}}}
+	for i, p := range m.pids {
+		m.t0[i] = cpuOf(p...)
+	}
+	return m
+}
+
+func (m *cpuMeter) String() string {
+	var d [4]time.Duration
+	for i, p := range m.pids {
+		d[i] = (cpuOf(p...) - m.t0[i]).Round(time.Millisecond)
+	}
+	return fmt.Sprintf("the server %v, kube-apiserver and etcd %v, Postgres %v, the simulation %v", d[0], d[1], d[2], d[3])
+}
+
 func timeline(ctx context.Context, base, id string) (time.Duration, error) {
 	t := time.Now()
 	var tl json.RawMessage
