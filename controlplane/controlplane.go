@@ -27,6 +27,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -133,6 +134,13 @@ type Options struct {
 	APIServerArgs         []string
 	ControllerManagerArgs []string
 
+	// APIPortFreeOn are addresses where the API server's port must be
+	// free as well: a relay will listen on that port there (the lab's
+	// bridge address, which the kubernetes Service advertises). The port
+	// is then chosen outside the kernel's ephemeral range, so that no
+	// connection made meanwhile from those addresses can take it.
+	APIPortFreeOn []netip.Addr
+
 	// Durable makes etcd fsync; off by default because tests and the lab
 	// throw the data away and fsync dominates write latency.
 	Durable bool
@@ -220,6 +228,11 @@ func Start(ctx context.Context, o Options) (cp *ControlPlane, err error) {
 	}
 	etcdClient, etcdPeer := ports[0], ports[1]
 	c.apiPort = ports[2]
+	if len(o.APIPortFreeOn) > 0 {
+		if c.apiPort, err = portFreeOn(o.APIPortFreeOn); err != nil {
+			return nil, err
+		}
+	}
 	c.etcdURL = "http://127.0.0.1:" + itoa(etcdClient)
 
 	start := time.Now()

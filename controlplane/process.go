@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -130,6 +133,44 @@ func freePorts(n int) ([]int, error) {
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
 	return ports, nil
+}
+
+// portFreeOn returns a port free on 127.0.0.1 and on each of also, below
+// the kernel's ephemeral range (ip_local_port_range, from 32768 when it
+// cannot be read): the ports of outgoing connections and of listeners on
+// port 0 come from that range, so none of them can take it later.
+func portFreeOn(also []netip.Addr) (int, error) {
+	low := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil {
+				low = n
+			}
+		}
+	}
+	const from = 10000
+	if low-from < 1000 {
+		return 0, fmt.Errorf("choosing the API server's port: the ephemeral range starts at %d, leaving too few ports from %d", low, from)
+	}
+	free := func(a netip.AddrPort) bool {
+		l, err := net.Listen("tcp", a.String())
+		if err != nil {
+			return false
+		}
+		l.Close()
+		return true
+	}
+	for range 200 {
+		p := from + rand.IntN(low-from)
+		ok := free(netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1}), uint16(p)))
+		for _, a := range also {
+			ok = ok && free(netip.AddrPortFrom(a, uint16(p)))
+		}
+		if ok {
+			return p, nil
+		}
+	}
+	return 0, fmt.Errorf("choosing the API server's port: none of 200 tries in %d-%d was free on 127.0.0.1 and %v", from, low-1, also)
 }
 
 // waitFor polls check until it succeeds, the process exits, or ctx ends.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 	"os"
 	"os/exec"
 	"strings"
@@ -199,6 +200,8 @@ func Up(ctx context.Context, o Options) (c *Cluster, err error) {
 		ServiceCIDR:   c.net.ServiceCIDR.String(),
 		Controllers:   controllers,
 		APIServerArgs: apiArgs,
+		// The real node relays the API server's port on the bridge.
+		APIPortFreeOn: []netip.Addr{c.net.Gateway.Addr()},
 		Logger:        o.Log,
 	})
 	if err != nil {
