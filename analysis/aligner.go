@@ -70,8 +70,8 @@ type Aligner struct {
 	dec      Decision
 	facts    Facts
 
-	lags    lagTable            // measured watch → dataplane lags per node
-	dpNodes map[string]struct{} // the nodes whose proxies recorded rules
+	lags      lagTable // measured watch → dataplane lags per node
+	mostViews int      // the most dataplane views a pod has had (see dataplane)
 
 	// mainNodes are the nodes whose capture marks containers' main
 	// processes (kernel_capabilities lists FeatureMainProcess).
@@ -138,7 +138,6 @@ func NewAligner(opts Options, onFailure func(*Decision), onPod func(*PodTimeline
 		onPod:        onPod,
 		byUID:        map[string]*podState{},
 		backends:     map[string]netip.Addr{},
-		dpNodes:      map[string]struct{}{},
 		ips:          newIPIndex(),
 		svcs:         map[string]*svcState{},
 		svcIdx:       map[string][]string{},

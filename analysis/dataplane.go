@@ -132,9 +132,6 @@ const maxViews = 64
 // dataplane takes a dataplane event: the pod that held the address gets
 // it as its node's view of the endpoint, and a removal measures the lag.
 func (a *Aligner) dataplane(e *event.Event) {
-	if _, ok := a.dpNodes[e.Node]; !ok {
-		a.dpNodes[e.Node] = struct{}{}
-	}
 	p := a.podByIP(e.Local.Addr(), e.Time)
 	if p == nil {
 		return
@@ -147,12 +144,13 @@ func (a *Aligner) dataplane(e *event.Event) {
 	if i == len(p.dp) {
 		if p.dp == nil {
 			// A view per node whose proxy records rules, for each
-			// Service: room for as many as such nodes so far, not a
-			// slice grown by doubling from one (20 nodes' views took
-			// 3.5 KB a pod, 1.1 KB of it used).
-			p.dp = make([]epView, 0, min(len(a.dpNodes), maxViews))
+			// Service: room for as many as the most a pod has had so
+			// far, not a slice grown by doubling from one (20 nodes'
+			// views took 3.5 KB a pod, 1.1 KB of it used).
+			p.dp = make([]epView, 0, max(a.mostViews, 1))
 		}
 		p.dp = append(p.dp, epView{epKey: epKey{serviceKey(e.Pod.Namespace, e.Service), e.Node}})
+		a.mostViews = min(max(a.mostViews, len(p.dp)), maxViews)
 	}
 	v := &p.dp[i]
 	svc := v.svc
