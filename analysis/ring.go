@@ -6,9 +6,10 @@ package analysis
 //
 // The elements live in blocks of ringBlock elements. Growing adds a
 // block: nothing held is copied, and no doubled array is left behind. A
-// block the oldest element has left is kept for the next one needed, so a window that slides along a long stream (the kernel
-// events of the last seconds) touches memory for what it holds at most,
-// not for what went through it.
+// block the oldest element has left is kept for the next one needed, so
+// a window that slides along a long stream (the kernel events of the
+// last seconds) touches memory for what it holds at most, not for what
+// went through it.
 type ring[T any] struct {
 	blocks     []*[ringBlock]T // blocks[0][0] is sequence number first
 	spare      []*[ringBlock]T // emptied blocks, all zero

@@ -11,10 +11,7 @@ import (
 // and a window that slides at a steady length reuses its blocks.
 func TestRing(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
-	type elem struct {
-		seq int64
-		pad [40]byte // a few elements to a block of any size
-	}
+	type elem struct{ seq int64 }
 	var g ring[elem]
 	var head int64
 	var held []int64 // the model: the numbers pushed, from head

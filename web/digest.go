@@ -343,6 +343,9 @@ func decodeDigest(key analysis.DisruptionKey, view, full []byte) (*model, error)
 	if err := dec.Decode(&v); err != nil {
 		return nil, fmt.Errorf("decoding the timeline: %w", err)
 	}
+	if v.NTimelines < 0 || v.NLanes < 0 {
+		return nil, fmt.Errorf("decoding the timeline: %d timelines and %d lanes", v.NTimelines, v.NLanes)
+	}
 	m := &model{key: key, rollout: v.Rollout, capture: v.Capture, extent: v.Extent, summary: v.Summary,
 		events: v.Events, clientN: v.ClientN, took: v.Took}
 	res := &analysis.Result{}
@@ -360,9 +363,6 @@ func decodeDigest(key analysis.DisruptionKey, view, full []byte) (*model, error)
 		for i, c := range v.Classes {
 			res.Failures[i].Failure.Reason = c
 		}
-	}
-	if v.NTimelines < 0 || v.NLanes < 0 {
-		return nil, fmt.Errorf("%d timelines and %d lanes", v.NTimelines, v.NLanes)
 	}
 	// Each message decodes into zero values: gob leaves a field the
 	// message omits (a zero) as it was. With the whole analysis, its

@@ -557,14 +557,13 @@ func afterRollout(ctx context.Context, o Options, cl *Cluster, srv *server, dsn 
 		// What else ran meanwhile, on the same cores: the server's own
 		// start (it lists the cluster's pods for the agents' checks),
 		// kube-apiserver and etcd answering it, Postgres.
-		before := cpuOf(fresh.pid())
 		m := meter(fresh.pid(), cl)
 		d, err := timeline(ctx, fresh.url, ro.ID)
 		if err != nil {
 			return fmt.Errorf("cold timeline: %w", err)
 		}
 		logf("    fresh server %d: %v (the server's start before it: %v CPU); CPU during it: %s",
-			i+1, d.Round(time.Millisecond), before.Round(time.Millisecond), m)
+			i+1, d.Round(time.Millisecond), m.t0[0].Round(time.Millisecond), m)
 		row.Cold = append(row.Cold, d)
 	}
 	logf("  cold timeline of the ended rollout (from its digest, %d fresh servers): %s", timedRuns, spreadOf(row.Cold))
@@ -589,7 +588,6 @@ func spreadOf(runs []time.Duration) string {
 	return fmt.Sprintf("%.0f ms (%.0f–%.0f)", ms(v[len(v)/2]), ms(v[0]), ms(v[len(v)-1]))
 }
 
-// timeline times the first request for rollout id's timeline.
 // cpuMeter reads what the processes beside a timed step used of the
 // machine's cores meanwhile: a server, kube-apiserver with etcd, Postgres
 // and the simulation itself.
@@ -614,6 +612,7 @@ func (m *cpuMeter) String() string {
 	return fmt.Sprintf("the server %v, kube-apiserver and etcd %v, Postgres %v, the simulation %v", d[0], d[1], d[2], d[3])
 }
 
+// timeline times the first request for rollout id's timeline.
 func timeline(ctx context.Context, base, id string) (time.Duration, error) {
 	t := time.Now()
 	var tl json.RawMessage
