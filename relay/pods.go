@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -52,6 +53,7 @@ type PodIndex struct {
 	Retain  time.Duration // 0: DefaultPodRetain
 	MaxGone int           // deleted pods remembered at most; 0: 200,000
 	Now     func() time.Time
+	Log     *slog.Logger // says when the first list is in; nil: nothing
 
 	mu     sync.RWMutex
 	synced bool
@@ -79,6 +81,7 @@ func (x *PodIndex) now() time.Time {
 
 // Run watches the pods until ctx is done.
 func (x *PodIndex) Run(ctx context.Context) error {
+	began := time.Now()
 	x.mu.Lock()
 	if x.byUID == nil {
 		x.byUID, x.byName = map[string]*podEntry{}, map[string]string{}
@@ -106,6 +109,10 @@ func (x *PodIndex) Run(ctx context.Context) error {
 	x.mu.Lock()
 	x.synced = true
 	x.mu.Unlock()
+	if x.Log != nil {
+		live, _ := x.Len()
+		x.Log.Info("agent events: the pod index has listed the cluster's pods", "pods", live, "took", time.Since(began).Round(time.Millisecond))
+	}
 	<-ctx.Done()
 	return nil
 }

@@ -294,19 +294,13 @@ func (f *serveFlags) webOptions(ctx context.Context, st store.Store, c serveChec
 		if *f.agentPods {
 			// Until it has listed the pods, batches are answered 503 and
 			// the agents retry.
-			pods := &relay.PodIndex{Client: cs}
+			pods := &relay.PodIndex{Client: cs, Log: slog.Default()}
 			h.Pods = pods
 			go func() {
 				if err := pods.Run(ctx); err != nil {
 					slog.Warn("agent events: the pod index stopped", "err", err)
 				}
 			}()
-			go func(began time.Time) {
-				if pods.WaitForSync(ctx) == nil {
-					live, _ := pods.Len()
-					slog.Info("agent events: the pod index has listed the cluster's pods", "pods", live, "took", time.Since(began).Round(time.Millisecond))
-				}
-			}(time.Now())
 		}
 		opts.AgentEvents = h
 		slog.Info("taking agents' events", "path", relay.EventsPath, "service_account", c.agentNS+"/"+c.agentName)
