@@ -3,9 +3,7 @@ package controlplane
 import (
 	"net"
 	"net/netip"
-	"os"
 	"strconv"
-	"strings"
 	"testing"
 )
 
@@ -14,10 +12,7 @@ import (
 // listener can take it meanwhile.
 func TestPortFreeOn(t *testing.T) {
 	also := netip.MustParseAddr("127.0.0.2")
-	low := 32768
-	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
-		low, _ = strconv.Atoi(strings.Fields(string(b))[0])
-	}
+	low := ephemeralStart()
 	for range 20 {
 		p, err := portFreeOn([]netip.Addr{also})
 		if err != nil {

@@ -136,18 +136,11 @@ func freePorts(n int) ([]int, error) {
 }
 
 // portFreeOn returns a port free on 127.0.0.1 and on each of also, below
-// the kernel's ephemeral range (ip_local_port_range, from 32768 when it
-// cannot be read): the ports of outgoing connections and of listeners on
-// port 0 come from that range, so none of them can take it later.
+// the kernel's ephemeral range (ephemeralStart): the ports of outgoing
+// connections and of listeners on port 0 come from that range, so none
+// of them can take it later.
 func portFreeOn(also []netip.Addr) (int, error) {
-	low := 32768
-	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
-		if f := strings.Fields(string(b)); len(f) == 2 {
-			if n, err := strconv.Atoi(f[0]); err == nil {
-				low = n
-			}
-		}
-	}
+	low := ephemeralStart()
 	const from = 10000
 	if low-from < 1000 {
 		return 0, fmt.Errorf("choosing the API server's port: the ephemeral range starts at %d, leaving too few ports from %d", low, from)
@@ -171,6 +164,19 @@ func portFreeOn(also []netip.Addr) (int, error) {
 		}
 	}
 	return 0, fmt.Errorf("choosing the API server's port: none of 200 tries in %d-%d was free on 127.0.0.1 and %v", from, low-1, also)
+}
+
+// ephemeralStart is the first port of the kernel's ephemeral range
+// (ip_local_port_range), or 32768 when it cannot be read.
+func ephemeralStart() int {
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil {
+				return n
+			}
+		}
+	}
+	return 32768
 }
 
 // waitFor polls check until it succeeds, the process exits, or ctx ends.
