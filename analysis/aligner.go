@@ -151,9 +151,12 @@ func NewAligner(opts Options, onFailure func(*Decision), onPod func(*PodTimeline
 	}
 }
 
-// WantPods limits onPod to the pods f accepts, by namespace and workload:
-// a report of one workload in a cluster of thousands of pods need not
-// build every other pod's timeline. Call it before the first Add.
+// WantPods limits onPod, and onFailure's failures that a pod served, to
+// the pods f accepts, by namespace and workload: a report of one workload
+// in a cluster of thousands of pods need not build every other pod's
+// timeline, nor name causes it drops. The other pods are still aligned
+// (a failure they served is theirs) and their failures counted in Stats.
+// Call it before the first Add.
 func (a *Aligner) WantPods(f func(ns string, wl event.Workload) bool) { a.podWanted = f }
 
 // FeatureMainProcess is event.FeatureMainProcess, which the agent lists
@@ -557,7 +560,14 @@ func (a *Aligner) reports(p *podState) bool {
 // other pods' connections. A pod whose workload is not known yet may
 // still be wanted.
 func (a *Aligner) timelineWanted(p *podState) bool {
-	return a.onPod != nil && (a.podWanted == nil || p.wl.IsZero() || a.podWanted(p.ref.Namespace, p.wl))
+	return a.onPod != nil && a.wants(p)
+}
+
+// wants says whether the analysis wants p's timeline and decisions: with
+// WantPods, a pod whose workload is known and rejected is aligned and
+// counted, but gets neither (its failures are not passed to onFailure).
+func (a *Aligner) wants(p *podState) bool {
+	return a.podWanted == nil || p.wl.IsZero() || a.podWanted(p.ref.Namespace, p.wl)
 }
 
 // report calls onPod with the pod's timeline, when it has one and onPod

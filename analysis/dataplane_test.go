@@ -1,7 +1,10 @@
 package analysis
 
 import (
+	"cmp"
 	"fmt"
+	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -179,4 +182,99 @@ func TestTimelineEventsBounded(t *testing.T) {
 	if last := evs[len(evs)-1]; last.Kind != event.PodDeletion {
 		t.Errorf("last event %s, want the deletion: the latest transitions are the ones left out", last.Kind)
 	}
+}
+
+// A report of one workload keeps no event for another workload's
+// dataplane transitions and names no cause for its failures, yet reads
+// the same from them: the proxies' lags (one measured at 0 from a watch
+// leave that came after the proxy's removal), the counts, and the wanted
+// pod's failure and timeline.
+func TestScopedDataplaneWithoutEvents(t *testing.T) {
+	r := newRec("node-a")
+	web, api := r.pod("web-a", "10.244.0.11"), r.pod("api-a", "10.244.0.21")
+	api.wl, api.svc = event.Workload{Kind: "Deployment", Name: "api"}, "api"
+	for i, p := range []*tpod{web, api} {
+		d := int64(i) * 100 * ms
+		r.created(p, -60*s+d)
+		r.ready(p, -58*s+d)
+		r.dataplane(p, -58*s+50*ms+d, "node-a", true)
+		r.dataplane(p, -58*s+60*ms+d, "node-b", true)
+		r.deletion(p, d, 30*time.Second)
+		r.dataplane(p, d+50*ms, "node-b", false) // before the watch saw it leave
+		r.leave(p, d+100*ms, 0)
+		r.failure(d+1*s, client(1+i), event.FailTimeout, backend(p))
+		r.dataplane(p, d+2*s, "node-a", false)
+	}
+	for i := range r.events {
+		if r.events[i].Kind.IsDataplane() {
+			r.events[i].Attrs[event.AttrProxy] = event.ProxyIPTables // not the default a lost one would get
+		}
+	}
+	w := event.Window{From: r.t0 - 2*60*s, To: r.t0 + 2*60*s}
+	whole, err := AnalyzeEvents(r.events, store.Query{Window: w}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	scoped, err := AnalyzeEvents(r.events, store.Query{Window: w, Namespace: "default", Workload: web.wl}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(whole.DataplaneLag) != 2 || whole.DataplaneLag[1].Node != "node-b" || whole.DataplaneLag[1].Samples != 2 ||
+		whole.DataplaneLag[1].Max != 0 || whole.DataplaneLag[1].Proxy != event.ProxyIPTables {
+		t.Errorf("whole window's lags %+v: want node-b's two removals measured at 0, by iptables", whole.DataplaneLag)
+	}
+	if !reflect.DeepEqual(scoped.DataplaneLag, whole.DataplaneLag) {
+		t.Errorf("scoped lags %+v, want the whole window's %+v", scoped.DataplaneLag, whole.DataplaneLag)
+	}
+	if scoped.Stats != whole.Stats {
+		t.Errorf("scoped counts %+v, want the whole window's %+v", scoped.Stats, whole.Stats)
+	}
+	if len(whole.Failures) != 2 || len(scoped.Failures) != 1 || !reflect.DeepEqual(scoped.Failures[0], failureOf(whole, "web-a")) {
+		t.Errorf("scoped failures %+v, want web-a's of the whole window's %+v", scoped.Failures, whole.Failures)
+	}
+	if len(scoped.Timelines) != 1 || !reflect.DeepEqual(scoped.Timelines[0], timelineOf(whole, "web-a")) {
+		t.Errorf("scoped timelines %+v, want web-a's alone, as in the whole window", scoped.Timelines)
+	}
+
+	events := slices.Clone(r.events)
+	slices.SortStableFunc(events, func(a, b event.Event) int { return cmp.Compare(a.Time, b.Time) })
+	al := NewAligner(Options{}, nil, func(*PodTimeline) {})
+	al.WantPods(func(_ string, wl event.Workload) bool { return wl == web.wl })
+	for i := range events {
+		if err := al.Add(&events[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range al.byUID {
+		n, kept := 0, 0
+		for _, v := range p.dp {
+			for _, tr := range v.trans {
+				n++
+				if tr.ev != nil {
+					kept++
+				}
+			}
+		}
+		if want := map[string]int{"web-a": n, "api-a": 0}[p.ref.Name]; n != 4 || kept != want {
+			t.Errorf("%s: %d of %d dataplane transitions keep their event, want %d of 4", p.ref.Name, kept, n, want)
+		}
+	}
+}
+
+func failureOf(res *Result, pod string) AlignedFailure {
+	for _, f := range res.Failures {
+		if f.Pod.Name == pod {
+			return f
+		}
+	}
+	return AlignedFailure{}
+}
+
+func timelineOf(res *Result, pod string) PodTimeline {
+	for _, tl := range res.Timelines {
+		if tl.Pod.Name == pod {
+			return tl
+		}
+	}
+	return PodTimeline{}
 }

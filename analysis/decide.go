@@ -105,6 +105,9 @@ func (a *Aligner) decide(pf *pending) {
 			a.stats.ProvenLikely++
 		}
 	}
+	if p != nil && !a.wants(p) {
+		return // counted; its cause is not wanted (WantPods)
+	}
 	fx.Kernel, fx.Via = ks, via
 	fx.svcs = a.servicesFor(f, p)
 	if p != nil {

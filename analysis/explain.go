@@ -234,11 +234,11 @@ func (d *Decision) explainData(o Offsets, before, after *event.Event) ExplainDat
 		r := p.rotationAt(t, fx.svcs)
 		switch {
 		case r.in && r.leftAfter != nil:
-			x.Rotation = fmt.Sprintf("%s still routed to it until %s later", NodeName(r.leftAfter.Node), fmtDur(r.leftAfter.Time-t))
+			x.Rotation = fmt.Sprintf("%s still routed to it until %s later", NodeName(r.leftAfter.ev.Node), fmtDur(r.leftAfter.t-t))
 		case r.in:
 			x.Rotation = "its endpoint was still ready"
 		case r.lastLeave != nil:
-			x.Rotation = fmt.Sprintf("%s had taken it out only %s before (the proxy rules lag the API)", NodeName(r.lastLeave.Node), fmtDur(t-r.lastLeave.Time))
+			x.Rotation = fmt.Sprintf("%s had taken it out only %s before (the proxy rules lag the API)", NodeName(r.lastLeave.ev.Node), fmtDur(t-r.lastLeave.t))
 		}
 	}
 	var cands []string

@@ -78,11 +78,17 @@ type epKey struct{ svc, node string }
 type epView struct {
 	epKey
 	trans []epTrans
+	// proxy is a dataplane view's Attrs[proxy] of its latest transition,
+	// which may keep no event (see epTrans).
+	proxy string
 }
 
 type epTrans struct {
-	t     int64        // ev.Time, beside the flags for the scans
-	ev    *event.Event // shared (see keeper)
+	t int64 // ev.Time, beside the flags for the scans
+	// ev is shared (see keeper). A dataplane transition of a pod the
+	// analysis does not want (Aligner.wants) keeps none: nothing reads
+	// its event but a decision, a timeline or an explanation of that pod.
+	ev    *event.Event
 	ready bool
 	// observed: the state as a list found it (event.FlagObserved), not a
 	// transition: nothing is known of what came before it.
@@ -196,7 +202,7 @@ func (p *podState) routing(t int64, opts *Options) routingState {
 	switch {
 	case !r.seen || r.in || r.lastLeave == nil:
 		return routed
-	case t-r.lastLeave.Time <= r.lag:
+	case t-r.lastLeave.t <= r.lag:
 		return lagging
 	}
 	return unrouted
@@ -712,10 +718,12 @@ func readyFromConditions(s string) (ready, known bool) {
 
 // rotation describes whether the pod's endpoint was routed at t.
 type rotation struct {
-	seen      bool         // any endpoint transition of the pod (for the service) was seen
-	in        bool         // some node still had it ready at t
-	leftAfter *event.Event // in: the last node's leave observed after t, if seen
-	lastLeave *event.Event // !in: the leave at or before t that allows routing the latest
+	seen bool // any endpoint transition of the pod (for the service) was seen
+	in   bool // some node still had it ready at t
+	// The transitions, not their events: a pod out of a scoped analysis
+	// keeps no event for its dataplane transitions (see Aligner.wants).
+	leftAfter *epTrans // in: the last node's leave observed after t, if seen
+	lastLeave *epTrans // !in: the leave at or before t that allows routing the latest
 	// lag is how long after lastLeave a connection may still have been
 	// routed to the pod: the node's measured lag (or Options.ProxyLag) for
 	// a watch event, Options.DataplaneSlack for its proxy's own removal.
@@ -749,8 +757,8 @@ func (p *podState) rotationAt(t int64, svcs []string) rotation {
 			r.in = true
 			for j := i; j < len(s); j++ {
 				if !s[j].ready {
-					if r.leftAfter == nil || s[j].t > r.leftAfter.Time {
-						r.leftAfter = s[j].ev
+					if r.leftAfter == nil || s[j].t > r.leftAfter.t {
+						r.leftAfter = &s[j]
 					}
 					break
 				}
@@ -759,8 +767,8 @@ func (p *podState) rotationAt(t int64, svcs []string) rotation {
 		}
 		for j := i - 1; j >= 0; j-- {
 			if !s[j].ready {
-				if r.lastLeave == nil || s[j].t+vw.allow > r.lastLeave.Time+r.lag {
-					r.lastLeave, r.lag = s[j].ev, vw.allow
+				if r.lastLeave == nil || s[j].t+vw.allow > r.lastLeave.t+r.lag {
+					r.lastLeave, r.lag = &s[j], vw.allow
 				}
 				break
 			}
@@ -845,9 +853,9 @@ func (p *podState) offsets(t int64, svcs []string) Offsets {
 	r := p.rotationAt(t, svcs)
 	switch {
 	case r.leftAfter != nil:
-		set(&o.Rotation, r.leftAfter.Time)
+		set(&o.Rotation, r.leftAfter.t)
 	case r.lastLeave != nil:
-		set(&o.Rotation, r.lastLeave.Time)
+		set(&o.Rotation, r.lastLeave.t)
 	}
 	return o
 }

@@ -332,17 +332,17 @@ func InRotation(f *Facts, dst []Piece) []Piece {
 	case !r.seen:
 		return dst
 	case r.in && r.leftAfter != nil:
-		return append(dst, piece("endpoint left rotation on the last node after the failure", r.leftAfter))
+		return append(dst, piece("endpoint left rotation on the last node after the failure", r.leftAfter.ev))
 	case r.in:
 		if e := f.pod.lastReady(t, f.svcs); e != nil {
 			return append(dst, piece("endpoint still ready", e))
 		}
 		return dst
-	case r.lastLeave != nil && t-r.lastLeave.Time <= r.lag:
-		if r.lastLeave.Kind.IsDataplane() {
-			return append(dst, piece("the node's proxy stopped sending to the endpoint just before the failure", r.lastLeave))
+	case r.lastLeave != nil && t-r.lastLeave.t <= r.lag:
+		if r.lastLeave.ev.Kind.IsDataplane() {
+			return append(dst, piece("the node's proxy stopped sending to the endpoint just before the failure", r.lastLeave.ev))
 		}
-		return append(dst, piece("endpoint left rotation within the proxy lag before the failure", r.lastLeave))
+		return append(dst, piece("endpoint left rotation within the proxy lag before the failure", r.lastLeave.ev))
 	}
 	return dst
 }
@@ -596,7 +596,7 @@ func DiedCandidateInRotation(f *Facts, dst []Piece) []Piece { return deadCandida
 // for less than the proxy lag.
 func (p *podState) routedAt(t int64, svcs []string) bool {
 	r := p.rotationAt(t, svcs)
-	return r.seen && (r.in || (r.lastLeave != nil && t-r.lastLeave.Time <= r.lag))
+	return r.seen && (r.in || (r.lastLeave != nil && t-r.lastLeave.t <= r.lag))
 }
 
 // diedFix is the fix for a container that died in rotation, known or
