@@ -3,6 +3,7 @@ package relay_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -32,9 +33,15 @@ func TestPodIndexSyncedHoldsTheList(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	x := &relay.PodIndex{Client: fake.NewClientset(objs...)}
+	if err := x.Ready(); err == nil || !strings.Contains(err.Error(), "pod index") {
+		t.Fatalf("ready before the list: %v, want the reason", err)
+	}
 	go x.Run(ctx)
 	if err := x.WaitForSync(ctx); err != nil {
 		t.Fatal(err)
+	}
+	if err := x.Ready(); err != nil {
+		t.Fatalf("not ready once synced: %v", err)
 	}
 	if live, _ := x.Len(); live != n {
 		t.Fatalf("synced holding %d of the %d pods listed", live, n)

@@ -117,21 +117,27 @@ func (x *PodIndex) Run(ctx context.Context) error {
 	return nil
 }
 
+// Ready is nil once the index has listed the pods, and the reason it
+// cannot check an agent's events before.
+func (x *PodIndex) Ready() error {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	if !x.synced {
+		return errNotSynced
+	}
+	return nil
+}
+
 // WaitForSync waits until the index has listed the pods once.
 func (x *PodIndex) WaitForSync(ctx context.Context) error {
-	for {
-		x.mu.RLock()
-		ok := x.synced
-		x.mu.RUnlock()
-		if ok {
-			return nil
-		}
+	for x.Ready() != nil {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("the pod index did not sync: %w", ctx.Err())
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+	return nil
 }
 
 // stripToPlace keeps of a pod what the index reads.

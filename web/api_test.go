@@ -3,6 +3,7 @@ package web
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -379,6 +380,26 @@ func TestAuth(t *testing.T) {
 	}
 	if b := post(url.Values{"token": {"nope"}}); b.code != 401 || b.header.Get("Set-Cookie") != "" {
 		t.Errorf("wrong login: %d", b.code)
+	}
+}
+
+// /readyz answers 503 with the reason until Options.Ready says the server
+// can take what it serves, and needs no token, as a probe has none.
+func TestReadyz(t *testing.T) {
+	var ready error = errors.New("the server's pod index has not listed the pods yet")
+	s := newTestServer(t, fixtureStore(t), func(o *Options) {
+		o.AuthToken = "0123456789abcdef0123456789abcdef"
+		o.Ready = func() error { return ready }
+	})
+	if b := do(t, s, "GET", "/readyz"); b.code != 503 || !strings.Contains(b.body, "pod index has not listed") {
+		t.Errorf("before: %d %q, want 503 with the reason", b.code, b.body)
+	}
+	if b := do(t, s, "GET", "/healthz"); b.code != 200 {
+		t.Errorf("healthz while not ready: %d, want 200 (alive)", b.code)
+	}
+	ready = nil
+	if b := do(t, s, "GET", "/readyz"); b.code != 200 {
+		t.Errorf("after: %d %q, want 200", b.code, b.body)
 	}
 }
 

@@ -33,8 +33,13 @@ type Options struct {
 	// (relay.Handler): agents' events, each agent authenticated by its
 	// own service account token, so the UI's token does not guard it.
 	AgentEvents http.Handler
+	// Ready, when set, says whether the server can take all it serves:
+	// /readyz answers 503 with its error until it returns nil (a
+	// Kubernetes readiness probe then keeps the Service's traffic, the
+	// agents' and the UI's, on a server that can). nil: ready at once.
+	Ready func() error
 	// AuthToken, when set, is required of every other request except
-	// /healthz: as "Authorization: Bearer TOKEN", or as the cookie that
+	// /healthz and /readyz: as "Authorization: Bearer TOKEN", or as the cookie that
 	// /login (or any page opened with ?token=TOKEN) sets.
 	AuthToken string
 	// AllowedHosts, when set, is the only Host header values accepted (any
@@ -221,6 +226,17 @@ func (s *Server) routes() chi.Router {
 
 	r.Get("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprintln(w, "ok")
+	})
+	r.Get("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if s.opts.Ready != nil {
+			if err := s.opts.Ready(); err != nil {
+				w.WriteHeader(http.StatusServiceUnavailable)
+				fmt.Fprintf(w, "not ready: %v\n", err)
+				return
+			}
+		}
 		fmt.Fprintln(w, "ok")
 	})
 	if s.opts.Ingest != nil {

@@ -296,6 +296,7 @@ func (f *serveFlags) webOptions(ctx context.Context, st store.Store, c serveChec
 			// the agents retry.
 			pods := &relay.PodIndex{Client: cs, Log: slog.Default()}
 			h.Pods = pods
+			opts.Ready = pods.Ready // /readyz
 			go func() {
 				if err := pods.Run(ctx); err != nil {
 					slog.Warn("agent events: the pod index stopped", "err", err)

@@ -554,9 +554,11 @@ func afterRollout(ctx context.Context, o Options, cl *Cluster, srv *server, dsn 
 		if fresh, err = startServer(ctx, o, cl, dsn, fmt.Sprintf("serve-%d-cold-%d", row.Nodes, i+1)); err != nil {
 			return err
 		}
-		// What else ran meanwhile, on the same cores: the server's own
-		// start (it lists the cluster's pods for the agents' checks),
-		// kube-apiserver and etcd answering it, Postgres.
+		// A ready server (startServer): its start, the list of the
+		// cluster's pods for the agents' checks, is behind it, as it is
+		// for a UI request that reaches it through a Service. What else
+		// ran meanwhile, on the same cores: kube-apiserver and etcd,
+		// Postgres.
 		m := meter(fresh.pid(), cl)
 		d, err := timeline(ctx, fresh.url, ro.ID)
 		if err != nil {
@@ -715,7 +717,9 @@ func startServer(ctx context.Context, o Options, cl *Cluster, dsn, name string) 
 		if err := s.alive(); err != nil {
 			return nil, fmt.Errorf("%w (log: %s)", err, logf.Name())
 		}
-		if resp, err := http.Get(s.url + "/healthz"); err == nil {
+		// Ready: its pod index has listed the cluster's pods, as a
+		// Kubernetes Service would wait for before sending it anything.
+		if resp, err := http.Get(s.url + "/readyz"); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
 				return s, nil
@@ -723,7 +727,7 @@ func startServer(ctx context.Context, o Options, cl *Cluster, dsn, name string) 
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			s.stop()
-			return nil, fmt.Errorf("drainscope serve did not answer /healthz within 60 s (log: %s)", logf.Name())
+			return nil, fmt.Errorf("drainscope serve was not ready (/readyz) within 60 s (log: %s)", logf.Name())
 		}
 	}
 }
