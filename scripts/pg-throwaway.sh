@@ -2,6 +2,8 @@
 # Sourced by scripts/test.sh and scripts/bench.sh: start a throwaway
 # PostgreSQL cluster in a temporary directory, listening on a free loopback
 # port, and export its DSN as DRAINSCOPE_TEST_POSTGRES. pg_stop removes it.
+# Arguments are the server's own settings, e.g. pg_start -c shared_buffers=1GB
+# (docs/scale.md: a store that holds a 5,000-node window in its buffers).
 
 pg_start() {
 	local bindir
@@ -23,7 +25,7 @@ pg_start() {
 	"${run_as[@]}" "$bindir/initdb" -D "$PG_DIR/data" -U postgres --auth=trust --no-sync -E UTF8 >"$PG_DIR/initdb.log" 2>&1 ||
 		{ cat "$PG_DIR/initdb.log" >&2; return 1; }
 	"${run_as[@]}" "$bindir/pg_ctl" -D "$PG_DIR/data" -l "$PG_DIR/server.log" -w -t 60 \
-		-o "-h 127.0.0.1 -p $port -k $PG_DIR -c max_connections=200" start >/dev/null ||
+		-o "-h 127.0.0.1 -p $port -k $PG_DIR -c max_connections=200 $*" start >/dev/null ||
 		{ cat "$PG_DIR/server.log" >&2; return 1; }
 	PG_BINDIR=$bindir
 	PG_RUN_AS=("${run_as[@]}")
