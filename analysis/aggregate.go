@@ -223,11 +223,17 @@ func (c *collector) pod(t *PodTimeline) {
 		return
 	}
 	cp := *t
+	cp.nEvents = len(t.events)
+	if len(t.events) > 0 {
+		cp.firstEvent = t.events[0].Time
+	}
 	// The views are built only for the pods reported: a pod out of scope
 	// or of the window (the lead history) costs none.
-	cp.Events = make([]EventView, 0, len(t.events))
-	for _, e := range t.events {
-		cp.Events = append(cp.Events, View(e))
+	if !c.opts.NoEventViews {
+		cp.Events = make([]EventView, 0, len(t.events))
+		for _, e := range t.events {
+			cp.Events = append(cp.Events, View(e))
+		}
 	}
 	cp.events = nil
 	c.inf.RefusedOutOfRotation += t.RefusedOutOfRotation
@@ -299,7 +305,7 @@ func tlStart(t *PodTimeline) int64 {
 	if len(t.Events) > 0 {
 		return t.Events[0].Time
 	}
-	return 0
+	return t.firstEvent
 }
 
 func (c *collector) summaries(accs map[Cause]*causeAcc) []CauseSummary {

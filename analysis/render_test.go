@@ -65,6 +65,27 @@ func TestGolden(t *testing.T) {
 				}
 				golden(t, sc.name+".json", js.Bytes())
 			}
+			// The text and markdown print no timeline's events: without
+			// their views they are the same.
+			bare, err := AnalyzeEvents(r.events, q, Options{NoEventViews: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, tl := range res.Timelines {
+				if len(tl.Events) == 0 || len(bare.Timelines[i].Events) != 0 {
+					t.Errorf("timeline %d: %d events with views, %d without; want some, then none", i, len(tl.Events), len(bare.Timelines[i].Events))
+				}
+			}
+			var btxt, bmd bytes.Buffer
+			if err := WriteText(&btxt, bare); err != nil {
+				t.Fatal(err)
+			}
+			if err := WriteMarkdown(&bmd, bare); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(btxt.Bytes(), txt.Bytes()) || !bytes.Equal(bmd.Bytes(), md.Bytes()) {
+				t.Errorf("the text or markdown differs without the events' views:\n%s", btxt.Bytes())
+			}
 		})
 	}
 }

@@ -67,7 +67,16 @@ type PodTimeline struct {
 	Events []EventView `json:"events"`
 
 	events []*event.Event // the kept events themselves (podState.events): read during onPod
+	// nEvents and firstEvent are the number of the events and the first
+	// one's time, for a timeline whose Events were left out
+	// (Options.NoEventViews).
+	nEvents    int
+	firstEvent int64
 }
+
+// eventCount is the number of the pod's lifecycle events, whether or not
+// their views were built.
+func (t *PodTimeline) eventCount() int { return max(len(t.Events), t.nEvents) }
 
 // DataplaneMark is one change of a node's proxy rules for the pod's
 // endpoint in one Service.
@@ -156,7 +165,7 @@ func (t *PodTimeline) Termination() event.Termination {
 		Pod:      event.PodRef{Namespace: t.Pod.Namespace, Name: t.Pod.Name, UID: t.Pod.UID, Container: t.Pod.Container},
 		Workload: event.Workload{Kind: t.Kind, Name: t.Name},
 		Deletion: t.Deletion,
-		Events:   len(t.Events),
+		Events:   t.eventCount(),
 	}
 	if t.Sigterm != nil {
 		tm.Signal = t.Sigterm.Time

@@ -78,7 +78,8 @@ func runReport(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	}
 	defer s.Close()
 	oneShotGC()
-	res, err := analysis.Analyze(ctx, s, q)
+	// Only the JSON report prints each timeline's events.
+	res, err := analysis.AnalyzeWith(ctx, s, q, analysis.Options{NoEventViews: *format != "json"})
 	if err != nil {
 		return err
 	}
