@@ -239,12 +239,11 @@ func Run(ctx context.Context, cl *Cluster, nodes int, o Options) (row Row, err e
 	tf := newTraffic(o.Model, nodes, o.Seed+uint64(nodes))
 	apiPIDs := cl.apiPIDs()
 	self := os.Getpid()
-	pgPIDs := func() []int { return pidsOf("postgres", "") }
 	rev0, err := cl.tokenReviews(ctx)
 	if err != nil {
 		return row, err
 	}
-	cpu0 := [4]time.Duration{cpuOf(srv.pid()), cpuOf(pgPIDs()...), cpuOf(apiPIDs...), cpuOf(self)}
+	cpu0 := [4]time.Duration{cpuOf(srv.pid()), postgresCPU(), cpuOf(apiPIDs...), cpuOf(self)}
 	pgConn, err := pgx.Connect(ctx, o.Postgres)
 	if err != nil {
 		return row, fmt.Errorf("connecting to Postgres for pg_stat_activity: %w", err)
@@ -341,7 +340,7 @@ func Run(ctx context.Context, cl *Cluster, nodes int, o Options) (row Row, err e
 	agents = nil
 	el := end.Sub(start).Seconds()
 	row.Duration = end.Sub(start)
-	cpu1 := [4]time.Duration{cpuOf(srv.pid()), cpuOf(pgPIDs()...), cpuOf(apiPIDs...), cpuOf(self)}
+	cpu1 := [4]time.Duration{cpuOf(srv.pid()), postgresCPU(), cpuOf(apiPIDs...), cpuOf(self)}
 	row.ServerCPU = (cpu1[0] - cpu0[0]).Seconds() / el
 	row.PGCPU = (cpu1[1] - cpu0[1]).Seconds() / el
 	row.APICPU = (cpu1[2] - cpu0[2]).Seconds() / el
@@ -594,22 +593,28 @@ func spreadOf(runs []time.Duration) string {
 // machine's cores meanwhile: a server, kube-apiserver with etcd, Postgres
 // and the simulation itself.
 type cpuMeter struct {
-	pids [4][]int
-	t0   [4]time.Duration
+	cpu [4]func() time.Duration
+	t0  [4]time.Duration
 }
 
 func meter(server int, cl *Cluster) *cpuMeter {
-	m := &cpuMeter{pids: [4][]int{{server}, cl.apiPIDs(), pidsOf("postgres", ""), {os.Getpid()}}}
-	for i, p := range m.pids {
-		m.t0[i] = cpuOf(p...)
+	api, self := cl.apiPIDs(), os.Getpid()
+	m := &cpuMeter{cpu: [4]func() time.Duration{
+		func() time.Duration { return cpuOf(server) },
+		func() time.Duration { return cpuOf(api...) },
+		postgresCPU,
+		func() time.Duration { return cpuOf(self) },
+	}}
+	for i, c := range m.cpu {
+		m.t0[i] = c()
 	}
 	return m
 }
 
 func (m *cpuMeter) String() string {
 	var d [4]time.Duration
-	for i, p := range m.pids {
-		d[i] = (cpuOf(p...) - m.t0[i]).Round(time.Millisecond)
+	for i, c := range m.cpu {
+		d[i] = (c() - m.t0[i]).Round(time.Millisecond)
 	}
 	return fmt.Sprintf("the server %v, kube-apiserver and etcd %v, Postgres %v, the simulation %v", d[0], d[1], d[2], d[3])
 }

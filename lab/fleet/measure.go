@@ -16,7 +16,16 @@ import (
 const clockTicks = 100
 
 // cpuOf is the CPU time (user+system) the processes pids have used.
-func cpuOf(pids ...int) time.Duration {
+func cpuOf(pids ...int) time.Duration { return statCPU(pids, false) }
+
+// postgresCPU is the CPU time of the Postgres processes running now and of
+// those they have reaped: a backend exits with its connection, and a step
+// that opened one (a report) would otherwise show none of its work.
+func postgresCPU() time.Duration { return statCPU(pidsOf("postgres", ""), true) }
+
+// statCPU sums the processes' utime and stime, with reaped also their
+// reaped children's (cutime, cstime).
+func statCPU(pids []int, reaped bool) time.Duration {
 	var ticks int64
 	for _, pid := range pids {
 		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
@@ -25,12 +34,17 @@ func cpuOf(pids ...int) time.Duration {
 		}
 		// The command may hold spaces: fields count from after its ')'.
 		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
-		if len(f) < 13 {
+		if len(f) < 15 {
 			continue
 		}
-		u, _ := strconv.ParseInt(f[11], 10, 64)
-		s, _ := strconv.ParseInt(f[12], 10, 64)
-		ticks += u + s
+		n := 2
+		if reaped {
+			n = 4
+		}
+		for _, v := range f[11 : 11+n] {
+			t, _ := strconv.ParseInt(v, 10, 64)
+			ticks += t
+		}
 	}
 	return time.Duration(ticks) * time.Second / clockTicks
 }
