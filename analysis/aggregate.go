@@ -302,9 +302,6 @@ func tlStart(t *PodTimeline) int64 {
 			return v
 		}
 	}
-	if len(t.Events) > 0 {
-		return t.Events[0].Time
-	}
 	return t.firstEvent
 }
 

@@ -68,7 +68,7 @@ type PodTimeline struct {
 
 	events []*event.Event // the kept events themselves (podState.events): read during onPod
 	// nEvents and firstEvent are the number of the events and the first
-	// one's time, for a timeline whose Events were left out
+	// one's time, set by the collector whether or not it built Events
 	// (Options.NoEventViews).
 	nEvents    int
 	firstEvent int64

@@ -39,8 +39,8 @@ type Options struct {
 	// agents' and the UI's, on a server that can). nil: ready at once.
 	Ready func() error
 	// AuthToken, when set, is required of every other request except
-	// /healthz and /readyz: as "Authorization: Bearer TOKEN", or as the cookie that
-	// /login (or any page opened with ?token=TOKEN) sets.
+	// /healthz and /readyz: as "Authorization: Bearer TOKEN", or as the
+	// cookie that /login (or any page opened with ?token=TOKEN) sets.
 	AuthToken string
 	// AllowedHosts, when set, is the only Host header values accepted (any
 	// port): it keeps a page on another site from reaching a loopback
@@ -229,14 +229,13 @@ func (s *Server) routes() chi.Router {
 		fmt.Fprintln(w, "ok")
 	})
 	r.Get("/readyz", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		if s.opts.Ready != nil {
 			if err := s.opts.Ready(); err != nil {
-				w.WriteHeader(http.StatusServiceUnavailable)
-				fmt.Fprintf(w, "not ready: %v\n", err)
+				http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable) // as the agent's
 				return
 			}
 		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		fmt.Fprintln(w, "ok")
 	})
 	if s.opts.Ingest != nil {

@@ -26,6 +26,10 @@ func postgresCPU() time.Duration { return statCPU(pidsOf("postgres", ""), true) 
 // statCPU sums the processes' utime and stime, with reaped also their
 // reaped children's (cutime, cstime).
 func statCPU(pids []int, reaped bool) time.Duration {
+	n := 2 // utime, stime
+	if reaped {
+		n = 4 // and cutime, cstime
+	}
 	var ticks int64
 	for _, pid := range pids {
 		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
@@ -36,10 +40,6 @@ func statCPU(pids []int, reaped bool) time.Duration {
 		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
 		if len(f) < 15 {
 			continue
-		}
-		n := 2
-		if reaped {
-			n = 4
 		}
 		for _, v := range f[11 : 11+n] {
 			t, _ := strconv.ParseInt(v, 10, 64)
