@@ -1,6 +1,7 @@
 package textreport
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"reflect"
@@ -323,16 +324,52 @@ func ProxyLines(ps []analysis.NodeProxy) []string {
 // name or error reaches the terminal raw, and no line runs past
 // event.MaxDisplayLine.
 func WriteText(w io.Writer, r *analysis.Result) error {
-	b := &strings.Builder{}
-	p := func(format string, a ...any) { fmt.Fprintf(b, format+"\n", displayArgs(a)...) }
+	lw := newLineWriter(w)
 	for _, section := range []func(textLine, *analysis.Result){
 		textHeader, textDisruptions, textPodTimelines, textCauses,
 		textKernelEvidence, textAttribution, textFailures,
 	} {
-		section(p, r)
+		section(lw.line, r)
 	}
-	_, err := io.WriteString(event.NewDisplayWriter(w, event.MaxDisplayLine), b.String())
-	return err
+	return lw.close()
+}
+
+// lineWriter writes a report's lines through an event.DisplayWriter in
+// chunks of about lineChunk bytes: a report of a 1,000-pod rollout is
+// megabytes, which one buffer would hold twice over (the lines, then the
+// display-safe copy) in memory that is fresh and costly to touch.
+type lineWriter struct {
+	d   *event.DisplayWriter
+	b   bytes.Buffer
+	err error // the first write error; later lines are dropped
+}
+
+// lineChunk is a variable for the tests.
+var lineChunk = 64 << 10
+
+func newLineWriter(w io.Writer) *lineWriter {
+	return &lineWriter{d: event.NewDisplayWriter(w, event.MaxDisplayLine)}
+}
+
+// line writes one line, its arguments made safe for display (a textLine).
+func (lw *lineWriter) line(format string, a ...any) {
+	fmt.Fprintf(&lw.b, format+"\n", displayArgs(a)...)
+	if lw.b.Len() >= lineChunk {
+		lw.flush()
+	}
+}
+
+func (lw *lineWriter) flush() {
+	if lw.err == nil {
+		_, lw.err = lw.d.Write(lw.b.Bytes())
+	}
+	lw.b.Reset()
+}
+
+// close writes what is left and returns the first error.
+func (lw *lineWriter) close() error {
+	lw.flush()
+	return lw.err
 }
 
 // textLine writes one line of the text report, its arguments made safe
@@ -610,8 +647,8 @@ func mdEscape(s string) string {
 // WriteMarkdown writes the report as Markdown, for an incident document,
 // through an event.DisplayWriter as WriteText does.
 func WriteMarkdown(w io.Writer, r *analysis.Result) error {
-	b := &strings.Builder{}
-	p := func(format string, a ...any) { fmt.Fprintf(b, format+"\n", displayArgs(a)...) }
+	lw := newLineWriter(w)
+	p := lw.line
 	title := "# drainscope report"
 	if r.Scope != "" {
 		title += ": " + mdEscape(r.Scope)
@@ -728,8 +765,7 @@ func WriteMarkdown(w io.Writer, r *analysis.Result) error {
 	if n == 0 {
 		p("None.")
 	}
-	_, err := io.WriteString(event.NewDisplayWriter(w, event.MaxDisplayLine), b.String())
-	return err
+	return lw.close()
 }
 
 func count(n int, what string) string {
