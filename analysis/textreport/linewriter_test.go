@@ -33,6 +33,8 @@ func bigResult() *analysis.Result {
 // display writer sees.
 func TestLineWriterChunks(t *testing.T) {
 	r := bigResult()
+	chunk := lineChunk
+	defer func() { lineChunk = chunk }()
 	for _, write := range []struct {
 		name string
 		fn   func(*bytes.Buffer, *analysis.Result) error
@@ -40,22 +42,19 @@ func TestLineWriterChunks(t *testing.T) {
 		{"text", func(b *bytes.Buffer, r *analysis.Result) error { return WriteText(b, r) }},
 		{"markdown", func(b *bytes.Buffer, r *analysis.Result) error { return WriteMarkdown(b, r) }},
 	} {
+		// In chunks (the default size), a line at a time, whole.
 		var chunked, lines, whole bytes.Buffer
-		if err := write.fn(&chunked, r); err != nil {
-			t.Fatal(err)
-		}
 		for _, c := range []struct {
 			size int
 			out  *bytes.Buffer
-		}{{1, &lines}, {1 << 30, &whole}} {
-			defer func(old int) { lineChunk = old }(lineChunk)
+		}{{chunk, &chunked}, {1, &lines}, {1 << 30, &whole}} {
 			lineChunk = c.size
 			if err := write.fn(c.out, r); err != nil {
 				t.Fatal(err)
 			}
 		}
-		if chunked.Len() < 4*64<<10 {
-			t.Fatalf("%s: the report is %d bytes, not several chunks", write.name, chunked.Len())
+		if chunked.Len() < 4*chunk {
+			t.Fatalf("%s: the report is %d bytes, not several chunks of %d", write.name, chunked.Len(), chunk)
 		}
 		if !bytes.Equal(chunked.Bytes(), lines.Bytes()) || !bytes.Equal(chunked.Bytes(), whole.Bytes()) {
 			t.Errorf("%s: chunked %d bytes, line by line %d, whole %d: not the same", write.name, chunked.Len(), lines.Len(), whole.Len())
