@@ -19,8 +19,9 @@ import (
 // BenchmarkReportGC runs drainscope report in fresh processes, alternating
 // the collector's default (GOGC=100 in the environment, which oneShotGC
 // leaves alone; another value in DRAINSCOPE_BENCH_REPORT_BASE_GOGC) with
-// the report's own setting (GOGC unset), and reports the per-pair ratio of
-// wall time and of peak RSS: median and spread.
+// the report's own setting (GOGC unset: oneShotGC, with its huge pages),
+// and reports the per-pair ratio of wall time and of peak RSS: median and
+// spread.
 // The store is 40 rollouts of 5,000 events each in the embedded store, or
 // the one DRAINSCOPE_BENCH_REPORT names, with the report's other
 // arguments in DRAINSCOPE_BENCH_REPORT_ARGS (e.g. a simulation kept with
@@ -29,6 +30,31 @@ import (
 //
 //	go test ./cmd/drainscope -run '^$' -bench ReportGC -benchtime 1x
 func BenchmarkReportGC(b *testing.B) {
+	base := os.Getenv("DRAINSCOPE_BENCH_REPORT_BASE_GOGC")
+	if base == "" {
+		base = "100"
+	}
+	benchReportPairs(b, fmt.Sprintf("no collection below %d MiB then GOGC %d, huge pages for half ÷ GOGC %s", oneShotHeap>>20, reportGCPercent, base),
+		[]string{"GOGC=" + base}, nil)
+}
+
+// BenchmarkReportHugePages is BenchmarkReportGC's pairs for hugeHeap:
+// the report as it runs ÷ the same with GODEBUG=disablethp=1, which
+// leaves the heap in the kernel's default pages. Its log adds each side's
+// page faults (the median of the runs).
+//
+//	go test ./cmd/drainscope -run '^$' -bench ReportHugePages -benchtime 1x
+func BenchmarkReportHugePages(b *testing.B) {
+	if thp, err := os.ReadFile("/sys/kernel/mm/transparent_hugepage/enabled"); err != nil || strings.Contains(string(thp), "[never]") {
+		b.Skipf("this kernel gives no transparent huge pages (/sys/kernel/mm/transparent_hugepage/enabled: %q, %v): nothing to compare", strings.TrimSpace(string(thp)), err)
+	}
+	benchReportPairs(b, "huge pages ÷ GODEBUG=disablethp=1", []string{"GODEBUG=disablethp=1"}, nil)
+}
+
+// benchReportPairs times drainscope report in fresh processes, alternating
+// the environment base (the denominator) with ours, 10 pairs after one
+// warm-up, and reports the per-pair ratios of wall time and peak RSS.
+func benchReportPairs(b *testing.B, what string, base, ours []string) {
 	dsn := os.Getenv("DRAINSCOPE_BENCH_REPORT")
 	args := strings.Fields(os.Getenv("DRAINSCOPE_BENCH_REPORT_ARGS"))
 	if dsn == "" {
@@ -47,51 +73,51 @@ func BenchmarkReportGC(b *testing.B) {
 		st.Close()
 		args = []string{"--since", start.Add(-time.Minute).Format(time.RFC3339), "--until", start.Add(45 * time.Minute).Format(time.RFC3339)}
 	}
-	base := os.Getenv("DRAINSCOPE_BENCH_REPORT_BASE_GOGC")
-	if base == "" {
-		base = "100"
-	}
 	exe, err := os.Executable()
 	if err != nil {
 		b.Fatal(err)
 	}
-	run := func(gogc string) (time.Duration, int64, string) {
+	type result struct {
+		took   time.Duration
+		rss    int64
+		faults int64
+		out    string
+	}
+	// Neither side inherits the benchmark's own GOGC or GODEBUG.
+	env := slices.DeleteFunc(os.Environ(), func(kv string) bool {
+		return strings.HasPrefix(kv, "GOGC=") || strings.HasPrefix(kv, "GODEBUG=")
+	})
+	run := func(extra []string) result {
 		cmd := exec.Command(exe, append([]string{"report", "--store", dsn}, args...)...)
-		cmd.Env = append(os.Environ(), "DRAINSCOPE_TEST_AS_MAIN=1", "GOGC="+gogc)
-		if gogc == "" {
-			cmd.Env = slices.DeleteFunc(cmd.Env, func(kv string) bool { return strings.HasPrefix(kv, "GOGC=") })
-		}
+		cmd.Env = append(append(slices.Clip(env), "DRAINSCOPE_TEST_AS_MAIN=1"), extra...)
 		t := time.Now()
 		out, err := cmd.Output()
 		took := time.Since(t)
 		if err != nil {
 			b.Fatalf("report: %v", err)
 		}
-		return took, cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss, string(out)
+		ru := cmd.ProcessState.SysUsage().(*syscall.Rusage)
+		return result{took, ru.Maxrss, ru.Minflt, string(out)}
 	}
 	const pairs = 10
-	var wall, rss []float64
-	var tOne, tDef []float64
+	var wall, rss, tOurs, tBase, fOurs, fBase []float64
 	for b.Loop() {
-		wall, rss, tOne, tDef = wall[:0], rss[:0], tOne[:0], tDef[:0]
-		run("")
+		wall, rss, tOurs, tBase, fOurs, fBase = wall[:0], rss[:0], tOurs[:0], tBase[:0], fOurs[:0], fBase[:0]
+		run(ours)
 		for i := range pairs {
-			var td, to time.Duration
-			var rd, ro int64
-			var od, oo string
+			var rb, ro result
 			if i%2 == 0 {
-				td, rd, od = run(base)
-				to, ro, oo = run("")
+				rb, ro = run(base), run(ours)
 			} else {
-				to, ro, oo = run("")
-				td, rd, od = run(base)
+				ro, rb = run(ours), run(base)
 			}
-			if od != oo {
+			if rb.out != ro.out {
 				b.Fatal("the reports differ")
 			}
-			wall = append(wall, to.Seconds()/td.Seconds())
-			rss = append(rss, float64(ro)/float64(rd))
-			tOne, tDef = append(tOne, to.Seconds()), append(tDef, td.Seconds())
+			wall = append(wall, ro.took.Seconds()/rb.took.Seconds())
+			rss = append(rss, float64(ro.rss)/float64(rb.rss))
+			tOurs, tBase = append(tOurs, ro.took.Seconds()), append(tBase, rb.took.Seconds())
+			fOurs, fBase = append(fOurs, float64(ro.faults)), append(fBase, float64(rb.faults))
 		}
 	}
 	q := func(v []float64) (med, lo, hi float64) {
@@ -101,11 +127,13 @@ func BenchmarkReportGC(b *testing.B) {
 	}
 	w, w10, w90 := q(wall)
 	r, r10, r90 := q(rss)
-	a, _, _ := q(tOne)
-	d, _, _ := q(tDef)
+	a, _, _ := q(tOurs)
+	d, _, _ := q(tBase)
+	fo, _, _ := q(fOurs)
+	fb, _, _ := q(fBase)
 	b.ReportMetric(w, "wall-ratio")
 	b.ReportMetric(r, "rss-ratio")
 	la, _ := os.ReadFile("/proc/loadavg")
-	b.Logf("%d pairs, no collection below %d MiB then GOGC %d ÷ GOGC %s: wall median %.3f (p10–p90 %.3f–%.3f; %.3f s against %.3f s), peak RSS %.3f (%.3f–%.3f); load %s",
-		pairs, oneShotHeap>>20, reportGCPercent, base, w, w10, w90, a, d, r, r10, r90, strings.TrimSpace(string(la)))
+	b.Logf("%d pairs, %s: wall median %.3f (p10–p90 %.3f–%.3f; %.3f s against %.3f s), peak RSS %.3f (%.3f–%.3f), page faults %.0f against %.0f; load %s",
+		pairs, what, w, w10, w90, a, d, r, r10, r90, fo, fb, strings.TrimSpace(string(la)))
 }

@@ -1,0 +1,56 @@
+package main
+
+import (
+	"os"
+	"runtime"
+	"strings"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// hugeHeap asks the kernel to back the next n bytes of the heap with
+// transparent huge pages, for a command that reads, analyses and exits.
+// A report's heap is fresh memory it never gives back (see oneShotGC):
+// with 4 KiB pages each page is one fault when first touched, and a
+// 5,000-node report's 290 MB were 62,000 faults and a quarter of its CPU,
+// with as many TLB misses again in its random reads of the aligner's
+// tables (docs/scale.md). Most kernels give huge pages only where asked
+// (transparent_hugepage "madvise", the default of many distributions),
+// and the Go runtime does not ask.
+//
+// It allocates n bytes, which maps them into the heap without touching
+// them; marks the mapping MADV_HUGEPAGE, a mark the mapping keeps; and
+// frees the block at once, so that the allocations that follow reuse
+// those addresses. Past n, the heap grows in ordinary pages. Nothing
+// happens where the kernel has no huge pages (the advice then fails, and
+// is ignored), where they are off ("never"), or where GODEBUG has
+// disablethp=1, the runtime's own switch for them. Call it before the
+// collector is set for the command: it runs one collection.
+func hugeHeap(n int64) {
+	if n <= 0 || godebugHas("disablethp=1") {
+		return
+	}
+	b := make([]byte, n)
+	page := uintptr(os.Getpagesize())
+	start := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	off := int((page - start%page) % page)
+	if end := off + (len(b)-off)/int(page)*int(page); end > off {
+		_ = unix.Madvise(b[off:end], unix.MADV_HUGEPAGE) // an optimisation: no error matters
+	}
+	b = nil
+	runtime.GC() // frees the block: its pages go back to the heap, still marked
+}
+
+// godebugHas reports whether GODEBUG holds setting (name=value), the
+// last one for its name winning as in the runtime.
+func godebugHas(setting string) bool {
+	name, _, _ := strings.Cut(setting, "=")
+	found := false
+	for kv := range strings.SplitSeq(os.Getenv("GODEBUG"), ",") {
+		if n, _, _ := strings.Cut(kv, "="); n == name {
+			found = kv == setting
+		}
+	}
+	return found
+}
