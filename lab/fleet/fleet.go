@@ -497,14 +497,21 @@ func afterRollout(ctx context.Context, o Options, cl *Cluster, srv *server, dsn 
 			}
 			cmd.Stdout, cmd.Stderr = out, out
 			m := meter(fresh.pid(), cl)
+			idle0, _ := machineIdle()
 			t := time.Now()
 			err = cmd.Run()
-			*r.d = append(*r.d, time.Since(t))
+			took := time.Since(t)
+			idle, cpus := machineIdle()
+			idle -= idle0
+			*r.d = append(*r.d, took)
 			out.Close()
 			if err != nil {
 				return fmt.Errorf("%s: %v (output in %s)", strings.Join(r.args[:1], " "), err, out.Name())
 			}
-			logf("    %s: %v; CPU meanwhile besides it: %s", r.name, (*r.d)[len(*r.d)-1].Round(time.Millisecond), m)
+			ps := cmd.ProcessState
+			logf("    %s: %v; its own CPU %v (system %v); CPU meanwhile besides it: %s; the %d CPUs idle %v",
+				r.name, took.Round(time.Millisecond), (ps.UserTime() + ps.SystemTime()).Round(time.Millisecond),
+				ps.SystemTime().Round(time.Millisecond), m, cpus, idle.Round(time.Millisecond))
 		}
 	}
 	logf("  report of the rollout %s; of the whole run %s", spreadOf(row.Report), spreadOf(row.ReportAll))

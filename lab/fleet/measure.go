@@ -49,6 +49,33 @@ func statCPU(pids []int, reaped bool) time.Duration {
 	return time.Duration(ticks) * time.Second / clockTicks
 }
 
+// machineIdle is the time the machine's CPUs have been idle or waiting
+// for I/O, summed over the CPUs, and how many CPUs /proc/stat counts; 0
+// and 0 when it cannot be read.
+func machineIdle() (time.Duration, int) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0
+	}
+	var idle time.Duration
+	cpus := 0
+	for line := range strings.Lines(string(b)) {
+		f := strings.Fields(line)
+		switch {
+		case len(f) >= 6 && f[0] == "cpu":
+			var ticks int64
+			for _, v := range f[4:6] { // idle, iowait
+				t, _ := strconv.ParseInt(v, 10, 64)
+				ticks += t
+			}
+			idle = time.Duration(ticks) * time.Second / clockTicks
+		case len(f) > 0 && strings.HasPrefix(f[0], "cpu"):
+			cpus++
+		}
+	}
+	return idle, cpus
+}
+
 // rssOf is VmRSS of pid, in bytes.
 func rssOf(pid int) int64 {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")

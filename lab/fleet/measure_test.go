@@ -26,3 +26,18 @@ func TestStatCPUReaped(t *testing.T) {
 		t.Errorf("reaped children's CPU %v, want the child's %v", reaped, child)
 	}
 }
+
+// The machine's idle time is read, never falls, and grows by no more
+// than its CPUs' wall time.
+func TestMachineIdle(t *testing.T) {
+	a, cpus := machineIdle()
+	if a <= 0 || cpus < 1 {
+		t.Fatalf("machineIdle() = %v, %d CPUs: /proc/stat unread", a, cpus)
+	}
+	start := time.Now()
+	time.Sleep(300 * time.Millisecond)
+	b, _ := machineIdle()
+	if limit := time.Duration(cpus) * time.Since(start); b < a || b-a > limit+20*time.Millisecond {
+		t.Fatalf("idle went from %v to %v over %v on %d CPUs", a, b, time.Since(start), cpus)
+	}
+}
