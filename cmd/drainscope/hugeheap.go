@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -29,8 +30,16 @@ import (
 // is ignored), where they are off ("never"), in a 32-bit process, or
 // where GODEBUG has disablethp=1, the runtime's own switch for them.
 // Call it before the collector is set for the command: it runs one
-// collection.
+// collection. Only a process's first call does anything: a later one
+// (the tests' reports, in one process) would find the block's addresses
+// used and freed, and have the runtime clear all n bytes again.
 func hugeHeap(n int64) {
+	hugeHeapOnce.Do(func() { adviseHugeHeap(n) })
+}
+
+var hugeHeapOnce sync.Once
+
+func adviseHugeHeap(n int64) {
 	if n <= 0 || strconv.IntSize < 64 || godebugHas("disablethp=1") {
 		return // a 32-bit process has no address space to spare
 	}
