@@ -497,21 +497,18 @@ func afterRollout(ctx context.Context, o Options, cl *Cluster, srv *server, dsn 
 			}
 			cmd.Stdout, cmd.Stderr = out, out
 			m := meter(fresh.pid(), cl)
-			idle0, _ := machineIdle()
 			t := time.Now()
 			err = cmd.Run()
 			took := time.Since(t)
-			idle, cpus := machineIdle()
-			idle -= idle0
 			*r.d = append(*r.d, took)
 			out.Close()
 			if err != nil {
 				return fmt.Errorf("%s: %v (output in %s)", strings.Join(r.args[:1], " "), err, out.Name())
 			}
 			ps := cmd.ProcessState
-			logf("    %s: %v; its own CPU %v (system %v); CPU meanwhile besides it: %s; the %d CPUs idle %v",
+			logf("    %s: %v; its own CPU %v (system %v); CPU meanwhile besides it: %s",
 				r.name, took.Round(time.Millisecond), (ps.UserTime() + ps.SystemTime()).Round(time.Millisecond),
-				ps.SystemTime().Round(time.Millisecond), m, cpus, idle.Round(time.Millisecond))
+				ps.SystemTime().Round(time.Millisecond), m)
 		}
 	}
 	logf("  report of the rollout %s; of the whole run %s", spreadOf(row.Report), spreadOf(row.ReportAll))
@@ -598,10 +595,11 @@ func spreadOf(runs []time.Duration) string {
 
 // cpuMeter reads what the processes beside a timed step used of the
 // machine's cores meanwhile: a server, kube-apiserver with etcd, Postgres
-// and the simulation itself.
+// and the simulation itself; and how long the cores sat idle.
 type cpuMeter struct {
-	cpu [4]func() time.Duration
-	t0  [4]time.Duration
+	cpu   [4]func() time.Duration
+	t0    [4]time.Duration
+	idle0 time.Duration
 }
 
 func meter(server int, cl *Cluster) *cpuMeter {
@@ -615,6 +613,7 @@ func meter(server int, cl *Cluster) *cpuMeter {
 	for i, c := range m.cpu {
 		m.t0[i] = c()
 	}
+	m.idle0, _ = machineIdle()
 	return m
 }
 
@@ -623,7 +622,9 @@ func (m *cpuMeter) String() string {
 	for i, c := range m.cpu {
 		d[i] = (c() - m.t0[i]).Round(time.Millisecond)
 	}
-	return fmt.Sprintf("the server %v, kube-apiserver and etcd %v, Postgres %v, the simulation %v", d[0], d[1], d[2], d[3])
+	idle, cpus := machineIdle()
+	return fmt.Sprintf("the server %v, kube-apiserver and etcd %v, Postgres %v, the simulation %v; the %d CPUs idle %v",
+		d[0], d[1], d[2], d[3], cpus, (idle - m.idle0).Round(time.Millisecond))
 }
 
 // timeline times the first request for rollout id's timeline.
