@@ -45,9 +45,7 @@ func BenchmarkReportGC(b *testing.B) {
 //
 //	go test ./cmd/drainscope -run '^$' -bench ReportHugePages -benchtime 1x
 func BenchmarkReportHugePages(b *testing.B) {
-	if thp, err := os.ReadFile("/sys/kernel/mm/transparent_hugepage/enabled"); err != nil || strings.Contains(string(thp), "[never]") {
-		b.Skipf("this kernel gives no transparent huge pages (/sys/kernel/mm/transparent_hugepage/enabled: %q, %v): nothing to compare", strings.TrimSpace(string(thp)), err)
-	}
+	thpModeOrSkip(b)
 	benchReportPairs(b, "huge pages ÷ GODEBUG=disablethp=1", []string{"GODEBUG=disablethp=1"}, nil)
 }
 
