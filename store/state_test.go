@@ -256,3 +256,28 @@ func BenchmarkStateAt(b *testing.B) {
 		b.ReportMetric(float64(m10)/float64(m1), "10d/1d")
 	}
 }
+
+// stateRows hands back every event it was given, across its blocks, in
+// time order and by ID within a time, whatever order they came in.
+func TestStateRowsSorted(t *testing.T) {
+	const n = 3*stateBlock + 5
+	var r stateRows
+	var want []event.Event
+	for i := range n {
+		// Times repeat (i/3), IDs fall within a time: the order given is
+		// neither the time's nor the ID's.
+		e := event.Event{Time: int64((i * 7919) % n / 3), ID: event.ID(n - i), Kind: event.PodReady}
+		r.add(&e)
+		want = append(want, e)
+	}
+	slices.SortFunc(want, byTimeThenID)
+	got := r.sorted()
+	if len(got) != n {
+		t.Fatalf("%d events back, want %d", len(got), n)
+	}
+	for i := range got {
+		if got[i].Time != want[i].Time || got[i].ID != want[i].ID {
+			t.Fatalf("event %d is (%d, %d), want (%d, %d)", i, got[i].Time, got[i].ID, want[i].Time, want[i].ID)
+		}
+	}
+}
