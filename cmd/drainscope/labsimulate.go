@@ -52,6 +52,7 @@ func runLabSimulate(ctx context.Context, fs *flag.FlagSet, args []string) error 
 	fs.IntVar(&m.DataplanePerChange, "dataplane-per-change", m.DataplanePerChange, "rule events each of those records per endpoint change")
 	fs.IntVar(&m.Rollout, "rollout", m.Rollout, "replicas of the rolled-out Deployment, spread over the nodes")
 	fs.DurationVar(&m.RolloutOver, "rollout-over", m.RolloutOver, "how long the rollout takes")
+	fs.DurationVar(&m.History, "history", 0, "record every running pod's creation, start, readiness and endpoint this long before the run, as a cluster that has run a while holds them (at least 1m; 0: none)")
 	agentConc := fs.Int("agent-concurrency", 0, "drainscope serve --agent-concurrency (0: its default)")
 	serveArgs := fs.String("serve-args", "", "more arguments for drainscope serve, space-separated")
 	batch := fs.Int("batch-size", 5000, "the agents' --batch-size")
@@ -66,6 +67,9 @@ func runLabSimulate(ctx context.Context, fs *flag.FlagSet, args []string) error 
 	}
 	if b, _, _ := store.Backend(*dsn); b != store.BackendPostgres {
 		return fmt.Errorf("%w: --store: want the DSN of a throwaway Postgres (postgres://…), got %q", errUsage, store.Redact(*dsn))
+	}
+	if m.History != 0 && m.History < time.Minute {
+		return fmt.Errorf("%w: --history %v: want 0 (none) or at least 1m, before the run's first event", errUsage, m.History)
 	}
 	var counts []int
 	for _, s := range strings.Split(*nodes, ",") {

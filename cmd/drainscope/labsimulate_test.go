@@ -16,7 +16,8 @@ import (
 
 // TestLabSimulate runs the simulation at CI size: 50 agents with pod-bound
 // tokens writing through a real drainscope serve process into a real
-// Postgres for a few seconds, then a 50-pod rollout. Every event produced
+// Postgres for a few seconds, then a 50-pod rollout, on a store holding an
+// hour-old history of the running pods. Every event produced
 // must be stored or counted as dropped, each node must hold exactly what
 // its own agent wrote, and the report and the cold timeline must answer
 // (not the timeline from the digest: that waits for the rollout to end,
@@ -39,6 +40,7 @@ func TestLabSimulate(t *testing.T) {
 	defer cl.Stop()
 	m := fleet.DefaultModel()
 	m.Rollout, m.RolloutOver = 50, 2*time.Second
+	m.History = time.Hour // a cluster that ran before: its pods' state precedes every window read
 	o := fleet.Options{Model: m, Steady: 3 * time.Second, Drain: time.Minute, Postgres: dsn, NoDigestWait: true, Dir: t.TempDir(), Progress: t.Output(), Seed: 1,
 		Server: func(args ...string) *exec.Cmd {
 			cmd := exec.Command(exe, args...)

@@ -195,6 +195,13 @@ func Run(ctx context.Context, cl *Cluster, nodes int, o Options) (row Row, err e
 	if !o.Keep {
 		defer dropDB()
 	}
+	if o.Model.History > 0 {
+		n, err := writeHistory(ctx, dsn, nodes, o.Model, time.Now().Add(-o.Model.History), logf)
+		if err != nil {
+			return row, err
+		}
+		logf("  history: %d events, %v before the run", n, o.Model.History)
+	}
 	srv, err := startServer(ctx, o, cl, dsn, fmt.Sprintf("serve-%d", nodes))
 	if err != nil {
 		return row, err
@@ -364,7 +371,7 @@ func Run(ctx context.Context, cl *Cluster, nodes int, o Options) (row Row, err e
 	}
 
 	// What Postgres holds, node by node, against each agent's count.
-	if err := checkStored(ctx, dsn, perNode, &row); err != nil {
+	if err := checkStored(ctx, dsn, start, perNode, &row); err != nil {
 		return row, err
 	}
 	logf("  stored: produced %d = written %d + dropped %d + rejected %d + unwritten %d; Postgres holds %d",
@@ -379,17 +386,17 @@ func Run(ctx context.Context, cl *Cluster, nodes int, o Options) (row Row, err e
 	return row, nil
 }
 
-// checkStored counts the events in Postgres, in all and per node: each
-// node must hold exactly what its agent's writer wrote (each agent sends
-// only its own node's events), else the difference is counted in
-// WrongNode.
-func checkStored(ctx context.Context, dsn string, written map[string]int64, row *Row) error {
+// checkStored counts the events in Postgres since the run's start (not
+// its history), in all and per node: each node must hold exactly what its
+// agent's writer wrote (each agent sends only its own node's events), else
+// the difference is counted in WrongNode.
+func checkStored(ctx context.Context, dsn string, start time.Time, written map[string]int64, row *Row) error {
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
 		return err
 	}
 	defer conn.Close(ctx)
-	rows, err := conn.Query(ctx, "SELECT node, count(*) FROM events GROUP BY node")
+	rows, err := conn.Query(ctx, "SELECT node, count(*) FROM events WHERE ts >= $1 GROUP BY node", start.UnixNano())
 	if err != nil {
 		return fmt.Errorf("counting stored events: %w", err)
 	}

@@ -35,6 +35,10 @@ type Model struct {
 	// over RolloutOver, after the steady state.
 	Rollout     int
 	RolloutOver time.Duration
+	// History: the running pods were recorded this long before the run
+	// (their creation, start, readiness and endpoint), as a cluster that
+	// has run a while holds them; 0, a cluster as new as the run.
+	History time.Duration
 }
 
 // DefaultModel is the model the table in docs/scale.md was measured with.
@@ -49,9 +53,16 @@ func (m Model) Describe(nodes int) string {
 		"pod_deletion, SIGTERM, listener close, %d–%d conn_closed (flight recorder), 0–%d RSTs, exit, container_terminated; "+
 		"the new pod: pod_created, container_started, pod_ready on its node; endpoint events (not-ready, terminating, removed, added, ready) "+
 		"by one leader agent; %d dataplane event(s) per endpoint change on %d sample nodes, none on the others; background %.2f resets/refusals per pod per minute; "+
-		"then a %d-replica rollout (Deployment shop/checkout, one pod per node where nodes allow) over %v",
+		"then a %d-replica rollout (Deployment shop/checkout, one pod per node where nodes allow) over %v%s",
 		m.PodsPerNode, m.PodsPerNode*nodes, m.Churn, m.ConnsMin, m.ConnsMax, m.RSTsMax, m.DataplanePerChange, m.DataplaneNodes,
-		m.Background, m.Rollout, m.RolloutOver)
+		m.Background, m.Rollout, m.RolloutOver, m.describeHistory())
+}
+
+func (m Model) describeHistory() string {
+	if m.History <= 0 {
+		return "; no history before the run"
+	}
+	return fmt.Sprintf("; every running pod's creation, start, readiness and endpoint recorded %v before the run", m.History)
 }
 
 // due is an event to hand to agent at its time.
@@ -233,10 +244,8 @@ func (t *traffic) background(at time.Time, dt time.Duration) {
 	for range n {
 		node := t.r.IntN(t.nodes)
 		slot := t.r.IntN(max(t.m.PodsPerNode, 1))
-		ref := event.PodRef{Namespace: "apps", Name: fmt.Sprintf("run-%05d-%02d", node, slot),
-			UID: fmt.Sprintf("%08x-0000-4000-8000-%012d", node, slot), Container: "app"}
-		e := event.Event{Source: event.SourceKernel, Pod: ref, PID: 100 + int32(slot), Comm: "server",
-			Local:  netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 100 + byte(node>>16), byte(node >> 8), byte(node)}), 8080),
+		p := runningPod(node, slot, t.m.PodsPerNode)
+		e := event.Event{Source: event.SourceKernel, Pod: p.ref, PID: 100 + int32(slot), Comm: "server", Local: p.addr,
 			Remote: netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 200, byte(t.r.IntN(256)), byte(t.r.IntN(256))}), uint16(30000+t.r.IntN(30000)))}
 		switch x := t.r.IntN(10); {
 		case x < 6:
