@@ -698,6 +698,9 @@ FROM entities en CROSS JOIN LATERAL (
 	ORDER BY x.ts DESC, x.id DESC LIMIT 1) e
 WHERE en.first_ts <= $1`
 
+// pgCountState counts the entities pgStateAt probes (its filters follow).
+const pgCountState = `SELECT count(*) FROM entities en WHERE en.first_ts <= $1`
+
 func prefixed(p string, cols []string) []string {
 	out := make([]string, len(cols))
 	for i, c := range cols {
@@ -716,11 +719,21 @@ func (s *Postgres) StateAt(ctx context.Context, at int64, namespace string) ([]e
 		q += " AND en.namespace = $2"
 		args = append(args, namespace)
 	}
-	var out stateRows
-	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+	var out []event.Event
+	// One snapshot for the count and the rows (repeatable read), so that
+	// the slice is allocated once at its size: grown by append it would be
+	// copied a quarter larger at a time (304 MB allocated for 59 MB kept
+	// at 166,897 entities), each allocation fresh memory.
+	opts := pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}
+	err := pgx.BeginTxFunc(ctx, s.pool, opts, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SET LOCAL jit = off"); err != nil {
 			return fmt.Errorf("store %s: querying the state at %d: %s", s.name, at, oneLine(err))
 		}
+		var n int
+		if err := tx.QueryRow(ctx, pgCountState+strings.TrimPrefix(q, pgStateAt), args...).Scan(&n); err != nil {
+			return fmt.Errorf("store %s: counting the state at %d: %s", s.name, at, oneLine(err))
+		}
+		out = make([]event.Event, 0, n)
 		rows, err := tx.Query(ctx, q, args...)
 		if err != nil {
 			return fmt.Errorf("store %s: querying the state at %d: %s", s.name, at, oneLine(err))
@@ -739,7 +752,7 @@ func (s *Postgres) StateAt(ctx context.Context, at int64, namespace string) ([]e
 			// A copy, not a Clone: finish makes each row's strings and
 			// attributes map anew (or shares one never written), as Scan
 			// hands them to a reader that keeps them.
-			out.add(e)
+			out = append(out, *e)
 		}
 		if err := rows.Err(); err != nil {
 			return fmt.Errorf("store %s: reading the state at %d: %s", s.name, at, oneLine(err))
@@ -751,5 +764,6 @@ func (s *Postgres) StateAt(ctx context.Context, at int64, namespace string) ([]e
 	}
 	// One row per entity: the entities table lists each key once and the
 	// probe takes one row of it (LIMIT 1), so only the order is left.
-	return out.sorted(), nil
+	sortByTimeThenID(out)
+	return out, nil
 }

@@ -257,27 +257,25 @@ func BenchmarkStateAt(b *testing.B) {
 	}
 }
 
-// stateRows hands back every event it was given, across its blocks, in
-// time order and by ID within a time, whatever order they came in.
-func TestStateRowsSorted(t *testing.T) {
-	const n = 3*stateBlock + 5
-	var r stateRows
-	var want []event.Event
-	for i := range n {
-		// Times repeat (i/3), IDs fall within a time: the order given is
-		// neither the time's nor the ID's.
-		e := event.Event{Time: int64((i * 7919) % n / 3), ID: event.ID(n - i), Kind: event.PodReady}
-		r.add(&e)
-		want = append(want, e)
-	}
-	slices.SortFunc(want, byTimeThenID)
-	got := r.sorted()
-	if len(got) != n {
-		t.Fatalf("%d events back, want %d", len(got), n)
-	}
-	for i := range got {
-		if got[i].Time != want[i].Time || got[i].ID != want[i].ID {
-			t.Fatalf("event %d is (%d, %d), want (%d, %d)", i, got[i].Time, got[i].ID, want[i].Time, want[i].ID)
+// sortByTimeThenID puts every event in time order and by ID within a
+// time, whatever order they came in, each event whole.
+func TestSortByTimeThenID(t *testing.T) {
+	for _, n := range []int{0, 1, 2, 7, 3*4096 + 5} {
+		var evs []event.Event
+		for i := range n {
+			// Times repeat (i/3), IDs fall within a time: the order given
+			// is neither the time's nor the ID's.
+			evs = append(evs, event.Event{Time: int64((i * 7919) % n / 3), ID: event.ID(n - i), Kind: event.PodReady,
+				Node: fmt.Sprintf("n%d", n-i)})
+		}
+		want := slices.Clone(evs)
+		slices.SortFunc(want, func(a, b event.Event) int { return byTimeThenID(&a, &b) })
+		sortByTimeThenID(evs)
+		for i := range evs {
+			if evs[i].Time != want[i].Time || evs[i].ID != want[i].ID || evs[i].Node != want[i].Node {
+				t.Fatalf("n=%d: event %d is (%d, %d, %s), want (%d, %d, %s)", n, i,
+					evs[i].Time, evs[i].ID, evs[i].Node, want[i].Time, want[i].ID, want[i].Node)
+			}
 		}
 	}
 }
