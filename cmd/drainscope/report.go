@@ -101,10 +101,9 @@ const oneShotHeap = 1 << 30
 // oneShotGC sets the collector for a command that reads, analyses and
 // exits: no collection until the process's memory reaches oneShotHeap (or
 // half of its cgroup's memory limit or of the machine's memory, if lower),
-// then collections at reportGCPercent; the first half of that memory is
-// asked for in huge pages (hugeHeap). GOGC or GOMEMLIMIT, when set, wins,
-// and then neither is done. BenchmarkReportGC and BenchmarkReportHugePages
-// in reportgc_test.go measure them.
+// then collections at reportGCPercent. GOGC or GOMEMLIMIT, when set, wins,
+// and then neither is done. BenchmarkReportGC in reportgc_test.go measures
+// it.
 func oneShotGC() {
 	if os.Getenv("GOGC") != "" || os.Getenv("GOMEMLIMIT") != "" {
 		return
@@ -115,8 +114,6 @@ func oneShotGC() {
 			limit = m / 2
 		}
 	}
-	// Half: the idle rest counts against the limit until the heap uses it.
-	hugeHeap(limit / 2)
 	collectFrom(limit)
 }
 

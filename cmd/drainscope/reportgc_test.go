@@ -34,19 +34,8 @@ func BenchmarkReportGC(b *testing.B) {
 	if base == "" {
 		base = "100"
 	}
-	benchReportPairs(b, fmt.Sprintf("no collection below %d MiB then GOGC %d, huge pages for half ÷ GOGC %s", oneShotHeap>>20, reportGCPercent, base),
+	benchReportPairs(b, fmt.Sprintf("no collection below %d MiB then GOGC %d ÷ GOGC %s", oneShotHeap>>20, reportGCPercent, base),
 		[]string{"GOGC=" + base}, nil)
-}
-
-// BenchmarkReportHugePages is BenchmarkReportGC's pairs for hugeHeap:
-// the report as it runs ÷ the same with GODEBUG=disablethp=1, which
-// leaves the heap in the kernel's default pages. Its log adds each side's
-// page faults (the median of the runs).
-//
-//	go test ./cmd/drainscope -run '^$' -bench ReportHugePages -benchtime 1x
-func BenchmarkReportHugePages(b *testing.B) {
-	thpModeOrSkip(b)
-	benchReportPairs(b, "huge pages ÷ GODEBUG=disablethp=1", []string{"GODEBUG=disablethp=1"}, nil)
 }
 
 // benchReportPairs times drainscope report in fresh processes, alternating
