@@ -733,6 +733,9 @@ func (s *Postgres) StateAt(ctx context.Context, at int64, namespace string) ([]e
 		if err := tx.QueryRow(ctx, pgCountState+strings.TrimPrefix(q, pgStateAt), args...).Scan(&n); err != nil {
 			return fmt.Errorf("store %s: counting the state at %d: %s", s.name, at, oneLine(err))
 		}
+		if n == 0 {
+			return nil // a store younger than the instant: no probe to make
+		}
 		out = make([]event.Event, 0, n)
 		rows, err := tx.Query(ctx, q, args...)
 		if err != nil {
