@@ -52,6 +52,7 @@ func runLabSimulate(ctx context.Context, fs *flag.FlagSet, args []string) error 
 	fs.IntVar(&m.DataplanePerChange, "dataplane-per-change", m.DataplanePerChange, "rule events each of those records per endpoint change")
 	fs.IntVar(&m.Rollout, "rollout", m.Rollout, "replicas of the rolled-out Deployment, spread over the nodes")
 	fs.DurationVar(&m.RolloutOver, "rollout-over", m.RolloutOver, "how long the rollout takes")
+	fs.DurationVar(&m.ObserveEvery, "observe-interval", m.ObserveEvery, "how often the watcher records the running pods' state again, as the agent's --observe-interval (0: never)")
 	fs.DurationVar(&m.History, "history", 0, "record every running pod's creation, start, readiness and endpoint this long before the run, as a cluster that has run a while holds them (at least 1m; 0: none)")
 	agentConc := fs.Int("agent-concurrency", 0, "drainscope serve --agent-concurrency (0: its default)")
 	serveArgs := fs.String("serve-args", "", "more arguments for drainscope serve, space-separated")

@@ -195,8 +195,12 @@ func Run(ctx context.Context, cl *Cluster, nodes int, o Options) (row Row, err e
 	if !o.Keep {
 		defer dropDB()
 	}
+	// The watcher's ticks are counted from origin, before the history
+	// and the run alike; those between the two (the history's writing,
+	// the server's start) are a gap, as a restart would leave.
+	origin := time.Now()
 	if o.Model.History > 0 {
-		n, err := writeHistory(ctx, dsn, nodes, o.Model, time.Now().Add(-o.Model.History), logf)
+		n, err := writeHistory(ctx, dsn, nodes, o.Model, origin.Add(-o.Model.History), origin, logf)
 		if err != nil {
 			return row, err
 		}
@@ -288,6 +292,7 @@ func Run(ctx context.Context, cl *Cluster, nodes int, o Options) (row Row, err e
 		gen := now.Before(genEnd)
 		if gen {
 			tf.background(prev, now.Sub(prev)+tick)
+			tf.observe(origin, prev, now.Sub(prev)+tick)
 			tf.churn(prev, now.Sub(prev)+tick)
 		}
 		prev = now.Add(tick)

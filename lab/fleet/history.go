@@ -26,14 +26,22 @@ func runningPod(node, slot, perNode int) pod {
 	}
 }
 
+// observationSpan is how much of the history before the run holds the
+// watcher's observations: the analysis's read begins 15 minutes before
+// its window (analysis.Options.Lead), and one interval more covers the
+// round before that.
+const observationSpan = 15*time.Minute + 10*time.Minute
+
 // writeHistory stores what a cluster that has run a while holds of its
 // running pods before the run (Model.History): each one's creation,
 // container start and readiness on its node, and its ready endpoint by the
-// leader, at at and one second after, written straight into the store as
-// an earlier server would have. The state read before any window of the
-// run then returns four entities a pod, as on a real cluster, not only the
-// run's own.
-func writeHistory(ctx context.Context, dsn string, nodes int, m Model, at time.Time, logf func(string, ...any)) (int64, error) {
+// leader, at at, then the watcher's observations of them over the last
+// observationSpan before start (Model.ObserveEvery), written straight into
+// the store as an earlier server would have. The state read before any
+// window of the run then returns four entities a pod, as on a real
+// cluster, not only the run's own; and the read's lead holds the
+// observations a real one does.
+func writeHistory(ctx context.Context, dsn string, nodes int, m Model, at, start time.Time, logf func(string, ...any)) (int64, error) {
 	st, err := store.OpenPostgres(ctx, dsn)
 	if err != nil {
 		return 0, err
@@ -41,47 +49,114 @@ func writeHistory(ctx context.Context, dsn string, nodes int, m Model, at time.T
 	defer st.Close()
 	var n int64
 	batch := make([]event.Event, 0, 5000)
-	flush := func() error {
-		if len(batch) == 0 {
-			return nil
+	var werr error
+	emit := func(node int, t time.Time, e event.Event) {
+		if werr != nil {
+			return
 		}
-		if err := st.Append(ctx, batch); err != nil {
-			return fmt.Errorf("writing the cluster's history: %w", err)
+		e.Node, e.Time = nodeName(node), t.UnixNano()
+		e.Seal()
+		batch = append(batch, e)
+		if len(batch) < cap(batch) {
+			return
+		}
+		if werr = st.Append(ctx, batch); werr != nil {
+			werr = fmt.Errorf("writing the cluster's history: %w", werr)
+			return
 		}
 		n += int64(len(batch))
 		if n%100000 < int64(len(batch)) {
 			logf("  history: %d events", n)
 		}
 		batch = batch[:0]
-		return nil
 	}
 	for node := range nodes {
 		for slot := range m.PodsPerNode {
 			p := runningPod(node, slot, m.PodsPerNode)
 			t := at.Add(time.Duration(node*m.PodsPerNode+slot) * time.Microsecond)
-			add := func(k event.Kind, dt time.Duration, on int, f func(*event.Event)) {
-				e := event.Event{Kind: k, Source: event.SourceWatcher, Pod: p.ref, Workload: p.wl, Node: nodeName(on), Time: t.Add(dt).UnixNano()}
-				if f != nil {
-					f(&e)
-				}
-				e.Seal()
-				batch = append(batch, e)
+			created := event.Event{Kind: event.PodCreated, Source: event.SourceWatcher, Pod: p.ref, Workload: p.wl,
+				Attrs: map[string]string{event.AttrCreationTimestamp: t.UTC().Truncate(time.Second).Format(time.RFC3339)}}
+			emit(p.node, t, created)
+			emit(p.node, t.Add(200*time.Millisecond), p.containerStarted(0))
+			emit(p.node, t.Add(time.Second), p.ready(0))
+			emit(0, t.Add(time.Second+100*time.Millisecond), p.endpointReady(0))
+		}
+	}
+	from := start.Add(-observationSpan)
+	if first := at.Add(2 * time.Second); from.Before(first) {
+		from = first // after the pods' first records
+	}
+	observeRounds(m, nodes, start, from, start, emit)
+	if werr != nil {
+		return n, werr
+	}
+	if len(batch) > 0 {
+		if err := st.Append(ctx, batch); err != nil {
+			return n, fmt.Errorf("writing the cluster's history: %w", err)
+		}
+		n += int64(len(batch))
+	}
+	return n, nil
+}
+
+// The running pod's state as the watcher records it, with flags: its
+// container running, its readiness (with its address) on its node, and
+// its endpoint, ready, by the leader.
+func (p pod) containerStarted(flags event.Flags) event.Event {
+	return event.Event{Kind: event.ContainerStarted, Source: event.SourceWatcher, Pod: p.ref, Workload: p.wl, Flags: flags,
+		Attrs: map[string]string{event.AttrContainerID: "c0" + p.ref.UID[:8]}}
+}
+
+func (p pod) ready(flags event.Flags) event.Event {
+	return event.Event{Kind: event.PodReady, Source: event.SourceWatcher, Pod: p.ref, Workload: p.wl, Flags: flags,
+		Local: netip.AddrPortFrom(p.addr.Addr(), 0)}
+}
+
+func (p pod) endpointReady(flags event.Flags) event.Event {
+	return event.Event{Kind: event.EndpointReady, Source: event.SourceWatcher, Pod: p.ref, Flags: flags,
+		Local: p.addr, Service: p.svc, Slice: p.svc + "-x7k2p", Attrs: map[string]string{event.AttrConditions: "ready,serving"}}
+}
+
+// leaderPhase places the endpoint watcher's leader's observation within
+// each interval: half way.
+const leaderPhase = 0.5
+
+// observeRounds emits the watcher's observations of the running pods at
+// the times in [from, to) they fall on (Model.ObserveEvery): each node's
+// agent records its pods' readiness and running container at its own
+// tick, origin + ObserveEvery × node/nodes + k × ObserveEvery (agents
+// start at different times, so their ticks spread over the interval); the
+// leader records every running pod's endpoint at once, at origin +
+// ObserveEvery × leaderPhase + k × ObserveEvery. Services, recorded by the
+// leader too, are left out: 10,000 an interval.
+func observeRounds(m Model, nodes int, origin, from, to time.Time, emit func(node int, at time.Time, e event.Event)) {
+	every := m.ObserveEvery
+	if every <= 0 || !from.Before(to) {
+		return
+	}
+	// The interval's index k of from, and the offsets within it.
+	k := from.Sub(origin).Truncate(every)
+	if from.Before(origin) {
+		k = -(origin.Sub(from) + every - 1).Truncate(every)
+	}
+	for base := origin.Add(k); base.Before(to); base = base.Add(every) {
+		for node := range nodes {
+			t := base.Add(time.Duration(float64(every) * float64(node) / float64(nodes)))
+			if t.Before(from) || !t.Before(to) {
+				continue
 			}
-			add(event.PodCreated, 0, p.node, func(e *event.Event) {
-				e.Attrs = map[string]string{event.AttrCreationTimestamp: t.UTC().Truncate(time.Second).Format(time.RFC3339)}
-			})
-			add(event.ContainerStarted, 200*time.Millisecond, p.node, nil)
-			add(event.PodReady, time.Second, p.node, func(e *event.Event) { e.Local = netip.AddrPortFrom(p.addr.Addr(), 0) })
-			add(event.EndpointReady, time.Second+100*time.Millisecond, 0, func(e *event.Event) {
-				e.Local, e.Service, e.Slice = p.addr, p.svc, p.svc+"-x7k2p"
-				e.Attrs = map[string]string{event.AttrConditions: "ready,serving"}
-			})
-			if len(batch) >= cap(batch)-4 {
-				if err := flush(); err != nil {
-					return n, err
+			for slot := range m.PodsPerNode {
+				p := runningPod(node, slot, m.PodsPerNode)
+				emit(node, t, p.ready(event.FlagObserved))
+				emit(node, t, p.containerStarted(event.FlagObserved))
+			}
+		}
+		if t := base.Add(time.Duration(float64(every) * leaderPhase)); !t.Before(from) && t.Before(to) {
+			for node := range nodes {
+				for slot := range m.PodsPerNode {
+					emit(0, t, runningPod(node, slot, m.PodsPerNode).endpointReady(event.FlagObserved))
 				}
 			}
 		}
 	}
-	return n, flush()
 }

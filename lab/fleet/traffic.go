@@ -39,12 +39,16 @@ type Model struct {
 	// (their creation, start, readiness and endpoint), as a cluster that
 	// has run a while holds them; 0, a cluster as new as the run.
 	History time.Duration
+	// ObserveEvery: the watcher records the running pods' state again
+	// this often (watcher.ObserveEvery): each node's agent its pods'
+	// readiness and container, the leader every endpoint; 0, never.
+	ObserveEvery time.Duration
 }
 
 // DefaultModel is the model the table in docs/scale.md was measured with.
 func DefaultModel() Model {
 	return Model{PodsPerNode: 30, Churn: 20, ConnsMin: 20, ConnsMax: 50, RSTsMax: 4, Background: 0.5,
-		DataplaneNodes: 20, DataplanePerChange: 1, Rollout: 1000, RolloutOver: 60 * time.Second}
+		DataplaneNodes: 20, DataplanePerChange: 1, Rollout: 1000, RolloutOver: 60 * time.Second, ObserveEvery: 10 * time.Minute}
 }
 
 // Describe states the model in words, for the output and the docs.
@@ -59,10 +63,14 @@ func (m Model) Describe(nodes int) string {
 }
 
 func (m Model) describeHistory() string {
-	if m.History <= 0 {
-		return "; no history before the run"
+	var s string
+	if m.ObserveEvery > 0 {
+		s = fmt.Sprintf("; every %v the running pods' readiness and container observed by their nodes (ticks spread over the interval) and their endpoints by the leader (at once, half way)", m.ObserveEvery)
 	}
-	return fmt.Sprintf("; every running pod's creation, start, readiness and endpoint recorded %v before the run", m.History)
+	if m.History <= 0 {
+		return s + "; no history before the run"
+	}
+	return s + fmt.Sprintf("; every running pod's creation, start, readiness and endpoint recorded %v before the run, and the observations of the last %v before it", m.History, observationSpan)
 }
 
 // due is an event to hand to agent at its time.
@@ -257,6 +265,13 @@ func (t *traffic) background(at time.Time, dt time.Duration) {
 		}
 		t.add(node, at.Add(time.Duration(t.r.Int64N(int64(dt)))), e)
 	}
+}
+
+// observe schedules the watcher's observations of the running pods over
+// dt from at, on the ticks of an interval that began at origin
+// (observeRounds).
+func (t *traffic) observe(origin, at time.Time, dt time.Duration) {
+	observeRounds(t.m, t.nodes, origin, at, at.Add(dt), t.add)
 }
 
 // churn schedules the steady state's pod ends over dt from at.
