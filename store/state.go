@@ -79,7 +79,7 @@ func newestPerEntity(evs []event.Event) []event.Event {
 		best[k] = len(out)
 		out = append(out, e)
 	}
-	slices.SortFunc(out, func(a, b event.Event) int { return byTimeThenID(&a, &b) })
+	sortByTimeThenID(out)
 	return out
 }
 

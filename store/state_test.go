@@ -260,7 +260,7 @@ func BenchmarkStateAt(b *testing.B) {
 // sortByTimeThenID puts every event in time order and by ID within a
 // time, whatever order they came in, each event whole.
 func TestSortByTimeThenID(t *testing.T) {
-	for _, n := range []int{0, 1, 2, 7, 3*4096 + 5} {
+	for _, n := range []int{0, 1, 2, 7, 10_007} {
 		var evs []event.Event
 		for i := range n {
 			// Times repeat (i/3), IDs fall within a time: the order given
