@@ -134,12 +134,13 @@ func observeRounds(m Model, nodes int, origin, from, to time.Time, emit func(nod
 	if every <= 0 || !from.Before(to) {
 		return
 	}
-	// The interval's index k of from, and the offsets within it.
-	k := from.Sub(origin).Truncate(every)
-	if from.Before(origin) {
-		k = -(origin.Sub(from) + every - 1).Truncate(every)
+	// The start of the interval that holds from (k rounded down, not
+	// toward zero, for a from before origin).
+	k := from.Sub(origin) / every
+	if from.Before(origin.Add(k * every)) {
+		k--
 	}
-	for base := origin.Add(k); base.Before(to); base = base.Add(every) {
+	for base := origin.Add(k * every); base.Before(to); base = base.Add(every) {
 		for node := range nodes {
 			t := base.Add(time.Duration(float64(every) * float64(node) / float64(nodes)))
 			if t.Before(from) || !t.Before(to) {

@@ -25,7 +25,7 @@ func TestObserveRoundsOnePerInterval(t *testing.T) {
 				if !e.Flags.Has(event.FlagObserved) {
 					t.Errorf("%s not flagged observed", e.Kind)
 				}
-				if e.Kind != event.EndpointReady && nodeName(node) != nodeName(runningPodNode(e)) {
+				if e.Kind != event.EndpointReady && node != runningPodNode(e) {
 					t.Errorf("%s of %s recorded by node %d", e.Kind, e.Pod.Name, node)
 				}
 				if when.Before(at) || !when.Before(at.Add(step)) {
