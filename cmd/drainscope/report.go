@@ -101,9 +101,8 @@ const oneShotHeap = 1 << 30
 // oneShotGC sets the collector for a command that reads, analyses and
 // exits: no collection until the process's memory reaches oneShotHeap (or
 // half of its cgroup's memory limit or of the machine's memory, if lower),
-// then collections at reportGCPercent. GOGC or GOMEMLIMIT, when set, wins,
-// and then neither is done. BenchmarkReportGC in reportgc_test.go measures
-// it.
+// then collections at reportGCPercent. GOGC or GOMEMLIMIT, when set, wins.
+// BenchmarkReportGC in reportgc_test.go measures it.
 func oneShotGC() {
 	if os.Getenv("GOGC") != "" || os.Getenv("GOMEMLIMIT") != "" {
 		return

@@ -19,9 +19,9 @@ import (
 // BenchmarkReportGC runs drainscope report in fresh processes, alternating
 // the collector's default (GOGC=100 in the environment, which oneShotGC
 // leaves alone; another value in DRAINSCOPE_BENCH_REPORT_BASE_GOGC) with
-// the report's own setting (GOGC unset: oneShotGC, with its huge pages),
-// and reports the per-pair ratio of wall time and of peak RSS: median and
-// spread.
+// the report's own setting (GOGC unset: oneShotGC), and reports the
+// per-pair ratio of wall time and of peak RSS, median and spread, and each
+// side's page faults.
 // The store is 40 rollouts of 5,000 events each in the embedded store, or
 // the one DRAINSCOPE_BENCH_REPORT names, with the report's other
 // arguments in DRAINSCOPE_BENCH_REPORT_ARGS (e.g. a simulation kept with
@@ -30,18 +30,11 @@ import (
 //
 //	go test ./cmd/drainscope -run '^$' -bench ReportGC -benchtime 1x
 func BenchmarkReportGC(b *testing.B) {
-	base := os.Getenv("DRAINSCOPE_BENCH_REPORT_BASE_GOGC")
-	if base == "" {
-		base = "100"
+	gogc := os.Getenv("DRAINSCOPE_BENCH_REPORT_BASE_GOGC")
+	if gogc == "" {
+		gogc = "100"
 	}
-	benchReportPairs(b, fmt.Sprintf("no collection below %d MiB then GOGC %d ÷ GOGC %s", oneShotHeap>>20, reportGCPercent, base),
-		[]string{"GOGC=" + base}, nil)
-}
-
-// benchReportPairs times drainscope report in fresh processes, alternating
-// the environment base (the denominator) with ours, 10 pairs after one
-// warm-up, and reports the per-pair ratios of wall time and peak RSS.
-func benchReportPairs(b *testing.B, what string, base, ours []string) {
+	base := []string{"GOGC=" + gogc}
 	dsn := os.Getenv("DRAINSCOPE_BENCH_REPORT")
 	args := strings.Fields(os.Getenv("DRAINSCOPE_BENCH_REPORT_ARGS"))
 	if dsn == "" {
@@ -70,10 +63,8 @@ func benchReportPairs(b *testing.B, what string, base, ours []string) {
 		faults int64
 		out    string
 	}
-	// Neither side inherits the benchmark's own GOGC or GODEBUG.
-	env := slices.DeleteFunc(os.Environ(), func(kv string) bool {
-		return strings.HasPrefix(kv, "GOGC=") || strings.HasPrefix(kv, "GODEBUG=")
-	})
+	// Neither side inherits the benchmark's own GOGC.
+	env := slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "GOGC=") })
 	run := func(extra []string) result {
 		cmd := exec.Command(exe, append([]string{"report", "--store", dsn}, args...)...)
 		cmd.Env = append(append(slices.Clip(env), "DRAINSCOPE_TEST_AS_MAIN=1"), extra...)
@@ -90,13 +81,13 @@ func benchReportPairs(b *testing.B, what string, base, ours []string) {
 	var wall, rss, tOurs, tBase, fOurs, fBase []float64
 	for b.Loop() {
 		wall, rss, tOurs, tBase, fOurs, fBase = wall[:0], rss[:0], tOurs[:0], tBase[:0], fOurs[:0], fBase[:0]
-		run(ours)
+		run(nil)
 		for i := range pairs {
 			var rb, ro result
 			if i%2 == 0 {
-				rb, ro = run(base), run(ours)
+				rb, ro = run(base), run(nil)
 			} else {
-				ro, rb = run(ours), run(base)
+				ro, rb = run(nil), run(base)
 			}
 			if rb.out != ro.out {
 				b.Fatal("the reports differ")
@@ -121,6 +112,6 @@ func benchReportPairs(b *testing.B, what string, base, ours []string) {
 	b.ReportMetric(w, "wall-ratio")
 	b.ReportMetric(r, "rss-ratio")
 	la, _ := os.ReadFile("/proc/loadavg")
-	b.Logf("%d pairs, %s: wall median %.3f (p10–p90 %.3f–%.3f; %.3f s against %.3f s), peak RSS %.3f (%.3f–%.3f), page faults %.0f against %.0f; load %s",
-		pairs, what, w, w10, w90, a, d, r, r10, r90, fo, fb, strings.TrimSpace(string(la)))
+	b.Logf("%d pairs, no collection below %d MiB then GOGC %d ÷ GOGC %s: wall median %.3f (p10–p90 %.3f–%.3f; %.3f s against %.3f s), peak RSS %.3f (%.3f–%.3f), page faults %.0f against %.0f; load %s",
+		pairs, oneShotHeap>>20, reportGCPercent, gogc, w, w10, w90, a, d, r, r10, r90, fo, fb, strings.TrimSpace(string(la)))
 }
