@@ -76,6 +76,8 @@ type Aligner struct {
 	// mainNodes are the nodes whose capture marks containers' main
 	// processes (kernel_capabilities lists FeatureMainProcess).
 	mainNodes map[string]bool
+	// endedUIDs are the pods forgotten after their end (see learnIPs).
+	endedUIDs map[string]bool
 
 	stats Stats
 }
@@ -147,6 +149,7 @@ func NewAligner(opts Options, onFailure func(*Decision), onPod func(*PodTimeline
 		inferredSeen: map[connKey]seenInference{},
 		inferredAt:   newAddrMap[[]inferMark](),
 		mainNodes:    map[string]bool{},
+		endedUIDs:    map[string]bool{},
 		svcPods:      map[string]map[*podState]bool{},
 	}
 }
@@ -309,6 +312,7 @@ func (a *Aligner) Flush() {
 	}
 	// The stream ended: the indexes go at once, not pod by pod.
 	clear(a.byUID)
+	clear(a.endedUIDs)
 	clear(a.byName)
 	clear(a.svcPods)
 	a.ips = newIPIndex()
@@ -413,6 +417,14 @@ func (a *Aligner) learnIPs(p *podState, e *event.Event) {
 	if !ip.IsValid() || ip.IsUnspecified() || ip.IsLoopback() {
 		return
 	}
+	// A pod object left after its end (a finalizer holds it) is still
+	// listed not ready with its old address, which the network may have
+	// given to another pod since: the re-observations of a pod whose end
+	// was seen keep no address for it, unless they find it ready.
+	if e.Flags.Has(event.FlagObserved) && e.Kind != event.PodReady && e.Kind != event.EndpointReady &&
+		(p.ended || a.endedUIDs[p.ref.UID]) {
+		return
+	}
 	for _, l := range p.leases {
 		if l.ip == ip {
 			l.last = max(l.last, e.Time)
@@ -512,6 +524,9 @@ func (a *Aligner) sweep() {
 
 // forget drops the pod's state and reports its timeline.
 func (a *Aligner) forget(p *podState) {
+	if p.ended && p.ref.UID != "" {
+		a.endedUIDs[p.ref.UID] = true
+	}
 	a.unindex(p)
 	a.report(p)
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -109,14 +108,7 @@ func TestLongLivedStateBeforeTheRead(t *testing.T) {
 	r.removed(c, 300*ms, 10*ms)
 	r.failure(10*s, client(1), event.FailTimeout, backend(a), took(5*time.Second))
 
-	st, err := store.Open(context.Background(), filepath.Join(t.TempDir(), "events.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	if err := st.Append(context.Background(), r.events); err != nil {
-		t.Fatal(err)
-	}
+	st := embeddedStore(t, r.events)
 	q := store.Query{Window: event.Window{From: r.at(-60 * s), To: r.at(60 * s)}}
 	res, err := AnalyzeWith(context.Background(), st, q, Options{MaxFailures: -1})
 	if err != nil {

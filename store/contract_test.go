@@ -123,6 +123,14 @@ func TestContractQueries(t *testing.T) {
 		c := eventgen.Rollout(1000, day0.Add(time.Hour), 3, "cart")
 		for i := range c { // the cart rollout ran on another node
 			c[i].Node = "node-b"
+			// Half its states re-observed, in turn in its namespace and
+			// in another one.
+			if c[i].Entity() != "" && i%2 == 0 {
+				c[i].Flags |= event.FlagObserved
+				if i%4 == 0 {
+					c[i].Pod.Namespace = "apps"
+				}
+			}
 			c[i].Seal()
 		}
 		if err := s.Append(ctx, append(append([]event.Event(nil), a...), c...)); err != nil {
@@ -151,7 +159,12 @@ func TestContractQueries(t *testing.T) {
 			{"open-ended window", Query{Window: event.Window{From: mid}}, func(e *event.Event) bool { return e.Time >= mid }},
 			{"kinds", Query{Kinds: []event.Kind{event.Signal, event.ProcessExit}}, func(e *event.Event) bool { return e.Kind == event.Signal || e.Kind == event.ProcessExit }},
 			{"pod", Query{PodUIDs: []string{pod}}, func(e *event.Event) bool { return e.Pod.UID == pod }},
-			{"workload", Query{Namespace: "shop", Workload: event.Workload{Kind: "Deployment", Name: "cart"}}, func(e *event.Event) bool { return e.Workload.Name == "cart" }},
+			{"workload", Query{Namespace: "shop", Workload: event.Workload{Kind: "Deployment", Name: "cart"}}, func(e *event.Event) bool { return e.Pod.Namespace == "shop" && e.Workload.Name == "cart" }},
+			{"observed only in shop", Query{ObservedOnlyIn: "shop"}, func(e *event.Event) bool { return !e.Flags.Has(event.FlagObserved) || e.Pod.Namespace == "shop" }},
+			{"observed only in apps", Query{ObservedOnlyIn: "apps", Window: event.Window{From: c[0].Time}},
+				func(e *event.Event) bool {
+					return e.Time >= c[0].Time && (!e.Flags.Has(event.FlagObserved) || e.Pod.Namespace == "apps")
+				}},
 			{"pod in window of kind", Query{PodUIDs: []string{pod}, Kinds: []event.Kind{event.ConnClosed}, Window: event.Window{From: a[0].Time, To: mid}},
 				func(e *event.Event) bool { return e.Pod.UID == pod && e.Kind == event.ConnClosed && e.Time < mid }},
 			{"node", Query{Node: "node-b"}, func(e *event.Event) bool { return e.Node == "node-b" }},
@@ -166,6 +179,11 @@ func TestContractQueries(t *testing.T) {
 		}
 		if got := count(t, s, Query{Limit: 7}); got != 7 {
 			t.Errorf("limit 7: got %d events", got)
+		}
+		// From the cart rollout's start, whose states are half observed:
+		// the limit counts the events kept.
+		if got := count(t, s, Query{Limit: 7, ObservedOnlyIn: "elsewhere", Window: event.Window{From: c[0].Time}}); got != 7 {
+			t.Errorf("limit 7 of the observed elsewhere: got %d events", got)
 		}
 	})
 }

@@ -75,6 +75,14 @@ func where(q Query, ph placeholder) (string, []any) {
 	if q.Node != "" {
 		add("node = ?", q.Node)
 	}
+	if q.ObservedOnlyIn != "" {
+		// "<> flag", not "= 0": Postgres estimates an equality on an
+		// expression to hold for 0.5 % of rows, and for so few it sorted
+		// a parallel scan instead of walking the time index, which the
+		// reader must wait for (410 against 327 ms for 538,244 rows).
+		f := int64(event.FlagObserved)
+		add("((flags & ?) <> ? OR namespace IN (?, ''))", f, f, q.ObservedOnlyIn)
+	}
 	if len(conds) == 0 {
 		return "", nil
 	}

@@ -259,6 +259,12 @@ func sqliteInsert(rows int) string {
 
 // Scan implements Store.
 func (s *SQLite) Scan(ctx context.Context, q Query, fn func(*event.Event) error) error {
+	// The flags live in the packed detail: ObservedOnlyIn filters the
+	// decoded events, and so counts Limit itself.
+	observedIn, limit, kept := q.ObservedOnlyIn, q.Limit, 0
+	if observedIn != "" {
+		q.ObservedOnlyIn, q.Limit = "", 0
+	}
 	query, args := selectEvents(q, sqliteColumns, sqlitePlaceholder)
 	rows, err := s.db.QueryContext(ctx, query, args...)
 	if err != nil {
@@ -281,6 +287,15 @@ func (s *SQLite) Scan(ctx context.Context, q Query, fn func(*event.Event) error)
 		e.Workload = event.Workload{Kind: wkind, Name: wname}
 		if err := unpackDetail(detail, &e); err != nil {
 			return fmt.Errorf("store sqlite:%s: event %s at %d: %w", s.path, e.ID, e.Time, err)
+		}
+		if observedIn != "" {
+			if e.Flags.Has(event.FlagObserved) && e.Pod.Namespace != observedIn && e.Pod.Namespace != "" {
+				continue
+			}
+			if limit > 0 && kept == limit {
+				break
+			}
+			kept++
 		}
 		if err := fn(&e); err != nil {
 			return err
