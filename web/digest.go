@@ -484,11 +484,11 @@ func (s *Server) loadDigest(ctx context.Context, key analysis.DisruptionKey, ful
 }
 
 // keepDigest stores m's digest when nothing changed in its window while it
-// was read: scanned is how many events the analysis read. Counting before
-// and after finding the rollout again makes sure no event landed in the
-// window in between (events are only added, so equal counts mean the
-// same events).
-func (s *Server) keepDigest(ctx context.Context, m *model, scanned int) error {
+// was read: before is how many events the read's window held before the
+// read. Counting again before and after finding the rollout again makes
+// sure no event landed in the window in between (events are only added,
+// so equal counts mean the same events).
+func (s *Server) keepDigest(ctx context.Context, m *model, before int64) error {
 	if m.live || m.partial || m.fromDigest {
 		return nil
 	}
@@ -506,8 +506,8 @@ func (s *Server) keepDigest(ctx context.Context, m *model, scanned int) error {
 		return a, all, err
 	}
 	a, all, err := counts()
-	if err != nil || a != int64(scanned) {
-		s.log.Debug("digest not kept: events changed while reading", "scanned", scanned, "counted", a)
+	if err != nil || a != before {
+		s.log.Debug("digest not kept: events changed while reading", "before", before, "after", a)
 		return err
 	}
 	r, err := s.findRollout(ctx, m.key)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"net/netip"
 	"reflect"
 	"regexp"
 	"slices"
@@ -73,6 +74,18 @@ func modelOf(s *Server, id string) *model {
 func TestDigestAnswersLikeReading(t *testing.T) {
 	start := time.Date(2026, 3, 14, 12, 0, 0, 0, time.UTC)
 	evs := denseRollout(6000, 4, start, 3)
+	// Another namespace's pods re-observed every minute around it: the
+	// rollout's read leaves them out (analysis.AnalyzeWith), and its
+	// digest is kept all the same.
+	for at := start.Add(-30 * time.Minute); at.Before(start.Add(time.Hour)); at = at.Add(time.Minute) {
+		for i := range 3 {
+			e := event.Event{Time: at.UnixNano() + int64(i), Kind: event.PodReady, Source: event.SourceWatcher, Node: "node-a",
+				Pod:   event.PodRef{Namespace: "apps", Name: fmt.Sprintf("batch-%d", i), UID: fmt.Sprintf("f0000000-0000-4000-8000-%012d", i)},
+				Local: netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 247, 0, byte(1 + i)}), 0), Flags: event.FlagObserved}
+			e.Seal()
+			evs = append(evs, e)
+		}
+	}
 	st := storeWith(t, evs)
 	now := func(o *Options) { o.Now = func() time.Time { return start.Add(48 * time.Hour) } }
 	first := newTestServer(t, st, now)

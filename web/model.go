@@ -33,7 +33,6 @@ type model struct {
 	clientN int // failures reported by clients
 
 	found      event.Rollout // the rollout as the store gave it, before the analysis filled it in
-	scanned    int           // events the analysis read
 	partial    bool          // read from a digest without the whole analysis: answers the timeline only
 	fromDigest bool
 }
@@ -273,15 +272,14 @@ func buildModel(ctx context.Context, st store.Store, analyze AnalyzeFunc, opts a
 	q := analysis.DisruptionQuery(r)
 	win := q.Window
 	c := newCapture(r, win, opts.WithDefaults().ExitSlack)
-	scanned := 0
-	res, err := analyze(ctx, tee{st, func(e *event.Event) { scanned++; c.add(e) }}, q, opts)
+	res, err := analyze(ctx, tee{st, c.add}, q, opts)
 	if err != nil {
 		return nil, err
 	}
 	m := &model{
 		key: analysis.KeyOf(r), rollout: r, capture: win, result: res, events: c.events,
-		live:    now.UnixNano()-r.To < int64(event.RolloutGap),
-		scanned: scanned, found: found,
+		live:  now.UnixNano()-r.To < int64(event.RolloutGap),
+		found: found,
 	}
 	m.attach(c)
 	m.summary = summaryOf(analysis.NewDisruption(r, res), m.live)

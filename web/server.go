@@ -379,6 +379,15 @@ func (s *Server) fly(key analysis.DisruptionKey, f *flight, r *event.Rollout, ke
 		}
 		r = &ro
 	}
+	// What the read's window holds before the read, for keepDigest: the
+	// read itself takes fewer of its events than that (the other
+	// namespaces' re-observations stay out; see analysis.AnalyzeWith).
+	before := int64(-1)
+	if s.digests != nil {
+		if n, err := s.digests.CountEvents(ctx, scanWindow(*r, s.opts.Analysis)); err == nil {
+			before = n
+		}
+	}
 	m, err := buildModel(ctx, s.st, s.opts.Analyze, s.opts.Analysis, *r, s.opts.Now())
 	if err != nil {
 		f.err = fmt.Errorf("reading rollout %s: %w", key, err)
@@ -386,11 +395,11 @@ func (s *Server) fly(key analysis.DisruptionKey, f *flight, r *event.Rollout, ke
 		f.m = m
 		s.log.Debug("rollout read", "rollout", key.String(), "lanes", len(m.lanes), "events", m.events,
 			"failures", len(m.result.Failures), "took", m.took)
-		if s.digests != nil && !m.live {
+		if s.digests != nil && !m.live && before >= 0 {
 			s.wg.Add(1)
 			go func() {
 				defer s.wg.Done()
-				if err := s.keepDigest(s.ctx, m, m.scanned); err != nil && s.ctx.Err() == nil {
+				if err := s.keepDigest(s.ctx, m, before); err != nil && s.ctx.Err() == nil {
 					s.log.Warn("keeping a digest", "rollout", key.String(), "err", err)
 				}
 			}()
