@@ -265,6 +265,7 @@ func Run(ctx context.Context, cl *Cluster, nodes int, o Options) (row Row, err e
 	const tick = 50 * time.Millisecond
 	start := time.Now()
 	rolloutAt := start.Add(o.Steady)
+	tf.rolloutAt = rolloutAt
 	genEnd := rolloutAt.Add(o.Model.RolloutOver + 5*time.Second)
 	var produced int64
 	var steadyProduced, steadyPosts0, steadyPosts int64

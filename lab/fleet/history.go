@@ -26,6 +26,20 @@ func runningPod(node, slot, perNode int) pod {
 	}
 }
 
+// rolloutPod is pod i of the rollout's n (Model.Rollout), on node
+// i×nodes/n: in the Deployment shop/checkout, running since the history
+// (Model.History) when there is one, until the rollout ends it.
+func rolloutPod(i, n, nodes int) pod {
+	return pod{
+		ref: event.PodRef{Namespace: "shop", Name: fmt.Sprintf("checkout-5c9d8f7b6-%05d", i),
+			UID: fmt.Sprintf("%08x-1111-4000-8000-%012d", i, i), Container: "app"},
+		wl:   event.Workload{Kind: "Deployment", Name: "checkout"},
+		addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 200, byte(i >> 8), byte(i)}), 8080),
+		svc:  "checkout",
+		node: i * nodes / max(n, 1),
+	}
+}
+
 // observationSpan is how much of the history before the run holds the
 // watcher's observations: the analysis's read begins 15 minutes before
 // its window (analysis.Options.Lead), and one interval more covers the
@@ -70,23 +84,27 @@ func writeHistory(ctx context.Context, dsn string, nodes int, m Model, at, start
 		}
 		batch = batch[:0]
 	}
+	record := func(p pod, t time.Time) {
+		created := event.Event{Kind: event.PodCreated, Source: event.SourceWatcher, Pod: p.ref, Workload: p.wl,
+			Attrs: map[string]string{event.AttrCreationTimestamp: t.UTC().Truncate(time.Second).Format(time.RFC3339)}}
+		emit(p.node, t, created)
+		emit(p.node, t.Add(200*time.Millisecond), p.containerStarted(0))
+		emit(p.node, t.Add(time.Second), p.ready(0))
+		emit(0, t.Add(time.Second+100*time.Millisecond), p.endpointReady(0))
+	}
 	for node := range nodes {
 		for slot := range m.PodsPerNode {
-			p := runningPod(node, slot, m.PodsPerNode)
-			t := at.Add(time.Duration(node*m.PodsPerNode+slot) * time.Microsecond)
-			created := event.Event{Kind: event.PodCreated, Source: event.SourceWatcher, Pod: p.ref, Workload: p.wl,
-				Attrs: map[string]string{event.AttrCreationTimestamp: t.UTC().Truncate(time.Second).Format(time.RFC3339)}}
-			emit(p.node, t, created)
-			emit(p.node, t.Add(200*time.Millisecond), p.containerStarted(0))
-			emit(p.node, t.Add(time.Second), p.ready(0))
-			emit(0, t.Add(time.Second+100*time.Millisecond), p.endpointReady(0))
+			record(runningPod(node, slot, m.PodsPerNode), at.Add(time.Duration(node*m.PodsPerNode+slot)*time.Microsecond))
 		}
+	}
+	for i := range m.Rollout {
+		record(rolloutPod(i, m.Rollout, nodes), at.Add(time.Duration(nodes*m.PodsPerNode+i)*time.Microsecond))
 	}
 	from := start.Add(-observationSpan)
 	if first := at.Add(2 * time.Second); from.Before(first) {
 		from = first // after the pods' first records
 	}
-	observeRounds(m, nodes, start, from, start, emit)
+	observeRounds(m, nodes, start, from, start, start, emit)
 	if werr != nil {
 		return n, werr
 	}
@@ -127,12 +145,32 @@ const leaderPhase = 0.5
 // tick, origin + ObserveEvery × node/nodes + k × ObserveEvery (agents
 // start at different times, so their ticks spread over the interval); the
 // leader records every running pod's endpoint at once, at origin +
-// ObserveEvery × leaderPhase + k × ObserveEvery. Services, recorded by the
-// leader too, are left out: 10,000 an interval.
-func observeRounds(m Model, nodes int, origin, from, to time.Time, emit func(node int, at time.Time, e event.Event)) {
+// ObserveEvery × leaderPhase + k × ObserveEvery. The rollout's pods are
+// observed so before rolloutAt only. Services, recorded by the leader
+// too, are left out: 10,000 an interval.
+func observeRounds(m Model, nodes int, origin, from, to, rolloutAt time.Time, emit func(node int, at time.Time, e event.Event)) {
 	every := m.ObserveEvery
 	if every <= 0 || !from.Before(to) {
 		return
+	}
+	// The rollout's pods by node, while they run.
+	var rollout [][]pod
+	if from.Before(rolloutAt) && m.Rollout > 0 {
+		rollout = make([][]pod, nodes)
+		for i := range m.Rollout {
+			p := rolloutPod(i, m.Rollout, nodes)
+			rollout[p.node] = append(rollout[p.node], p)
+		}
+	}
+	pods := func(node int, at time.Time, yield func(pod)) {
+		for slot := range m.PodsPerNode {
+			yield(runningPod(node, slot, m.PodsPerNode))
+		}
+		if rollout != nil && at.Before(rolloutAt) {
+			for _, p := range rollout[node] {
+				yield(p)
+			}
+		}
 	}
 	// The start of the interval that holds from (k rounded down, not
 	// toward zero, for a from before origin).
@@ -146,17 +184,14 @@ func observeRounds(m Model, nodes int, origin, from, to time.Time, emit func(nod
 			if t.Before(from) || !t.Before(to) {
 				continue
 			}
-			for slot := range m.PodsPerNode {
-				p := runningPod(node, slot, m.PodsPerNode)
+			pods(node, t, func(p pod) {
 				emit(node, t, p.ready(event.FlagObserved))
 				emit(node, t, p.containerStarted(event.FlagObserved))
-			}
+			})
 		}
 		if t := base.Add(time.Duration(float64(every) * leaderPhase)); !t.Before(from) && t.Before(to) {
 			for node := range nodes {
-				for slot := range m.PodsPerNode {
-					emit(0, t, runningPod(node, slot, m.PodsPerNode).endpointReady(event.FlagObserved))
-				}
+				pods(node, t, func(p pod) { emit(0, t, p.endpointReady(event.FlagObserved)) })
 			}
 		}
 	}

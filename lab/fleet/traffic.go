@@ -70,7 +70,7 @@ func (m Model) describeHistory() string {
 	if m.History <= 0 {
 		return s + "; no history before the run"
 	}
-	return s + fmt.Sprintf("; every running pod's creation, start, readiness and endpoint recorded %v before the run, and the observations of the last %v before it", m.History, observationSpan)
+	return s + fmt.Sprintf("; every running pod's (the rollout's too) creation, start, readiness and endpoint recorded %v before the run, and the observations of the last %v before it", m.History, observationSpan)
 }
 
 // due is an event to hand to agent at its time.
@@ -102,6 +102,9 @@ type traffic struct {
 	seq   int
 	// dpNodes record dataplane events.
 	dpNodes []int
+	// rolloutAt is when the rollout is due: its pods are observed
+	// before it.
+	rolloutAt time.Time
 }
 
 func newTraffic(m Model, nodes int, seed uint64) *traffic {
@@ -271,7 +274,7 @@ func (t *traffic) background(at time.Time, dt time.Duration) {
 // dt from at, on the ticks of an interval that began at origin
 // (observeRounds).
 func (t *traffic) observe(origin, at time.Time, dt time.Duration) {
-	observeRounds(t.m, t.nodes, origin, at, at.Add(dt), t.add)
+	observeRounds(t.m, t.nodes, origin, at, at.Add(dt), t.rolloutAt, t.add)
 }
 
 // churn schedules the steady state's pod ends over dt from at.
@@ -287,8 +290,7 @@ func (t *traffic) churn(at time.Time, dt time.Duration) {
 func (t *traffic) rollout(at time.Time) {
 	n := t.m.Rollout
 	for i := range n {
-		p := t.newPod("shop", "checkout", i*t.nodes/n)
-		t.end(p, at.Add(time.Duration(int64(t.m.RolloutOver)*int64(i)/int64(max(n, 1)))))
+		t.end(rolloutPod(i, n, t.nodes), at.Add(time.Duration(int64(t.m.RolloutOver)*int64(i)/int64(max(n, 1)))))
 	}
 }
 
