@@ -11,10 +11,9 @@ import (
 
 // Analyze reads the events of q's window from st (with Options.Lead of
 // history before it and the lookahead after it) and analyses them with the
-// default options. q's Namespace and Workload narrow the results; the read
-// only by Namespace, as far as no fact about that namespace's pods can
-// change (see AnalyzeWith): client failures carry no workload until they
-// are aligned.
+// default options. q's Namespace and Workload narrow the results, and
+// Namespace the read too (see AnalyzeWith); Workload narrows no read:
+// client failures carry no workload until they are aligned.
 func Analyze(ctx context.Context, st store.Store, q store.Query) (*Result, error) {
 	return AnalyzeWith(ctx, st, q, Options{})
 }
