@@ -146,7 +146,7 @@ func (s *Server) rollouts(ctx context.Context, f listFilter) (*Rollouts, error) 
 	h := fnv.New64a()
 	s.mu.Lock()
 	for _, r := range listed {
-		live := now.UnixNano()-r.To < int64(event.RolloutGap)
+		live := isLive(r, now)
 		base := summaryOf(analysis.NewDisruption(r, nil), live)
 		ks, ok := s.sums[analysis.KeyOf(r)]
 		sum := ks.sum

@@ -264,6 +264,12 @@ func (c *capture) add(e *event.Event) {
 	l.marks = append(l.marks, landmark{t: e.Time, id: e.ID, kind: e.Kind, signal: e.Signal, node: e.Node, summary: analysis.Describe(e)})
 }
 
+// isLive says whether the rollout may still go on at now: its last pod
+// ended less than a quiet RolloutGap before.
+func isLive(r event.Rollout, now time.Time) bool {
+	return now.UnixNano()-r.To < int64(event.RolloutGap)
+}
+
 // buildModel reads one rollout from the store.
 func buildModel(ctx context.Context, st store.Store, analyze AnalyzeFunc, opts analysis.Options, r event.Rollout, now time.Time) (*model, error) {
 	began := time.Now()
@@ -278,7 +284,7 @@ func buildModel(ctx context.Context, st store.Store, analyze AnalyzeFunc, opts a
 	}
 	m := &model{
 		key: analysis.KeyOf(r), rollout: r, capture: win, result: res, events: c.events,
-		live:  now.UnixNano()-r.To < int64(event.RolloutGap),
+		live:  isLive(r, now),
 		found: found,
 	}
 	m.attach(c)

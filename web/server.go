@@ -379,11 +379,12 @@ func (s *Server) fly(key analysis.DisruptionKey, f *flight, r *event.Rollout, ke
 		}
 		r = &ro
 	}
-	// What the read's window holds before the read, for keepDigest: the
-	// read itself takes fewer of its events than that (the other
-	// namespaces' re-observations stay out; see analysis.AnalyzeWith).
+	// What the read's window holds before the read, for keepDigest (of a
+	// rollout that has ended): the read itself takes fewer of its events
+	// than that (the other namespaces' re-observations stay out; see
+	// analysis.AnalyzeWith).
 	before := int64(-1)
-	if s.digests != nil {
+	if s.digests != nil && !isLive(*r, s.opts.Now()) {
 		if n, err := s.digests.CountEvents(ctx, scanWindow(*r, s.opts.Analysis)); err == nil {
 			before = n
 		}
