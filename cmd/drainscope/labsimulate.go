@@ -72,11 +72,18 @@ func runLabSimulate(ctx context.Context, fs *flag.FlagSet, args []string) error 
 	if m.History != 0 && m.History < time.Minute {
 		return fmt.Errorf("%w: --history %v: want 0 (none) or at least 1m, before the run's first event", errUsage, m.History)
 	}
+	if m.Rollout > fleet.MaxRollout {
+		return fmt.Errorf("%w: --rollout %d: at most %d, the pods the model has addresses for", errUsage, m.Rollout, fleet.MaxRollout)
+	}
 	var counts []int
 	for _, s := range strings.Split(*nodes, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil || n < 1 {
 			return fmt.Errorf("%w: --nodes %q: want positive counts, comma-separated", errUsage, *nodes)
+		}
+		if n*m.PodsPerNode > fleet.MaxRunningPods {
+			return fmt.Errorf("%w: --nodes %d × --pods-per-node %d: %d pods, at most %d, the pods the model has addresses for",
+				errUsage, n, m.PodsPerNode, n*m.PodsPerNode, fleet.MaxRunningPods)
 		}
 		counts = append(counts, n)
 	}

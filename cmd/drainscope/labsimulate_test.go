@@ -86,3 +86,22 @@ func TestLabSimulate(t *testing.T) {
 		t.Errorf("after the rollout: report %v, cold timeline %v, errors %q", r.Report, r.ColdLive, r.Errors)
 	}
 }
+
+// A model past its address ranges is refused with the flag that set it,
+// before anything starts.
+func TestLabSimulateUsage(t *testing.T) {
+	dsn := "postgres://nobody@127.0.0.1:1/none"
+	for _, c := range []struct {
+		args []string
+		says string
+	}{
+		{[]string{"--nodes", "10000", "--pods-per-node", "30"}, "--nodes 10000 × --pods-per-node 30: 300000 pods, at most 262144"},
+		{[]string{"--rollout", "70000"}, "--rollout 70000: at most 65536"},
+		{[]string{"--history", "30s"}, "--history 30s"},
+	} {
+		args := append([]string{"lab", "simulate", "--store", dsn}, c.args...)
+		if code, _, stderr := runCLI(t, args...); code != 2 || !strings.Contains(stderr, c.says) {
+			t.Errorf("%q: exit %d, stderr %q; want a usage error saying %q", c.args, code, stderr, c.says)
+		}
+	}
+}

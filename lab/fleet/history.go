@@ -10,9 +10,18 @@ import (
 	"github.com/drainscope/drainscope/store"
 )
 
+// The model's address ranges hold at most so many pods: the running
+// pods' 10.100.0.0/14 (runningPod), the rollout's 10.201.0.0/16
+// (rolloutPod).
+const (
+	MaxRunningPods = 4 << 16
+	MaxRollout     = 1 << 16
+)
+
 // runningPod is the steady pod in slot of node: the pods the background's
 // resets and refusals come from (traffic.background), each in a Deployment
-// and Service of its own among the 10,000.
+// and Service of its own among the 10,000, each with an address of its own
+// in 10.100.0.0/14 (the clients' are in 10.200.0.0/16).
 func runningPod(node, slot, perNode int) pod {
 	i := node*perNode + slot
 	svc := fmt.Sprintf("svc-%04d", i%10000)
@@ -20,7 +29,7 @@ func runningPod(node, slot, perNode int) pod {
 		ref: event.PodRef{Namespace: "apps", Name: fmt.Sprintf("run-%05d-%02d", node, slot),
 			UID: fmt.Sprintf("%08x-0000-4000-8000-%012d", node, slot), Container: "app"},
 		wl:   event.Workload{Kind: "Deployment", Name: svc},
-		addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 100 + byte(node>>16), byte(node >> 8), byte(node)}), 8080),
+		addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 100 + byte(i>>16), byte(i >> 8), byte(i)}), 8080),
 		svc:  svc,
 		node: node,
 	}
@@ -28,13 +37,14 @@ func runningPod(node, slot, perNode int) pod {
 
 // rolloutPod is pod i of the rollout's n (Model.Rollout), on node
 // i×nodes/n: in the Deployment shop/checkout, running since the history
-// (Model.History) when there is one, until the rollout ends it.
+// (Model.History) when there is one, until the rollout ends it; its
+// address in 10.201.0.0/16.
 func rolloutPod(i, n, nodes int) pod {
 	return pod{
 		ref: event.PodRef{Namespace: "shop", Name: fmt.Sprintf("checkout-5c9d8f7b6-%05d", i),
 			UID: fmt.Sprintf("%08x-1111-4000-8000-%012d", i, i), Container: "app"},
 		wl:   event.Workload{Kind: "Deployment", Name: "checkout"},
-		addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 200, byte(i >> 8), byte(i)}), 8080),
+		addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 201, byte(i >> 8), byte(i)}), 8080),
 		svc:  "checkout",
 		node: i * nodes / max(n, 1),
 	}
