@@ -2,6 +2,7 @@ package analysis
 
 import (
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/drainscope/drainscope/event"
@@ -24,8 +25,12 @@ type collector struct {
 	totals   Totals
 	// unattributed client failures per second, for the rollouts
 	unattr map[int64]int
-	// triggers are the workload changes in scope, for the rollouts
-	triggers                    []event.Event
+	// likely counts the inferred failures that rest on likely evidence,
+	// per pod life (lifeKey), for the disruptions
+	likely map[string]int
+	// acct is the account of the disruptions in scope: the workload
+	// changes and every ended pod life, those of the read's lead too.
+	acct                        account
 	kernels                     map[string]NodeKernel // by node: the latest kernel_capabilities
 	proxies                     map[string]NodeProxy  // by node: the proxy mode of the latest kernel_capabilities
 	fromSigterm, fromExit       hist
@@ -49,7 +54,7 @@ func newCollector(o Options, q store.Query) *collector {
 	return &collector{
 		opts: o, q: q,
 		causes: map[Cause]*causeAcc{}, inferred: map[Cause]*causeAcc{},
-		tls: map[string]*PodTimeline{}, unattr: map[int64]int{},
+		tls: map[string]*PodTimeline{}, unattr: map[int64]int{}, likely: map[string]int{},
 		inf: Inference{ByProof: map[string]int{}},
 	}
 }
@@ -59,6 +64,15 @@ func podKey(uid, ns, name string) string {
 		return uid
 	}
 	return ns + "/" + name
+}
+
+// lifeKey names one life of a pod: its key, and when the life began for
+// any but the first (a container restarted in place begins a new one).
+func lifeKey(uid, ns, name string, since int64) string {
+	if since == 0 {
+		return podKey(uid, ns, name)
+	}
+	return podKey(uid, ns, name) + "@" + strconv.FormatInt(since, 10)
 }
 
 // inScope applies the namespace and workload filter to a pod.
@@ -95,7 +109,7 @@ func (c *collector) see(e *event.Event) {
 		}
 	}
 	if e.Kind == event.WorkloadChanged && c.inScope(e.Pod.Namespace, e.Workload) {
-		c.triggers = append(c.triggers, e.Clone())
+		c.acct.change(e)
 	}
 }
 
@@ -120,6 +134,9 @@ func (c *collector) failure(d *Decision) {
 		c.inf.ByProof[d.Proof]++
 		if LikelyProof(d.Proof) {
 			c.inf.Likely++
+			if !d.Pod.IsZero() {
+				c.likely[lifeKey(d.Pod.UID, d.Pod.Namespace, d.Pod.Name, d.Life)]++
+			}
 		}
 	} else {
 		c.inf.ClientFailures++
@@ -212,6 +229,13 @@ func (c *collector) pod(t *PodTimeline) {
 	if !c.inScope(t.Pod.Namespace, event.Workload{Kind: t.Kind, Name: t.Name}) {
 		return
 	}
+	if t.Ended() {
+		// The account needs every ended life, those of the read's lead
+		// too: a disruption begun before the window keeps its start.
+		e := *t
+		e.nEvents, e.events, e.Events = len(t.events), nil, nil
+		c.acct.end(&e)
+	}
 	in := false
 	for _, e := range t.events {
 		if c.q.Window.Contains(e.Time) {
@@ -237,7 +261,7 @@ func (c *collector) pod(t *PodTimeline) {
 	}
 	cp.events = nil
 	c.inf.RefusedOutOfRotation += t.RefusedOutOfRotation
-	c.tls[podKey(t.Pod.UID, t.Pod.Namespace, t.Pod.Name)] = &cp
+	c.tls[lifeKey(t.Pod.UID, t.Pod.Namespace, t.Pod.Name, t.Since)] = &cp
 	c.order = append(c.order, &cp)
 }
 
@@ -291,7 +315,7 @@ func (c *collector) result(st Stats) *Result {
 	} else {
 		r.FromSigterm, r.FromExit = c.infFromSigterm.export(50e6), c.infFromExit.export(50e6)
 	}
-	r.Rollouts = c.rollouts()
+	r.Disruptions = c.disruptions(r)
 	r.DataplaneLag = c.lags
 	return r
 }

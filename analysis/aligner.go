@@ -585,21 +585,24 @@ func (a *Aligner) wants(p *podState) bool {
 	return a.podWanted == nil || p.wl.IsZero() || a.podWanted(p.ref.Namespace, p.wl)
 }
 
-// report calls onPod with the pod's timeline, when it has one and onPod
-// wants it.
+// report calls onPod with the pod's timelines, when it has them and onPod
+// wants them: one for each life that ended in a restart in place, oldest
+// first, and one for its current life. Each life's failures and its end
+// are its own: a restart and a later deletion are two disruptions.
 func (a *Aligner) report(p *podState) {
-	if a.reports(p) {
-		// One timeline per pod: its last life that ended (a restart in
-		// place, when the pod lived on after it), else its current one.
-		life := p
-		for q := p.before; q != nil && !life.lifeEnded() && p.lc().deletion.Time == 0; q = q.before {
-			if q.lifeEnded() {
-				life = q
-			}
-		}
-		tl := life.timeline(&a.opts)
+	if !a.reports(p) {
+		return
+	}
+	var lives []*podState
+	for q := p.before; q != nil; q = q.before {
+		lives = append(lives, q)
+	}
+	for i := len(lives) - 1; i >= 0; i-- {
+		tl := lives[i].timeline(&a.opts)
 		a.onPod(&tl)
 	}
+	tl := p.timeline(&a.opts)
+	a.onPod(&tl)
 }
 
 // unmapAP turns an IPv4-mapped IPv6 address into IPv4, so kernel and client

@@ -20,7 +20,10 @@ type Decision struct {
 	Likely   bool
 	Pod      event.PodRef
 	Workload event.Workload
-	Via      string // how the pod was found: pod, backend, target, kernel; "" when none was
+	// Life is when the life of the pod the failure fell in began, 0 for
+	// its first (see PodTimeline.Since).
+	Life int64
+	Via  string // how the pod was found: pod, backend, target, kernel; "" when none was
 	// Terminating: the pod had been deleted, signalled, had closed its
 	// listener or exited by the failure's time (plus ExitBefore, for a
 	// failure seen just before the exit event).
@@ -151,7 +154,7 @@ func (a *Aligner) decide(pf *pending) {
 
 	if p != nil {
 		life := fx.pod
-		d.Pod, d.Workload = p.ref, p.wl
+		d.Pod, d.Workload, d.Life = p.ref, p.wl, life.since
 		d.Terminating = life.terminatingAt(t+int64(a.opts.ExitBefore)) != nil
 		p = life
 		switch {

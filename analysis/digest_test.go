@@ -182,8 +182,8 @@ func perturbEvent(e *event.Event, rng *rand.Rand) bool {
 func canonicalOrder(r *Result, key func(any) string) {
 	byKey := func(a, b any) int { return strings.Compare(key(a), key(b)) }
 	slices.SortFunc(r.Timelines, func(a, b PodTimeline) int { return byKey(a, b) })
-	for i := range r.Rollouts {
-		slices.SortFunc(r.Rollouts[i].Replaced, func(a, b PodView) int { return byKey(a, b) })
-		slices.SortFunc(r.Rollouts[i].NewPods, func(a, b NewPod) int { return byKey(a, b) })
+	for i := range r.Disruptions {
+		slices.SortFunc(r.Disruptions[i].Replaced, func(a, b PodView) int { return byKey(a, b) })
+		slices.SortFunc(r.Disruptions[i].NewPods, func(a, b NewPod) int { return byKey(a, b) })
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -14,11 +15,9 @@ import (
 
 // A disruption is the end of some pods of one workload that belong
 // together — a rollout, a scale-down, a deletion, an eviction — as the
-// store groups them (event.Rollout), with what the analysis of its window
-// found in it. Disruption is the one report of it that the web API, the
-// export sinks and the kubectl plugin read; event.Rollout (the store's
-// grouping) and Rollout (the analysis's, over any window) are what it is
-// built from.
+// account groups them (account.go). Disruption is the one report of it:
+// FindDisruptions lists them, the analysis fills them in, and the web
+// API, the export sinks, the kubectl plugin and the report read it.
 
 // DisruptionKey identifies a disruption: its workload and its start (the
 // trigger, else its first pod's end). The start does not move while a
@@ -29,11 +28,6 @@ type DisruptionKey struct {
 	Kind      string
 	Name      string
 	Start     int64 // UTC ns
-}
-
-// KeyOf is r's key.
-func KeyOf(r event.Rollout) DisruptionKey {
-	return DisruptionKey{Namespace: r.Namespace, Kind: r.Workload.Kind, Name: r.Workload.Name, Start: r.From}
 }
 
 // Workload is the key's workload.
@@ -91,96 +85,71 @@ func unseg(s string) (string, error) {
 // is still read: late endpoint removals, late client failures.
 const DisruptionPad = 30 * time.Second
 
-// DisruptionWindow is the window a disruption is analysed over: from
-// RolloutLead before it (its new pods' readiness) to DisruptionPad after.
-func DisruptionWindow(r event.Rollout) event.Window {
-	return event.Window{From: r.From - int64(RolloutLead), To: r.To + int64(DisruptionPad)}
+// Window is the window d is analysed over: from RolloutLead before it
+// (its new pods' readiness) to DisruptionPad after its end.
+func (d *Disruption) Window() event.Window {
+	return event.Window{From: d.From - int64(RolloutLead), To: max(d.To, d.Until) + int64(DisruptionPad)}
 }
 
-// DisruptionQuery is the read that analyses r: its workload's events over
-// DisruptionWindow.
-func DisruptionQuery(r event.Rollout) store.Query {
-	return store.Query{Window: DisruptionWindow(r), Namespace: r.Namespace, Workload: r.Workload}
+// Query is the read that analyses d: its workload's events over Window.
+func (d *Disruption) Query() store.Query {
+	return store.Query{Window: d.Window(), Namespace: d.Namespace, Workload: event.Workload{Kind: d.Kind, Name: d.Name}}
 }
 
-// TriggerWords say what began a disruption, for people.
-type TriggerWords struct {
-	// Noun names the disruption in a sentence: "the rollout of
-	// Deployment/web"; "disruption" when the trigger is not known.
-	Noun string `json:"noun"`
-	// Heading names it with its detail, to head a report of it.
-	Heading string `json:"heading"`
-	// BegunBy is what began it: "begun by a pod template change".
-	BegunBy string `json:"begun_by,omitempty"`
-}
-
-// triggerWords are the words of each trigger: a workload change's
-// (event.Change*) or what the pods show (Trigger*).
-var triggerWords = map[string]TriggerWords{
-	event.ChangeTemplate: {"rollout", "rollout (new pod template)", "a pod template change"},
-	event.ChangeScale:    {"scale-down", "scale-down (change of replicas)", "a change of replicas"},
-	event.ChangeDeleted:  {"deletion", "deletion of the workload", "the workload's deletion"},
-	TriggerEviction:      {"eviction", "eviction", "an eviction (a node drain, or the Eviction API)"},
-	TriggerPreemption:    {"preemption", "preemption", "the scheduler's preemption"},
-	TriggerTaint:         {"taint eviction", "taint eviction", "a NoExecute taint"},
-	TriggerNodePressure:  {"node-pressure eviction", "node-pressure eviction", "the kubelet's node-pressure eviction"},
-	TriggerPodDeleted:    {"pod deletion", "pod deletion", "the pods' deletion (kubectl delete, or a controller)"},
-	TriggerOOM:           {"OOM kill", "OOM kill", "an OOM kill"},
-	TriggerRestart:       {"container restart", "container restart", "a container's end and restart (a failed liveness probe, a crash)"},
-}
-
-// WordsFor is what trigger (Rollout.Trigger, Disruption.Trigger) says in
-// words; an unknown one is a "disruption" headed by its own name.
-func WordsFor(trigger string) TriggerWords {
-	if w, ok := triggerWords[trigger]; ok {
-		return w
-	}
-	if trigger == "" {
-		return TriggerWords{Noun: "disruption", Heading: "disruption"}
-	}
-	return TriggerWords{Noun: "disruption", Heading: trigger, BegunBy: "a workload change: " + trigger}
-}
-
-// Disruption is one disruption of a workload: the store's grouping of its
-// pods' ends and, once Analysed, what the analysis of DisruptionWindow
-// found on the pods it replaced — the analysed rollouts of the same
-// workload that overlap it (the analysis groups from its own timelines,
-// so its boundaries may differ slightly).
+// Disruption is one disruption of a workload as the account groups it
+// (FindDisruptions) and, once Analysed, what the analysis found on its
+// pods.
 type Disruption struct {
-	// ID is Key().ID().
+	// ID is Key().ID(): unique, and the same however much of the
+	// disruption has been recorded or read, since its start is its
+	// trigger's time (else its first pod's end).
 	ID        string `json:"id"`
 	Namespace string `json:"namespace"`
 	Kind      string `json:"workload_kind"` // Deployment, StatefulSet …; empty when the pods had no known workload
 	Name      string `json:"workload_name"`
-	// From and To are the disruption as the store groups it: its trigger
-	// (else its first pod's end) and its last pod's end. Until is To, or
-	// later when the analysis saw a new pod become ready after that.
+	// From is its start: the workload change that began it, else its
+	// first pod's end. To is its last pod's end. Until is To, or later:
+	// a rollout's recorded completion, a new pod ready after its last
+	// old pod ended.
 	From  int64 `json:"from_ns"`
 	To    int64 `json:"to_ns"`
 	Until int64 `json:"until_ns"`
-	// Trigger is what began it: template, scale, deleted (a workload
-	// change) or what the pods show (eviction, preemption, pod-deleted,
-	// oom, restart …); empty when neither says. Words says it for people.
-	Trigger string `json:"trigger,omitempty"`
-	// Terminations are the pod ends the store grouped into it, Events the
-	// events of those pods as the store counts them.
+	// Trigger is what began it (a row of Triggers); Words says it for
+	// people. TriggerAt is the workload change's time, which is From, and
+	// 0 for a trigger the pods show.
+	Trigger   Trigger `json:"trigger"`
+	TriggerAt int64   `json:"trigger_ns,omitempty"`
+	// Changes are the workload's changes that belong to it, in time order:
+	// the one that began it, then pauses, resumes, rollbacks and its
+	// completion.
+	Changes []Change `json:"changes,omitempty"`
+	// InProgress: a rollout that the workload's recorded status had not
+	// reported complete by the end of what was read.
+	InProgress bool `json:"in_progress,omitempty"`
+	// Terminations counts the pod lives it ended, Events the lifecycle
+	// events of those lives.
 	Terminations int `json:"terminations"`
 	Events       int `json:"events"`
 
-	// Analysed tells whether the rest was filled in from an analysis.
-	Analysed bool      `json:"analysed"`
+	// Replaced are the pods it ended (a pod restarted in place and later
+	// deleted ends two lives, each in its own disruption: Life tells
+	// them apart).
 	Replaced []PodView `json:"replaced"`
-	NewPods  []NewPod  `json:"new_pods"`
-	// The failures on the replaced pods, the sum of the analysed
-	// rollouts'; Likely of the Inferred ones rest on evidence that makes
-	// a failure likely, not on a packet that proves it.
+	// Analysed tells whether the rest was filled in from an analysis.
+	Analysed bool     `json:"analysed"`
+	NewPods  []NewPod `json:"new_pods"`
+	// The failures on the replaced pods; Likely of the Inferred ones rest
+	// on evidence that makes a failure likely, not on a packet that
+	// proves it.
 	FailureCounts
 	Likely int `json:"likely"`
 	// Causes lists each cause of its failures with its counts and its fix,
 	// in the rule table's order.
 	Causes []DisruptionCause `json:"causes"`
 	// Explained are the failures on the replaced pods with a cause (not
-	// unexplained), client-reported first, each with its evidence.
+	// unexplained), client-reported first, each with its evidence; filled
+	// in by NewDisruption (a Result's disruptions leave them in
+	// Result.Failures).
 	Explained []AlignedFailure `json:"explained"`
 
 	// UID is the workload's metadata.uid as its last recorded change
@@ -188,6 +157,22 @@ type Disruption struct {
 	// disruption: filled in by those who need them.
 	UID  string `json:"workload_uid,omitempty"`
 	Link string `json:"link,omitempty"`
+
+	// next is the workload's first change after this disruption's own
+	// (0: none): the pods created from then on are that change's.
+	next int64
+}
+
+// has reports whether d ended the life of pv: the same pod (by UID, else
+// by namespace and name) and the same life.
+func (d *Disruption) has(pv PodView) bool {
+	k := podKey(pv.UID, pv.Namespace, pv.Name)
+	for _, p := range d.Replaced {
+		if p.Life == pv.Life && podKey(p.UID, p.Namespace, p.Name) == k {
+			return true
+		}
+	}
+	return false
 }
 
 // FailureCounts are the failures of some pods (an analysed Rollout's
@@ -280,58 +265,64 @@ func (d *Disruption) CountsByCause(inferred bool) string {
 	return strings.Join(parts, ", ")
 }
 
-// AnalyzeDisruption analyses r over DisruptionWindow with opts and
-// reports it.
-func AnalyzeDisruption(ctx context.Context, st store.Store, r event.Rollout, opts Options) (*Disruption, *Result, error) {
-	res, err := AnalyzeWith(ctx, st, DisruptionQuery(r), opts)
+// AnalyzeDisruption analyses found (as FindDisruptions gave it) over its
+// Window with opts and reports it.
+func AnalyzeDisruption(ctx context.Context, st store.Store, found *Disruption, opts Options) (*Disruption, *Result, error) {
+	res, err := AnalyzeWith(ctx, st, found.Query(), opts)
 	if err != nil {
 		return nil, nil, err
 	}
-	return NewDisruption(r, res), res, nil
+	return NewDisruption(found, res), res, nil
 }
 
-// NewDisruption reports r from res, an analysis of (at least) its
-// DisruptionWindow; with res nil, from the store's grouping alone.
-func NewDisruption(r event.Rollout, res *Result) *Disruption {
-	k := KeyOf(r)
-	d := &Disruption{
-		ID: k.ID(), Namespace: r.Namespace, Kind: r.Workload.Kind, Name: r.Workload.Name,
-		From: r.From, To: r.To, Until: r.To, Trigger: r.Trigger, Terminations: len(r.Terminations),
-		FailureCounts: newFailureCounts(), Replaced: []PodView{}, NewPods: []NewPod{}, Causes: []DisruptionCause{}, Explained: []AlignedFailure{},
-	}
-	for _, t := range r.Terminations {
-		d.Events += t.Events
+// NewDisruption reports found (as FindDisruptions gave it) from res, an
+// analysis of (at least) its Window; with res nil, as found. Its
+// identity, trigger and pods stay found's: the analysis adds what it
+// found on those pods.
+func NewDisruption(found *Disruption, res *Result) *Disruption {
+	d := *found
+	d.Replaced = slices.Clone(found.Replaced)
+	d.Changes = slices.Clone(found.Changes)
+	d.FailureCounts = newFailureCounts()
+	d.NewPods, d.Causes, d.Explained = []NewPod{}, []DisruptionCause{}, []AlignedFailure{}
+	d.Analysed, d.Likely = false, 0
+	if d.Replaced == nil {
+		d.Replaced = []PodView{}
 	}
 	if res != nil {
 		d.analysed(res)
 	}
-	return d
+	return &d
 }
 
-// analysed fills in what res found on d's pods.
+// analysed fills in what res found on d's pods: the analysed disruption
+// with d's ID, else those that ended any of d's pod lives.
 func (d *Disruption) analysed(res *Result) {
 	d.Analysed = true
-	replaced := map[string]bool{}
-	for i := range res.Rollouts {
-		ro := &res.Rollouts[i]
-		if ro.Namespace != d.Namespace || ro.Kind != d.Kind || ro.Name != d.Name || ro.To < d.From || ro.From > d.To {
-			continue
+	var same []*Disruption
+	for i := range res.Disruptions {
+		if res.Disruptions[i].ID == d.ID {
+			same = append(same, &res.Disruptions[i])
 		}
-		if d.Trigger == "" {
-			d.Trigger = ro.Trigger // what the pods show, when no workload change was recorded
-		}
-		d.Until = max(d.Until, ro.To)
-		d.NewPods = append(d.NewPods, ro.NewPods...)
-		d.add(&ro.FailureCounts)
-		for _, p := range ro.Replaced {
-			if !replaced[p.UID] {
-				replaced[p.UID] = true
-				d.Replaced = append(d.Replaced, p)
+	}
+	if len(same) == 0 {
+		for i := range res.Disruptions {
+			a := &res.Disruptions[i]
+			for _, p := range d.Replaced {
+				if a.has(p) {
+					same = append(same, a)
+					break
+				}
 			}
 		}
 	}
+	for _, a := range same {
+		d.Until = max(d.Until, a.Until)
+		d.NewPods = append(d.NewPods, a.NewPods...)
+		d.add(&a.FailureCounts)
+	}
 	for _, af := range res.Failures {
-		if af.Pod == nil || !replaced[af.Pod.UID] {
+		if af.Pod == nil || !d.has(*af.Pod) {
 			continue
 		}
 		if af.Inferred && LikelyProof(af.Proof) {
@@ -341,36 +332,44 @@ func (d *Disruption) analysed(res *Result) {
 			d.Explained = append(d.Explained, af)
 		}
 	}
+	d.Causes = disruptionCauses(&d.FailureCounts, res)
+}
+
+// disruptionCauses lists each cause counted in fc, in the rule table's order,
+// with its fix as res rendered it (naming what was measured: the
+// propagation seen, the longest request), else the rule's own.
+func disruptionCauses(fc *FailureCounts, res *Result) []DisruptionCause {
 	fixes := map[Cause]string{}
 	for _, rv := range res.Rules {
 		fixes[rv.Cause] = rv.Fix
 	}
-	// The rendered fix names what was measured (the propagation seen, the
-	// longest request); the rule's own when the cause had no summary.
 	for _, cs := range append(append([]CauseSummary(nil), res.InferredCauses...), res.Causes...) {
 		if cs.Fix != "" {
 			fixes[cs.Cause] = cs.Fix
 		}
 	}
+	out := []DisruptionCause{}
 	for _, rv := range res.Rules {
 		c := rv.Cause
-		if d.ByCause[c] == 0 && d.InferredByCause[c] == 0 {
+		if fc.ByCause[c] == 0 && fc.InferredByCause[c] == 0 {
 			continue
 		}
-		d.Causes = append(d.Causes, DisruptionCause{Cause: c, Title: rv.Title, Failures: d.ByCause[c], Inferred: d.InferredByCause[c], Fix: fixes[c]})
+		out = append(out, DisruptionCause{Cause: c, Title: rv.Title, Failures: fc.ByCause[c], Inferred: fc.InferredByCause[c], Fix: fixes[c]})
 	}
+	return out
 }
 
-// WorkloadUID is the uid the last recorded change of r's workload before
+// WorkloadUID is the uid the last recorded change of d's workload before
 // its end named; "" when none was recorded.
-func WorkloadUID(ctx context.Context, st store.Store, r event.Rollout) (string, error) {
-	if r.Workload.IsZero() {
+func WorkloadUID(ctx context.Context, st store.Store, d *Disruption) (string, error) {
+	wl := event.Workload{Kind: d.Kind, Name: d.Name}
+	if wl.IsZero() {
 		return "", nil
 	}
 	uid := ""
-	q := store.Query{Window: event.Window{To: r.To + 1}, Kinds: []event.Kind{event.WorkloadChanged}, Namespace: r.Namespace, Workload: r.Workload}
+	q := store.Query{Window: event.Window{To: d.To + 1}, Kinds: []event.Kind{event.WorkloadChanged}, Namespace: d.Namespace, Workload: wl}
 	err := st.Scan(ctx, q, func(e *event.Event) error {
-		if v := e.Attrs[event.AttrWorkloadUID]; v != "" && e.Workload == r.Workload {
+		if v := e.Attrs[event.AttrWorkloadUID]; v != "" && e.Workload == wl {
 			uid = v
 		}
 		return nil

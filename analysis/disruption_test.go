@@ -43,12 +43,33 @@ func TestDisruptionKeyRoundTrip(t *testing.T) {
 	}
 }
 
-func TestWordsFor(t *testing.T) {
-	for _, trig := range []string{event.ChangeTemplate, event.ChangeScale, event.ChangeDeleted, TriggerEviction, TriggerPreemption,
-		TriggerTaint, TriggerNodePressure, TriggerPodDeleted, TriggerOOM, TriggerRestart} {
-		w := WordsFor(trig)
-		if w.Noun == "" || w.Noun == "disruption" || w.Heading == "" || w.BegunBy == "" {
-			t.Errorf("trigger %q has words %+v: want all three", trig, w)
+// TestTriggerTableComplete checks that every trigger has its row, with
+// its words, and that what recognises each is one row's only.
+func TestTriggerTableComplete(t *testing.T) {
+	all := []Trigger{TriggerRollout, TriggerScale, TriggerDeleted, TriggerEviction, TriggerPreemption, TriggerTaint,
+		TriggerNodePressure, TriggerNodeShutdown, TriggerPodDeleted, TriggerOOM, TriggerRestart}
+	if len(all) != len(Triggers) {
+		t.Errorf("%d triggers, %d rows: each trigger is one row", len(all), len(Triggers))
+	}
+	seen := map[string]Trigger{}
+	for _, trig := range all {
+		ti := trig.Info()
+		if ti.Trigger != trig || ti.Noun == "" || ti.Noun == "disruption" || ti.Heading == "" || ti.BegunBy == "" {
+			t.Errorf("trigger %q has the row %+v: want its own, with all three words", trig, ti)
+		}
+		for _, r := range append(append([]string{ti.Change}, ti.Disruption...), ti.Finished...) {
+			if r == "" {
+				continue
+			}
+			if other, ok := seen[r]; ok {
+				t.Errorf("reason %q is %q's and %q's", r, other, trig)
+			}
+			seen[r] = trig
+		}
+	}
+	for _, c := range []string{event.ChangeTemplate, event.ChangeScale, event.ChangeDeleted} {
+		if triggerOfChange(c) == "" {
+			t.Errorf("the workload change %q is no trigger", c)
 		}
 	}
 	if w := WordsFor(""); w.Noun != "disruption" || w.Heading != "disruption" || w.BegunBy != "" {
@@ -59,31 +80,33 @@ func TestWordsFor(t *testing.T) {
 	}
 }
 
-// TestNewDisruption checks that a disruption sums the analysed rollouts of
-// its workload that overlap it, and only those, and keeps the store's
-// window as its key.
+// TestNewDisruption checks that a disruption found by the account keeps
+// its identity, trigger and pods, and takes what the analysis found on
+// those pods: the analysed disruption of the same ID, else those that
+// ended any of its pod lives, and only those.
 func TestNewDisruption(t *testing.T) {
-	wl := event.Workload{Kind: "Deployment", Name: "web"}
-	r := event.Rollout{Namespace: "shop", Workload: wl, From: 100, To: 200,
-		Terminations: []event.Termination{{Events: 3}, {Events: 4}}}
 	gap := func(v int64) *int64 { return &v }
 	a, b := PodView{Namespace: "shop", Name: "web-a", UID: "a"}, PodView{Namespace: "shop", Name: "web-b", UID: "b"}
+	found := &Disruption{ID: "shop/Deployment/web/100", Namespace: "shop", Kind: "Deployment", Name: "web", From: 100, To: 200, Until: 200,
+		Trigger: TriggerPodDeleted, Terminations: 2, Events: 7, Replaced: []PodView{a, b}}
 	res := &Result{
-		Rollouts: []Rollout{
-			{Namespace: "shop", Kind: "Deployment", Name: "web", From: 90, To: 150, Trigger: TriggerPodDeleted,
+		Disruptions: []Disruption{
+			{ID: "shop/Deployment/web/90", Namespace: "shop", Kind: "Deployment", Name: "web", From: 90, To: 150, Until: 150, Trigger: TriggerPodDeleted,
 				Replaced: []PodView{a}, NewPods: []NewPod{{Ready: 140}}, FailureCounts: FailureCounts{Failures: 3, ByCause: map[Cause]int{CauseEndpointRace: 3},
 					Inferred: 2, InferredByCause: map[Cause]int{CauseKeepAliveAtExit: 2}, WorstSigtermAfterRotation: gap(-5), LongestExitAfterSigterm: gap(10)}},
-			{Namespace: "shop", Kind: "Deployment", Name: "web", From: 160, To: 260,
-				Replaced: []PodView{a, b}, FailureCounts: FailureCounts{Failures: 1, ByCause: map[Cause]int{CauseEndpointRace: 1}, Unattributed: 4,
+			{ID: "shop/Deployment/web/160", Namespace: "shop", Kind: "Deployment", Name: "web", From: 160, To: 260, Until: 260,
+				Replaced: []PodView{b}, FailureCounts: FailureCounts{Failures: 1, ByCause: map[Cause]int{CauseEndpointRace: 1}, Unattributed: 4,
 					WorstSigtermAfterRotation: gap(-9), LongestExitAfterSigterm: gap(7)}},
-			// Another workload, and the same one later: not this disruption's.
-			{Namespace: "shop", Kind: "Deployment", Name: "api", From: 100, To: 200, FailureCounts: FailureCounts{Failures: 50, ByCause: map[Cause]int{CauseEndpointRace: 50}}},
-			{Namespace: "shop", Kind: "Deployment", Name: "web", From: 300, To: 400, FailureCounts: FailureCounts{Failures: 60, ByCause: map[Cause]int{CauseEndpointRace: 60}}},
+			// Another workload, and the same pod's next life: not this disruption's.
+			{ID: "shop/Deployment/api/100", Namespace: "shop", Kind: "Deployment", Name: "api", From: 100, To: 200, FailureCounts: FailureCounts{Failures: 50, ByCause: map[Cause]int{CauseEndpointRace: 50}}},
+			{ID: "shop/Deployment/web/300", Namespace: "shop", Kind: "Deployment", Name: "web", From: 300, To: 400, Replaced: []PodView{{Namespace: "shop", Name: "web-a", UID: "a", Life: 250}},
+				FailureCounts: FailureCounts{Failures: 60, ByCause: map[Cause]int{CauseEndpointRace: 60}}},
 		},
 		Failures: []AlignedFailure{
 			{Pod: &a, Cause: CauseEndpointRace},
 			{Pod: &a, Cause: CauseUnexplained},
 			{Pod: &b, Cause: CauseKeepAliveAtExit, Inferred: true, Proof: ProofInUseAtExit},
+			{Pod: &PodView{Namespace: "shop", Name: "web-a", UID: "a", Life: 250}, Cause: CauseEndpointRace},
 			{Pod: &PodView{Namespace: "shop", Name: "api-x", UID: "x"}, Cause: CauseEndpointRace},
 		},
 		Rules: []RuleView{
@@ -93,11 +116,11 @@ func TestNewDisruption(t *testing.T) {
 		Causes: []CauseSummary{{Cause: CauseEndpointRace, Fix: "a preStop delay over 1.2 s"}},
 	}
 
-	base := NewDisruption(r, nil)
+	base := NewDisruption(found, nil)
 	if base.Analysed || base.ID != "shop/Deployment/web/100" || base.Terminations != 2 || base.Events != 7 || base.Until != 200 || base.Failures != 0 {
-		t.Errorf("from the store alone: %+v", base)
+		t.Errorf("as found: %+v", base)
 	}
-	d := NewDisruption(r, res)
+	d := NewDisruption(found, res)
 	want := &Disruption{
 		ID: "shop/Deployment/web/100", Namespace: "shop", Kind: "Deployment", Name: "web",
 		From: 100, To: 200, Until: 260, Trigger: TriggerPodDeleted, Terminations: 2, Events: 7, Analysed: true,
@@ -121,10 +144,16 @@ func TestNewDisruption(t *testing.T) {
 	if got := d.CountsByCause(true); got != "2 keep-alive connection cut at exit" {
 		t.Errorf("inferred counts by cause: %q", got)
 	}
-	if d.Words().Noun != "pod deletion" || d.Key() != KeyOf(r) || d.Workload() != "Deployment/web" || !d.HasFailures() {
+	if d.Words().Noun != "pod deletion" || d.Key() != found.Key() || d.Workload() != "Deployment/web" || !d.HasFailures() {
 		t.Errorf("words %+v, key %v, workload %q", d.Words(), d.Key(), d.Workload())
 	}
-	if w := DisruptionWindow(r); w.From != 100-int64(RolloutLead) || w.To != 200+int64(DisruptionPad) {
+	if w := found.Window(); w.From != 100-int64(RolloutLead) || w.To != 200+int64(DisruptionPad) {
 		t.Errorf("window %+v", w)
+	}
+	// An analysed disruption of the same ID is the one taken.
+	res.Disruptions = append(res.Disruptions, Disruption{ID: found.ID, Namespace: "shop", Kind: "Deployment", Name: "web", From: 100, To: 200, Until: 210,
+		FailureCounts: FailureCounts{Failures: 7, ByCause: map[Cause]int{CauseEndpointRace: 7}}})
+	if d := NewDisruption(found, res); d.Failures != 7 || d.Until != 210 {
+		t.Errorf("with an analysed disruption of its ID: failures %d, until %d; want 7, 210", d.Failures, d.Until)
 	}
 }

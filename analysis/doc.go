@@ -1,9 +1,9 @@
 // Package analysis turns recorded events into explanations of dropped
 // requests: per-pod termination timelines with the gaps that matter
 // (SIGTERM versus endpoint removal, exit versus SIGTERM, grace used),
-// rollouts grouped per workload with the readiness of the new pods, every
-// client failure aligned to the pod that served it and to that pod's nearest
-// events, and a cause named for each failure by a table of rules (Rules),
+// disruptions grouped per workload by what began them (account.go), with
+// the readiness of the new pods, every client failure aligned to the pod
+// that served it and to that pod's nearest events, and a cause named for each failure by a table of rules (Rules),
 // each stating the evidence it needs, the explanation and the fix. Where no
 // client log exists, the failures the pods' kernel events prove on their own
 // (refused SYNs, resets answering data on closed connections, resets with
@@ -12,11 +12,14 @@
 // Entry points:
 //
 //   - Analyze(ctx, store, query) reads a window from a store and returns a
-//     Result: Rollouts, Timelines, Causes (with fixes, evidence counts and
+//     Result: Disruptions, Timelines, Causes (with fixes, evidence counts and
 //     offset histograms), InferredCauses, Inference (what kernel evidence
 //     alone recovers), Failures (each an AlignedFailure with its pod, cause,
 //     explanation, evidence and nearest events), Totals. All JSON-tagged.
 //   - AnalyzeEvents does the same on a slice of events in memory.
+//   - FindDisruptions lists the disruptions of a window as the analysis
+//     would group them, reading only the pods that ended; AnalyzeDisruption
+//     fills one in.
 //   - NewAligner is the streaming core both use: feed events in time order
 //     with Add, get a Decision per failure and a PodTimeline per pod through
 //     callbacks, call Flush at the end. It decides each failure once the
@@ -52,8 +55,15 @@
 //     Inference, ...), and WriteJSON.
 //   - aggregate.go: the collector that groups decisions by cause and
 //     counts them into a Result.
-//   - rollouts.go: Rollout, grouping terminations into rollouts, their
-//     triggers and new pods.
+//   - account.go: the account — grouping pod lives' ends into
+//     disruptions by the workload changes (a rollout until complete, a
+//     scale-down, a deletion) or what the pods show.
+//   - trigger.go: Trigger and the trigger table (Triggers): what began a
+//     disruption, its words and advice.
+//   - find.go: FindDisruptions, the account read from a store for a
+//     list, without analysing the failures.
+//   - rollouts.go: each disruption of a Result, filled in with its
+//     failures and new pods.
 //   - histogram.go: offset histograms (hist, Histogram).
 //   - disruption.go: Disruption, the one report of a disruption that web,
 //     export and the kubectl plugin read, and its key and window.

@@ -139,6 +139,9 @@ func (d *Decision) Aligned() AlignedFailure {
 		Cause: d.Rule.Cause, Title: d.Rule.Title,
 		Pod: podView(d.Pod), Workload: d.Workload.String(),
 	}
+	if out.Pod != nil {
+		out.Pod.Life = d.Life
+	}
 	if d.Inferred {
 		out.Proof = d.Proof
 	}

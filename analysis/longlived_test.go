@@ -51,7 +51,7 @@ func (r *rec) capabilities(node string, d int64, features ...string) {
 }
 
 func (r *rec) workloadChange(p *tpod, d int64, reason string, from, to int) {
-	r.add(event.Event{Time: r.at(d), Kind: event.WorkloadChanged, Source: event.SourceWatcher,
+	r.add(event.Event{Time: r.at(d), Kind: event.WorkloadChanged, Node: r.nodes[0], Source: event.SourceWatcher,
 		Pod: event.PodRef{Namespace: p.ref.Namespace}, Workload: p.wl, Reason: reason,
 		Attrs: map[string]string{event.AttrReplicasFrom: strconv.Itoa(from), event.AttrReplicasTo: strconv.Itoa(to)}})
 }
@@ -171,8 +171,8 @@ func TestLongLivedExecProbeIsNotTheApp(t *testing.T) {
 					t.Errorf("%s on a ready pod whose exec probe exited was named %s: %s", f.Failure.Reason, f.Cause, f.Explanation)
 				}
 			}
-			if len(res.Rollouts) != 0 {
-				t.Errorf("exec probe exits made %d disruptions, first %q", len(res.Rollouts), res.Rollouts[0].Trigger)
+			if len(res.Disruptions) != 0 {
+				t.Errorf("exec probe exits made %d disruptions, first %q", len(res.Disruptions), res.Disruptions[0].Trigger)
 			}
 		})
 	}
@@ -208,8 +208,8 @@ func TestLongLivedRestartStartsClean(t *testing.T) {
 			t.Errorf("a timeout 20 min after a restart in place was named %s: %s", f.Cause, f.Explanation)
 		}
 	}
-	if len(res.Rollouts) != 1 || res.Rollouts[0].Trigger != TriggerRestart {
-		t.Errorf("disruptions: %+v, want one restart", res.Rollouts)
+	if len(res.Disruptions) != 1 || res.Disruptions[0].Trigger != TriggerRestart {
+		t.Errorf("disruptions: %+v, want one restart", res.Disruptions)
 	}
 }
 
@@ -292,8 +292,8 @@ func TestDisruptionNamedByWhatEndedItsPods(t *testing.T) {
 
 func triggers(res *Result) []string {
 	var out []string
-	for _, ro := range res.Rollouts {
-		out = append(out, ro.Workload+" "+ro.Trigger)
+	for _, ro := range res.Disruptions {
+		out = append(out, ro.Workload()+" "+string(ro.Trigger))
 	}
 	return out
 }

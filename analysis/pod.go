@@ -218,7 +218,7 @@ const (
 
 // terminating reports whether anything showed the pod ending at or before t.
 func (p *podState) terminatingAt(t int64) *event.Event {
-	for _, e := range []*event.Event{p.lc().deletion, p.lc().sigterm, p.lc().listener, p.lc().kill} {
+	for _, e := range []*event.Event{p.lc().deletion, p.lc().finished, p.lc().sigterm, p.lc().listener, p.lc().kill} {
 		if e.Time != 0 && e.Time <= t {
 			return e
 		}
@@ -289,13 +289,14 @@ type lifecycle struct {
 	kill     *event.Event // first SIGKILL
 	term     *event.Event // last container_terminated
 	listener *event.Event // first listener_closed
+	finished *event.Event // first pod_finished: the pod ended without a deletion
 }
 
 // noEvent is a lifecycle event not seen; never written.
 var noEvent event.Event
 
 func newLifecycle() *lifecycle {
-	return &lifecycle{deletion: &noEvent, sigterm: &noEvent, kill: &noEvent, term: &noEvent, listener: &noEvent}
+	return &lifecycle{deletion: &noEvent, sigterm: &noEvent, kill: &noEvent, term: &noEvent, listener: &noEvent, finished: &noEvent}
 }
 
 // noLifecycle is what lc returns for a pod without one; never written.
@@ -384,6 +385,11 @@ func (p *podState) ingest(k *keeper, opts *Options) bool {
 		if p.lc().deletion.Time == 0 {
 			p.lcw().deletion = k.get()
 		}
+	case event.PodFinished:
+		if p.lc().finished.Time == 0 {
+			p.lcw().finished = k.get()
+		}
+		p.ended = true
 	case event.ContainerTerminated:
 		p.lcw().term = k.get()
 	case event.Signal:

@@ -16,8 +16,10 @@ type Result struct {
 	// Scope repeats the namespace/workload filter, empty for everything.
 	Scope string `json:"scope,omitempty"`
 
-	Rollouts  []Rollout     `json:"rollouts"`
-	Timelines []PodTimeline `json:"timelines"`
+	// Disruptions are the account's disruptions of the pods in scope
+	// that overlap the window, each with what was found on its pods.
+	Disruptions []Disruption  `json:"disruptions"`
+	Timelines   []PodTimeline `json:"timelines"`
 
 	// Causes groups the client-reported failures, InferredCauses the
 	// failures kernel evidence alone proves; both in rule order.

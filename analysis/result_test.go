@@ -20,14 +20,14 @@ func TestWriteJSONStreamsEncodersBytes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(full.Timelines) == 0 || len(full.Failures) == 0 || len(full.Rollouts) == 0 {
+	if len(full.Timelines) == 0 || len(full.Failures) == 0 || len(full.Disruptions) == 0 {
 		t.Fatalf("the synthetic stream gave %d timelines, %d failures, %d rollouts: want some of each",
-			len(full.Timelines), len(full.Failures), len(full.Rollouts))
+			len(full.Timelines), len(full.Failures), len(full.Disruptions))
 	}
 	full.Kernels = []NodeKernel{{Node: "n1", Release: "6.1.0", Missing: []string{"refused_connections"}}, {Node: "n<2>"}}
 	full.DataplaneLag = []NodeLag{{Node: "n1", Proxy: "nftables", Samples: 3, P50: 1, P99: 2, Max: 3}}
 	full.Proxies = []NodeProxy{{Node: "n1", Mode: "nftables", Recorded: true}}
-	empty := &Result{From: 1, Rollouts: []Rollout{}, Kernels: []NodeKernel{}, Scope: "a&b"}
+	empty := &Result{From: 1, Disruptions: []Disruption{}, Kernels: []NodeKernel{}, Scope: "a&b"}
 	for name, r := range map[string]*Result{"full": full, "empty lists": empty, "zero": {}} {
 		var got bytes.Buffer
 		if err := WriteJSON(&got, r, false); err != nil {

@@ -47,7 +47,7 @@ func TestAnalyzeFromSQLite(t *testing.T) {
 		t.Fatalf("workload web: %v %+v", err, res)
 	}
 	q.Workload = event.Workload{Name: "other"}
-	if res, err := Analyze(t.Context(), st, q); err != nil || len(res.Causes) != 0 || len(res.Rollouts) != 0 {
+	if res, err := Analyze(t.Context(), st, q); err != nil || len(res.Causes) != 0 || len(res.Disruptions) != 0 {
 		t.Fatalf("workload other: %v %+v", err, res)
 	}
 }

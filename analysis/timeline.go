@@ -17,6 +17,11 @@ type PodTimeline struct {
 	Services []string `json:"services,omitempty"`
 	IPs      []string `json:"ips,omitempty"`
 
+	// Since is when this life of the pod began, 0 for its start: a
+	// container restarted in place (the pod kept) begins a new life, and
+	// each life that ended has a timeline of its own.
+	Since int64 `json:"life_since_ns,omitempty"`
+
 	Created  int64 `json:"created_ns,omitempty"`
 	Ready    int64 `json:"ready_ns,omitempty"`
 	NotReady int64 `json:"not_ready_ns,omitempty"`
@@ -28,6 +33,11 @@ type PodTimeline struct {
 	// its DisruptionTarget condition's reason (EvictionByEvictionAPI,
 	// PreemptionByScheduler, DeletionByTaintManager, TerminationByKubelet).
 	Disruption string `json:"disruption,omitempty"`
+	// Finished is the reason the pod ended without a deletion, when its
+	// status said (pod_finished: Evicted for the kubelet's node-pressure
+	// eviction, Shutdown …), FinishedAt when.
+	Finished   string `json:"finished,omitempty"`
+	FinishedAt int64  `json:"finished_ns,omitempty"`
 
 	// Endpoint transitions across the nodes that observed them: first and
 	// last observation, i.e. the propagation spread.
@@ -159,32 +169,9 @@ type Gaps struct {
 	GraceLeft *int64 `json:"grace_left_ns,omitempty"`
 }
 
-// Termination summarises the timeline in the shared event model's form.
-func (t *PodTimeline) Termination() event.Termination {
-	tm := event.Termination{
-		Pod:      event.PodRef{Namespace: t.Pod.Namespace, Name: t.Pod.Name, UID: t.Pod.UID, Container: t.Pod.Container},
-		Workload: event.Workload{Kind: t.Kind, Name: t.Name},
-		Deletion: t.Deletion,
-		Events:   t.eventCount(),
-	}
-	if t.Sigterm != nil {
-		tm.Signal = t.Sigterm.Time
-	}
-	if t.Kill != nil {
-		tm.Kill = t.Kill.Time
-	}
-	if t.Exit != nil {
-		tm.Exit = t.Exit.Time
-	}
-	if t.EndpointRemoved != nil {
-		tm.Removed = t.EndpointRemoved.Last
-	}
-	return tm
-}
-
-// Terminated reports whether the pod was seen ending.
+// Ended reports whether the pod's life was seen ending.
 func (t *PodTimeline) Ended() bool {
-	return t.Deletion != 0 || t.Sigterm != nil || t.Kill != nil || t.Exit != nil
+	return t.Deletion != 0 || t.FinishedAt != 0 || t.Sigterm != nil || t.Kill != nil || t.Exit != nil
 }
 
 func ptr(v int64) *int64 { return &v }
@@ -195,7 +182,9 @@ func (p *podState) timeline(opts *Options) PodTimeline {
 		Workload: p.wl.String(), Kind: p.wl.Kind, Name: p.wl.Name, Node: p.node,
 		Services: append([]string(nil), p.services...),
 		Created:  p.created, Ready: p.ready, NotReady: p.notReady,
+		Since:    p.since,
 		Deletion: p.lc().deletion.Time, GracePeriod: p.lc().deletion.Duration, Disruption: p.lc().deletion.Attrs[event.AttrDisruption],
+		FinishedAt: p.lc().finished.Time, Finished: p.lc().finished.Reason,
 		ListenerClosed: p.lc().listener.Time,
 		events:         p.events(),
 	}

@@ -60,10 +60,10 @@ func TestRolloutBeginsAtItsTrigger(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res.Rollouts) != 2 {
-		t.Fatalf("rollouts = %d, want 2 (the rollout, then the deletion 8 s after it, inside RolloutGap): %+v", len(res.Rollouts), res.Rollouts)
+	if len(res.Disruptions) != 2 {
+		t.Fatalf("rollouts = %d, want 2 (the rollout, then the deletion 8 s after it, inside RolloutGap): %+v", len(res.Disruptions), res.Disruptions)
 	}
-	ro, del := res.Rollouts[0], res.Rollouts[1]
+	ro, del := res.Disruptions[0], res.Disruptions[1]
 	if ro.Trigger != event.ChangeTemplate || ro.TriggerAt != r.at(0) || ro.From != r.at(0) {
 		t.Errorf("rollout trigger %q at %d, from %d; want template at %d", ro.Trigger, ro.TriggerAt, ro.From, r.at(0))
 	}
@@ -106,10 +106,10 @@ func TestRolloutWithoutTrigger(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res.Rollouts) != 1 {
-		t.Fatalf("rollouts = %d, want 1: without triggers the deletion joins the rollout", len(res.Rollouts))
+	if len(res.Disruptions) != 1 {
+		t.Fatalf("rollouts = %d, want 1: without triggers the deletion joins the rollout", len(res.Disruptions))
 	}
-	ro := res.Rollouts[0]
+	ro := res.Disruptions[0]
 	if ro.Trigger != TriggerPodDeleted || ro.TriggerAt != 0 || ro.From != r.at(2*s+100*ms) {
 		t.Errorf("trigger %q at %d from %d; want the pods' own deletion, from the first one %d", ro.Trigger, ro.TriggerAt, ro.From, r.at(2*s+100*ms))
 	}
@@ -125,7 +125,7 @@ func TestPodTriggers(t *testing.T) {
 	for _, tc := range []struct {
 		name, disruption, termReason string
 		deleted                      bool
-		want                         string
+		want                         Trigger
 	}{
 		{"node drain", "EvictionByEvictionAPI", "", true, TriggerEviction},
 		{"preemption", "PreemptionByScheduler", "", true, TriggerPreemption},
@@ -161,9 +161,9 @@ func TestPodTriggers(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(res.Rollouts) != 1 || res.Rollouts[0].Trigger != tc.want {
-				var got []string
-				for _, ro := range res.Rollouts {
+			if len(res.Disruptions) != 1 || res.Disruptions[0].Trigger != tc.want {
+				var got []Trigger
+				for _, ro := range res.Disruptions {
 					got = append(got, ro.Trigger)
 				}
 				t.Fatalf("triggers %q, want one %q", got, tc.want)
@@ -204,10 +204,10 @@ func TestBackToBackRollouts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res.Rollouts) != 2 {
-		t.Fatalf("%d rollouts, want 2", len(res.Rollouts))
+	if len(res.Disruptions) != 2 {
+		t.Fatalf("%d rollouts, want 2", len(res.Disruptions))
 	}
-	for i, ro := range res.Rollouts {
+	for i, ro := range res.Disruptions {
 		if len(ro.Replaced) != 2 || len(ro.NewPods) != 2 {
 			t.Errorf("rollout %d: %d replaced, %d new; want 2 and 2", i, len(ro.Replaced), len(ro.NewPods))
 		}

@@ -42,6 +42,9 @@ type PodView struct {
 	Name      string `json:"name"`
 	UID       string `json:"uid,omitempty"`
 	Container string `json:"container,omitempty"`
+	// Life is when the pod's life in question began, for any but its
+	// first (see PodTimeline.Since).
+	Life int64 `json:"life_ns,omitempty"`
 }
 
 func podView(p event.PodRef) *PodView {

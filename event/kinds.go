@@ -91,6 +91,8 @@ const (
 
 	DataplaneEndpointAdded   Kind = "dataplane_endpoint_added"
 	DataplaneEndpointRemoved Kind = "dataplane_endpoint_removed"
+
+	PodFinished Kind = "pod_finished"
 )
 
 // Kinds lists every kind, in the order above.
@@ -100,7 +102,7 @@ var Kinds = []Kind{
 	EndpointTerminating, EndpointRemoved,
 	Signal, ProcessExit, ListenerClosed, ConnClosed, RSTSent, RSTReceived, ConnRefused,
 	ClientFailure, WorkloadChanged, ServiceChanged, KernelCapabilities,
-	DataplaneEndpointAdded, DataplaneEndpointRemoved,
+	DataplaneEndpointAdded, DataplaneEndpointRemoved, PodFinished,
 }
 
 // Attributes of kernel_capabilities.

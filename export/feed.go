@@ -99,7 +99,7 @@ type doneKey struct {
 // Idempotent get disruptions from) is now.
 func New(st store.Store, sinks []Sink, o Options) *Feed {
 	if o.Quiet <= 0 {
-		o.Quiet = event.RolloutGap
+		o.Quiet = analysis.RolloutGap
 	}
 	if o.Poll <= 0 {
 		o.Poll = 15 * time.Second
@@ -138,15 +138,15 @@ func (f *Feed) Run(ctx context.Context) error {
 func (f *Feed) Poll(ctx context.Context) error {
 	now := f.o.Now().UnixNano()
 	horizon := now - int64(f.o.Backfill) - int64(f.o.Quiet)
-	rs, err := store.Rollouts(ctx, f.st, store.Query{Window: event.Window{From: max(horizon, 0)}})
+	rs, err := analysis.FindDisruptions(ctx, f.st, store.Query{Window: event.Window{From: max(horizon, 0)}}, f.o.Analysis)
 	if err != nil {
 		return fmt.Errorf("reading disruptions: %w", err)
 	}
 	live := map[string]bool{}
 	for _, r := range rs {
-		id := analysis.KeyOf(r).ID()
+		id := r.ID
 		live[id] = true
-		finished := r.To + int64(f.o.Quiet)
+		finished := r.Until + int64(f.o.Quiet)
 		if finished > now {
 			continue
 		}
@@ -230,7 +230,7 @@ func (f *Feed) observe(sink, outcome string) {
 
 // build analyses one disruption as the web UI's summary does
 // (analysis.AnalyzeDisruption), with its workload's uid and its link.
-func (f *Feed) build(ctx context.Context, r event.Rollout) (*analysis.Disruption, error) {
+func (f *Feed) build(ctx context.Context, r *analysis.Disruption) (*analysis.Disruption, error) {
 	d, _, err := analysis.AnalyzeDisruption(ctx, f.st, r, f.o.Analysis)
 	if err != nil {
 		return nil, err

@@ -88,17 +88,17 @@ func (c *clock) now() time.Time { return c.t }
 func TestFeedDeliversEachFinishedDisruptionOnce(t *testing.T) {
 	st, evs := fixtureStore(t)
 	ctx := context.Background()
-	rs, err := store.Rollouts(ctx, st, store.Query{})
+	rs, err := analysis.FindDisruptions(ctx, st, store.Query{}, analysis.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var exit event.Rollout
+	var exit *analysis.Disruption
 	for _, r := range rs {
-		if r.Workload.Name == "sample-exit" && r.Trigger == event.ChangeTemplate {
+		if r.Name == "sample-exit" && r.Trigger == analysis.TriggerRollout {
 			exit = r
 		}
 	}
-	if exit.From == 0 {
+	if exit == nil {
 		t.Fatalf("the fixture holds no template rollout of sample-exit: %+v", rs)
 	}
 	last := evs[len(evs)-1].Time
@@ -122,7 +122,7 @@ func TestFeedDeliversEachFinishedDisruptionOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, d := range events.got {
-		if d.ID == analysis.KeyOf(exit).ID() {
+		if d.ID == exit.ID {
 			t.Fatalf("delivered %s %v after its last pod ended, before the quiet time %v", d.ID, quiet/2, quiet)
 		}
 	}
@@ -133,7 +133,7 @@ func TestFeedDeliversEachFinishedDisruptionOnce(t *testing.T) {
 	}
 	var d *analysis.Disruption
 	for _, g := range events.got {
-		if g.Kind == "Deployment" && g.Name == "sample-exit" && g.Trigger == event.ChangeTemplate {
+		if g.Kind == "Deployment" && g.Name == "sample-exit" && g.Trigger == analysis.TriggerRollout {
 			d = g
 		}
 	}
@@ -141,18 +141,18 @@ func TestFeedDeliversEachFinishedDisruptionOnce(t *testing.T) {
 		t.Fatalf("the exit run's rollout was not delivered; got %v", events.ids())
 	}
 	// What the report says about the same rollout is what the feed says.
-	res, err := analysis.Analyze(ctx, st, analysis.DisruptionQuery(exit))
+	res, err := analysis.Analyze(ctx, st, exit.Query())
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ro *analysis.Rollout
-	for i := range res.Rollouts {
-		if res.Rollouts[i].From == exit.From {
-			ro = &res.Rollouts[i]
+	var ro *analysis.Disruption
+	for i := range res.Disruptions {
+		if res.Disruptions[i].ID == exit.ID {
+			ro = &res.Disruptions[i]
 		}
 	}
 	if ro == nil {
-		t.Fatal("the analysis has no rollout at the feed's")
+		t.Fatal("the analysis has no disruption of the feed's ID")
 	}
 	if d.Failures != ro.Failures || d.Failures == 0 || len(d.Replaced) != 4 || d.Inferred != ro.Inferred {
 		t.Errorf("disruption: %d failures, %d inferred, %d pods replaced; the report: %d, %d, %d (want 4 replaced, failures)",
@@ -174,7 +174,7 @@ func TestFeedDeliversEachFinishedDisruptionOnce(t *testing.T) {
 	if d.ByCause[analysis.CauseKeepAliveAtExit] == 0 || !strings.Contains(d.CountsByCause(false), "keep-alive connection cut at exit") {
 		t.Errorf("an exit at SIGTERM cuts keep-alive connections: %v (%s)", d.ByCause, d.CountsByCause(false))
 	}
-	want := analysis.KeyOf(exit).ID()
+	want := exit.ID
 	if d.ID != want || d.Link != "https://drainscope.example/rollouts/"+want {
 		t.Errorf("id %q link %q; want the web UI's %q", d.ID, d.Link, want)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -278,7 +279,9 @@ func TestContractRejectsInvalidEvents(t *testing.T) {
 	})
 }
 
-func TestContractTerminationsAndRollouts(t *testing.T) {
+// TestContractEndingPods: the pods that may have ended in a window are
+// listed, each once, and no pod of another window or namespace is.
+func TestContractEndingPods(t *testing.T) {
 	forEach(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
 		s, _ := b.open(t)
@@ -287,39 +290,40 @@ func TestContractTerminationsAndRollouts(t *testing.T) {
 		if err := s.Append(ctx, append(append([]event.Event(nil), first...), later...)); err != nil {
 			t.Fatal(err)
 		}
-		pods := map[string]bool{}
+		deleted := map[string]bool{}
 		for _, e := range first {
 			if e.Kind == event.PodDeletion {
-				pods[e.Pod.UID] = true
+				deleted[e.Pod.UID] = true
 			}
 		}
-		ts, err := s.Terminations(ctx, Query{Window: event.Window{From: day0.UnixNano(), To: day0.Add(time.Hour).UnixNano()}})
+		hour := event.Window{From: day0.UnixNano(), To: day0.Add(time.Hour).UnixNano()}
+		uids, err := s.EndingPods(ctx, Query{Window: hour})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(ts) != len(pods) {
-			t.Fatalf("%d terminations in the first hour, want %d", len(ts), len(pods))
+		listed := map[string]bool{}
+		for _, u := range uids {
+			if listed[u] {
+				t.Errorf("pod %s listed twice", u)
+			}
+			listed[u] = true
 		}
-		for _, tm := range ts {
-			if !pods[tm.Pod.UID] || tm.Workload.Name != "checkout" || tm.Pod.Namespace != "shop" {
-				t.Errorf("unexpected termination %+v", tm)
-			}
-			if tm.Deletion == 0 || tm.Signal == 0 || !(tm.Deletion < tm.Signal) {
-				t.Errorf("pod %s: deletion %d and SIGTERM %d missing or out of order", tm.Pod.Name, tm.Deletion, tm.Signal)
-			}
-			if tm.Exit != 0 && tm.Exit < tm.Signal {
-				t.Errorf("pod %s: exit before SIGTERM", tm.Pod.Name)
+		for u := range deleted {
+			if !listed[u] {
+				t.Errorf("pod %s was deleted in the hour and is not listed", u)
 			}
 		}
-		rs, err := Rollouts(ctx, s, Query{Namespace: "shop", Workload: event.Workload{Kind: "Deployment", Name: "checkout"}})
-		if err != nil {
-			t.Fatal(err)
+		for _, e := range later {
+			if listed[e.Pod.UID] {
+				t.Fatalf("pod %s of three hours later is listed", e.Pod.UID)
+			}
 		}
-		if len(rs) != 2 {
-			t.Fatalf("%d rollouts, want 2 (three hours apart)", len(rs))
+		if !slices.IsSorted(uids) {
+			t.Errorf("the UIDs are not in order")
 		}
-		if len(rs[0].Terminations) != len(pods) || rs[0].From >= rs[1].From {
-			t.Fatalf("rollouts %+v", rs)
+		none, err := s.EndingPods(ctx, Query{Window: hour, Namespace: "elsewhere"})
+		if err != nil || len(none) != 0 {
+			t.Errorf("another namespace: %d pods, %v; want none", len(none), err)
 		}
 	})
 }
@@ -363,11 +367,10 @@ func TestContractPrune(t *testing.T) {
 	})
 }
 
-// TestContractTerminationsMainProcess: where the capture marks the
-// containers' main processes, a worker's SIGTERM and exec probes' exits
-// end no pod, and a replaced pod's end is its main process's, not the
-// last probe's.
-func TestContractTerminationsMainProcess(t *testing.T) {
+// TestContractEndingPodsMainProcess: a pod whose capture marks main
+// processes and that only ran exec probes is not listed where the backend
+// keeps the mark (Postgres); the replaced pod always is.
+func TestContractEndingPodsMainProcess(t *testing.T) {
 	forEach(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
 		s, _ := b.open(t)
@@ -381,31 +384,29 @@ func TestContractTerminationsMainProcess(t *testing.T) {
 			e.Seal()
 			return e
 		}
-		healthy, replaced := pod("healthy"), pod("replaced")
+		probed, replaced := pod("probed"), pod("replaced")
 		del := event.Event{Time: at(10 * time.Second), Kind: event.PodDeletion, Node: "n1", Source: event.SourceWatcher, Pod: replaced, Workload: wl}
 		del.Seal()
 		batch := []event.Event{
-			ev(time.Second, event.Signal, healthy, 15, 0, 20), // the master recycles a worker
-			ev(time.Second+time.Millisecond, event.ProcessExit, healthy, 0, 0, 20),
-			ev(2*time.Second, event.ProcessExit, healthy, 0, 0, 30), // an exec probe
-			ev(3*time.Second, event.Signal, healthy, 0, event.FlagMain, 1),
+			ev(2*time.Second, event.ProcessExit, probed, 0, 0, 30), // an exec probe
+			ev(3*time.Second, event.Signal, probed, 0, event.FlagMain, 1),
 			del,
 			ev(11*time.Second, event.Signal, replaced, 15, event.FlagMain, 1),
 			ev(12*time.Second, event.ProcessExit, replaced, 0, event.FlagMain, 1),
-			ev(13*time.Second, event.ProcessExit, replaced, 0, 0, 31), // a probe still running as it ends
 		}
 		if err := s.Append(ctx, batch); err != nil {
 			t.Fatal(err)
 		}
-		ts, err := s.Terminations(ctx, Query{Window: event.Window{From: at(0), To: at(time.Minute)}})
+		uids, err := s.EndingPods(ctx, Query{Window: event.Window{From: at(0), To: at(time.Minute)}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(ts) != 1 || ts[0].Pod.Name != "replaced" {
-			t.Fatalf("terminations %+v, want only the replaced pod's", ts)
+		want := []string{"uid-replaced"}
+		if b.name == "sqlite" {
+			want = []string{"uid-probed", "uid-replaced"} // the mark is packed: every exit counts
 		}
-		if ts[0].Signal != at(11*time.Second) || ts[0].Exit != at(12*time.Second) {
-			t.Errorf("replaced pod: SIGTERM %d exit %d, want the main process's %d and %d", ts[0].Signal, ts[0].Exit, at(11*time.Second), at(12*time.Second))
+		if !slices.Equal(uids, want) {
+			t.Errorf("pods %q, want %q", uids, want)
 		}
 	})
 }

@@ -72,7 +72,7 @@ func TestPostgresPartitionBounds(t *testing.T) {
 	if n := countPartitions(t, s); n != base+3 {
 		t.Errorf("%d partitions, want %d", n, base+3)
 	}
-	if _, err := Rollouts(ctx, s, Query{}); err != nil {
+	if _, err := s.EndingPods(ctx, Query{}); err != nil {
 		t.Errorf("reading after the refusals: %v", err)
 	}
 	got, err := Events(ctx, s, Query{})

@@ -375,15 +375,15 @@ func (s *Postgres) Scan(ctx context.Context, q Query, fn func(*event.Event) erro
 	return nil
 }
 
-// Terminations implements Store.
-func (s *Postgres) Terminations(ctx context.Context, q Query) ([]event.Termination, error) {
-	query, args := selectTerminations(q, pgPlaceholder, fmt.Sprintf("(flags & %d) <> 0", event.FlagMain))
+// EndingPods implements Store.
+func (s *Postgres) EndingPods(ctx context.Context, q Query) ([]string, error) {
+	query, args := selectEndingPods(q, pgPlaceholder, fmt.Sprintf("(flags & %d) <> 0", event.FlagMain))
 	rows, err := s.pool.Query(ctx, query, args...)
 	if err != nil {
-		return nil, fmt.Errorf("store %s: querying terminations: %s", s.name, oneLine(err))
+		return nil, fmt.Errorf("store %s: querying the pods that ended: %s", s.name, oneLine(err))
 	}
 	defer rows.Close()
-	return collectTerminations(rows, s.name)
+	return collectUIDs(rows, s.name)
 }
 
 // pgPruneChunk is how many rows one pruning DELETE removes. A DELETE takes

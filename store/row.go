@@ -122,65 +122,6 @@ func (t *scanTarget) finish() (*event.Event, error) {
 	return e, nil
 }
 
-// terminationTarget scans one row of selectTerminations.
-type terminationTarget struct {
-	t    event.Termination
-	n    int64
-	dest []any
-	main mainMarks
-}
-
-// mainMarks are a pod's termination times from its containers' main
-// processes only (event.FlagMain), and how many of its events carry the
-// mark.
-type mainMarks struct {
-	n                  int64
-	signal, kill, exit int64
-}
-
-// add counts one signal or exit event of the pod.
-func (m *mainMarks) add(e *event.Event) {
-	if !e.Flags.Has(event.FlagMain) {
-		return
-	}
-	m.n++
-	switch {
-	case e.Kind == event.Signal && e.Signal == 15 && (m.signal == 0 || e.Time < m.signal):
-		m.signal = e.Time
-	case e.Kind == event.Signal && e.Signal == 9 && (m.kill == 0 || e.Time < m.kill):
-		m.kill = e.Time
-	case e.Kind == event.ProcessExit && e.Time > m.exit:
-		m.exit = e.Time
-	}
-}
-
-// apply puts the main processes' times on t where the capture marks
-// them; ok is false when then nothing but other processes' signals
-// showed the pod ending (a worker recycled, an exec probe stopped).
-func (m mainMarks) apply(t *event.Termination) (ok bool) {
-	if m.n == 0 {
-		return true
-	}
-	t.Signal, t.Kill, t.Exit = m.signal, m.kill, m.exit
-	return t.Deletion != 0 || t.Signal != 0 || t.Kill != 0
-}
-
-func newTerminationTarget() *terminationTarget {
-	tt := &terminationTarget{}
-	t := &tt.t
-	tt.dest = []any{&t.Pod.Namespace, &t.Pod.Name, &t.Pod.UID, &t.Workload.Kind, &t.Workload.Name,
-		&t.Deletion, &t.Signal, &t.Kill, &t.Exit, &t.Removed, &tt.n,
-		&tt.main.n, &tt.main.signal, &tt.main.kill, &tt.main.exit}
-	return tt
-}
-
-// finish returns the row's termination (see mainMarks.apply for ok).
-func (tt *terminationTarget) finish() (t event.Termination, ok bool) {
-	tt.t.Events = int(tt.n)
-	t = tt.t
-	return t, tt.main.apply(&t)
-}
-
 // scanRows is what pgx.Rows and *sql.Rows have in common.
 type scanRows interface {
 	Next() bool
@@ -188,21 +129,19 @@ type scanRows interface {
 	Err() error
 }
 
-// collectTerminations reads the rows of selectTerminations; name is the
-// store's, for errors.
-func collectTerminations(rows scanRows, name string) ([]event.Termination, error) {
-	var out []event.Termination
-	tt := newTerminationTarget()
+// collectUIDs reads the rows of selectEndingPods; name is the store's,
+// for errors.
+func collectUIDs(rows scanRows, name string) ([]string, error) {
+	var out []string
 	for rows.Next() {
-		if err := rows.Scan(tt.dest...); err != nil {
-			return nil, fmt.Errorf("store %s: reading terminations: %w", name, err)
+		var uid string
+		if err := rows.Scan(&uid); err != nil {
+			return nil, fmt.Errorf("store %s: reading the pods that ended: %w", name, err)
 		}
-		if t, ok := tt.finish(); ok {
-			out = append(out, t)
-		}
+		out = append(out, uid)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("store %s: reading terminations: %s", name, oneLine(err))
+		return nil, fmt.Errorf("store %s: reading the pods that ended: %s", name, oneLine(err))
 	}
 	return out, nil
 }

@@ -99,17 +99,15 @@ func selectEvents(q Query, cols []string, ph placeholder) (string, []any) {
 	return s, args
 }
 
-// selectTerminations renders the per-pod termination summary. A pod counts
-// as terminating when it has a deletion or a SIGTERM/SIGKILL in the window.
-// Beside each signal and exit it reads the same of the containers' main
-// processes (event.FlagMain): where the capture marks them, an exec
-// probe's exit or a worker's SIGTERM ends nothing (collectTerminations
-// chooses).
-// mainFlag is the SQL test of event.FlagMain on a row, where the flags
-// are a column (Postgres); the embedded store keeps them in the packed
-// detail and passes "false" (see SQLite.Terminations).
-func selectTerminations(q Query, ph placeholder, mainFlag string) (string, []any) {
-	q.Kinds = nil // the summary needs every kind of the pods' events
+// selectEndingPods renders the query of the pods that may have ended in
+// q's window: those with a deletion, a finish, a container's
+// termination, a SIGTERM or SIGKILL, or an exit. It is a superset: the
+// analysis decides from their events what ended (an exec probe's exit,
+// a worker's signal end nothing). mainExit is the SQL test that an exit
+// is a container's main process's (event.FlagMain), where the flags are
+// a column (Postgres); the embedded store packs them and passes "true".
+func selectEndingPods(q Query, ph placeholder, mainExit string) (string, []any) {
+	q.Kinds = nil
 	w, args := where(q, ph)
 	if w == "" {
 		w = " WHERE pod_uid <> ''"
@@ -117,22 +115,10 @@ func selectTerminations(q Query, ph placeholder, mainFlag string) (string, []any
 		w += " AND pod_uid <> ''"
 	}
 	const sigterm, sigkill = 15, 9
-	s := fmt.Sprintf(`SELECT namespace, max(pod), pod_uid, max(workload_kind), max(workload),
-	coalesce(min(ts) FILTER (WHERE kind = '%[1]s'), 0),
-	coalesce(min(ts) FILTER (WHERE kind = '%[2]s' AND signal = %[3]d), 0),
-	coalesce(min(ts) FILTER (WHERE kind = '%[2]s' AND signal = %[4]d), 0),
-	coalesce(max(ts) FILTER (WHERE kind = '%[5]s'), 0),
-	coalesce(max(ts) FILTER (WHERE kind = '%[6]s'), 0),
-	count(*),
-	count(*) FILTER (WHERE %[8]s),
-	coalesce(min(ts) FILTER (WHERE kind = '%[2]s' AND signal = %[3]d AND %[8]s), 0),
-	coalesce(min(ts) FILTER (WHERE kind = '%[2]s' AND signal = %[4]d AND %[8]s), 0),
-	coalesce(max(ts) FILTER (WHERE kind = '%[5]s' AND %[8]s), 0)
-FROM events%[7]s
-GROUP BY namespace, pod_uid
-HAVING count(*) FILTER (WHERE kind = '%[1]s' OR (kind = '%[2]s' AND signal IN (%[3]d, %[4]d))) > 0
-ORDER BY 6, 7, 3`,
-		event.PodDeletion, event.Signal, sigterm, sigkill, event.ProcessExit, event.EndpointRemoved, w, mainFlag)
+	s := fmt.Sprintf(`SELECT DISTINCT pod_uid FROM events%[1]s AND (kind IN ('%[2]s', '%[3]s', '%[4]s')
+	OR (kind = '%[5]s' AND signal IN (%[6]d, %[7]d)) OR (kind = '%[8]s' AND %[9]s))
+ORDER BY pod_uid`,
+		w, event.PodDeletion, event.PodFinished, event.ContainerTerminated, event.Signal, sigterm, sigkill, event.ProcessExit, mainExit)
 	return s, args
 }
 

@@ -304,39 +304,16 @@ func (s *SQLite) Scan(ctx context.Context, q Query, fn func(*event.Event) error)
 	return rows.Err()
 }
 
-// Terminations implements Store.
-func (s *SQLite) Terminations(ctx context.Context, q Query) ([]event.Termination, error) {
-	query, args := selectTerminations(q, sqlitePlaceholder, "false")
+// EndingPods implements Store. The flags are packed in the detail, so
+// every exit counts: the pods of an embedded store are few.
+func (s *SQLite) EndingPods(ctx context.Context, q Query) ([]string, error) {
+	query, args := selectEndingPods(q, sqlitePlaceholder, "1")
 	rows, err := s.db.QueryContext(ctx, query, args...)
 	if err != nil {
-		return nil, fmt.Errorf("store sqlite:%s: querying terminations: %s", s.path, oneLine(err))
+		return nil, fmt.Errorf("store sqlite:%s: querying the pods that ended: %s", s.path, oneLine(err))
 	}
-	ts, err := collectTerminations(rows, "sqlite:"+s.path)
-	rows.Close()
-	if err != nil || len(ts) == 0 {
-		return ts, err
-	}
-	// The flags live in the packed detail: the main processes' marks come
-	// from the terminating pods' signals and exits, read back.
-	marks := make(map[string]*mainMarks, len(ts))
-	mq := Query{Window: q.Window, Kinds: []event.Kind{event.Signal, event.ProcessExit}}
-	for _, t := range ts {
-		marks[t.Pod.UID] = &mainMarks{}
-		mq.PodUIDs = append(mq.PodUIDs, t.Pod.UID)
-	}
-	if err := s.Scan(ctx, mq, func(e *event.Event) error {
-		marks[e.Pod.UID].add(e)
-		return nil
-	}); err != nil {
-		return nil, err
-	}
-	out := ts[:0]
-	for _, t := range ts {
-		if marks[t.Pod.UID].apply(&t) {
-			out = append(out, t)
-		}
-	}
-	return out, nil
+	defer rows.Close()
+	return collectUIDs(rows, "sqlite:"+s.path)
 }
 
 // sqlitePruneChunk is how many rows one pruning statement deletes: each

@@ -26,9 +26,12 @@ type Store interface {
 	// holding all of them in memory. fn must not keep the pointer, and
 	// must not write to the event's Attrs: events may share one map.
 	Scan(ctx context.Context, q Query, fn func(*event.Event) error) error
-	// Terminations summarises, per pod, the termination events in q's
-	// window (pods with a deletion, SIGTERM, SIGKILL or exit).
-	Terminations(ctx context.Context, q Query) ([]event.Termination, error)
+	// EndingPods lists the UIDs of the pods with an event in q's window
+	// that may mark an end: a deletion, a finish, a container's
+	// termination, a SIGTERM or SIGKILL, a main process's exit (every exit
+	// where the backend does not keep the mark). The analysis decides from
+	// their events which ended (analysis.FindDisruptions).
+	EndingPods(ctx context.Context, q Query) ([]string, error)
 	// StateAt returns, for every entity (an endpoint, a pod's readiness or
 	// lifecycle, a container, a Service, a workload, a node proxy's
 	// endpoint: see event.Event.Entity), its newest state event at or
@@ -74,25 +77,6 @@ func Events(ctx context.Context, s Store, q Query) ([]event.Event, error) {
 		return nil
 	})
 	return out, err
-}
-
-// Rollouts groups the terminations in q into rollouts per workload, each
-// begun by the workload change recorded before it (read up to
-// event.TriggerLead before q's window).
-func Rollouts(ctx context.Context, s Store, q Query) ([]event.Rollout, error) {
-	ts, err := s.Terminations(ctx, q)
-	if err != nil {
-		return nil, err
-	}
-	tq := Query{Window: q.Window, Kinds: []event.Kind{event.WorkloadChanged}, Namespace: q.Namespace, Workload: q.Workload}
-	if tq.Window.From > 0 {
-		tq.Window.From = max(tq.Window.From-int64(event.TriggerLead), 0)
-	}
-	triggers, err := Events(ctx, s, tq)
-	if err != nil {
-		return nil, fmt.Errorf("reading workload changes: %w", err)
-	}
-	return event.GroupRollouts(ts, triggers), nil
 }
 
 // ErrSchemaTooNew is returned when the database was migrated by a newer

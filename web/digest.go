@@ -37,8 +37,9 @@ import (
 // layout): digests of another version are never read. What the analysis
 // makes of the same events is covered by the key without anyone
 // remembering to bump it (see digestKey). 5: both parts s2 streams, the
-// timelines and lanes a gob message each.
-const digestVersion = 5
+// timelines and lanes a gob message each. 6: the found disruption is the
+// account's (analysis.Disruption).
+const digestVersion = 6
 
 // digestKey names a rollout's digest for this build and the analysis
 // options in force: another build's analysis may read the same events
@@ -144,23 +145,23 @@ func goBuildID(path string) string {
 // digestWindow is every time whose events can change r's model: the
 // analysis's history before the rollout, and after its end the quiet gap
 // within which another termination would have extended it.
-func digestWindow(r event.Rollout, o analysis.Options) event.Window {
+func digestWindow(r *analysis.Disruption, o analysis.Options) event.Window {
 	o = o.WithDefaults()
-	w := analysis.DisruptionWindow(r)
-	from := min(w.From-int64(o.Lead), r.From-int64(event.TriggerLead))
-	to := max(w.To+int64(o.Lookahead)+1, r.To+int64(event.RolloutGap)+1)
+	w := r.Window()
+	from := min(w.From-int64(o.Lead), r.From-int64(analysis.TriggerLead))
+	to := max(w.To+int64(o.Lookahead)+1, r.Until+int64(analysis.RolloutGap)+1)
 	return event.Window{From: max(from, 0), To: to}
 }
 
 // scanWindow is the window buildModel's analysis reads (AnalyzeWith's).
-func scanWindow(r event.Rollout, o analysis.Options) event.Window {
+func scanWindow(r *analysis.Disruption, o analysis.Options) event.Window {
 	o = o.WithDefaults()
-	w := analysis.DisruptionWindow(r)
+	w := r.Window()
 	return event.Window{From: max(w.From-int64(o.Lead), 0), To: w.To + int64(o.Lookahead) + 1}
 }
 
 type digestView struct {
-	Rollout   event.Rollout
+	Rollout   *analysis.Disruption
 	Capture   event.Window
 	Extent    event.Window
 	Summary   RolloutSummary
@@ -531,16 +532,17 @@ func (s *Server) keepDigest(ctx context.Context, m *model, before int64) error {
 // same span, trigger and pods. (The list reads every kind of event of a
 // namespace, findRollout only the workload's own, so the times the kernel
 // gives, and the counts, may differ between them.)
-func sameShape(a, b event.Rollout) bool {
-	if a.From != b.From || a.To != b.To || a.Trigger != b.Trigger || a.TriggerAt != b.TriggerAt || len(a.Terminations) != len(b.Terminations) {
+func sameShape(a, b *analysis.Disruption) bool {
+	if a.From != b.From || a.To != b.To || a.Until != b.Until || a.Trigger != b.Trigger || a.TriggerAt != b.TriggerAt ||
+		a.InProgress != b.InProgress || len(a.Replaced) != len(b.Replaced) {
 		return false
 	}
-	pods := map[event.PodRef]int{}
-	for _, t := range a.Terminations {
-		pods[t.Pod]++
+	pods := map[analysis.PodView]int{}
+	for _, p := range a.Replaced {
+		pods[p]++
 	}
-	for _, t := range b.Terminations {
-		pods[t.Pod]--
+	for _, p := range b.Replaced {
+		pods[p]--
 	}
 	for _, n := range pods {
 		if n != 0 {

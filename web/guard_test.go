@@ -28,7 +28,7 @@ type brokenStore struct {
 	err error
 }
 
-func (b brokenStore) Terminations(context.Context, store.Query) ([]event.Termination, error) {
+func (b brokenStore) EndingPods(context.Context, store.Query) ([]string, error) {
 	return nil, b.err
 }
 

@@ -47,18 +47,18 @@ func recordLabRun(ctx context.Context, dsn string) ([]event.Event, error) {
 		return nil, err
 	}
 	defer st.Close()
-	rs, err := store.Rollouts(ctx, st, store.Query{})
+	rs, err := analysis.FindDisruptions(ctx, st, store.Query{}, analysis.Options{})
 	if err != nil {
 		return nil, err
 	}
-	i := slices.IndexFunc(rs, func(r event.Rollout) bool {
-		return r.Workload.Name == labRunWorkload && r.Trigger == event.ChangeTemplate
+	i := slices.IndexFunc(rs, func(r *analysis.Disruption) bool {
+		return r.Name == labRunWorkload && r.Trigger == analysis.TriggerRollout
 	})
 	if i < 0 {
 		return nil, fmt.Errorf("%s holds no rollout of %s begun by a template change", dsn, labRunWorkload)
 	}
 	r := rs[i]
-	win := analysis.DisruptionWindow(r)
+	win := r.Window()
 	var out []event.Event
 	err = st.Scan(ctx, store.Query{Window: win}, func(e *event.Event) error {
 		if e.Pod.Namespace == r.Namespace || e.Pod.Namespace == "" {
@@ -92,7 +92,7 @@ func TestLabRunPicture(t *testing.T) {
 	// What the API says of the recorded rollout: the trigger, the four
 	// pods it replaced and the four it brought up, and named causes.
 	list := decode[Rollouts](t, do(t, api, http.MethodGet, "/api/v1/rollouts?since=all&workload="+labRunWorkload))
-	i := slices.IndexFunc(list.Rollouts, func(r RolloutSummary) bool { return r.Trigger == event.ChangeTemplate })
+	i := slices.IndexFunc(list.Rollouts, func(r RolloutSummary) bool { return r.Trigger == analysis.TriggerRollout })
 	if i < 0 {
 		t.Fatalf("the recording lists no template rollout of %s: %+v", labRunWorkload, list.Rollouts)
 	}

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/drainscope/drainscope/analysis"
 	"github.com/drainscope/drainscope/event"
 )
 
@@ -14,7 +15,7 @@ func TestLaneKeepsOneSignalPerDelivery(t *testing.T) {
 	pod := event.PodRef{Namespace: "shop", Name: "web-1", UID: "uid-1"}
 	wl := event.Workload{Kind: "Deployment", Name: "web"}
 	t0 := time.Date(2026, 3, 14, 12, 0, 0, 0, time.UTC).UnixNano()
-	r := event.Rollout{Namespace: "shop", Workload: wl, From: t0, To: t0 + int64(time.Minute)}
+	r := &analysis.Disruption{Namespace: "shop", Kind: wl.Kind, Name: wl.Name, From: t0, To: t0 + int64(time.Minute)}
 	c := newCapture(r, event.Window{From: t0 - int64(time.Minute), To: t0 + int64(time.Minute)}, 100*time.Millisecond)
 	sig := func(off time.Duration, peer int32) *event.Event {
 		return &event.Event{Time: t0 + int64(off), Kind: event.Signal, Pod: pod, Workload: wl, PID: 42, Signal: 15, PeerPID: peer}

@@ -76,21 +76,21 @@ func (f listFilter) key(period time.Duration) listFilter {
 	return k
 }
 
-func (f listFilter) match(r event.Rollout) bool {
+func (f listFilter) match(r *analysis.Disruption) bool {
 	if f.Namespace != "" && r.Namespace != f.Namespace {
 		return false
 	}
 	if f.Workload != "" {
 		if strings.Contains(f.Workload, "/") {
-			return r.Workload.String() == f.Workload
+			return r.Workload() == f.Workload
 		}
-		return strings.Contains(r.Workload.Name, f.Workload)
+		return strings.Contains(r.Name, f.Workload)
 	}
 	return true
 }
 
 type listEntry struct {
-	rollouts []event.Rollout
+	rollouts []*analysis.Disruption
 	at       time.Time
 	took     time.Duration
 }
@@ -122,7 +122,7 @@ func (s *Server) rollouts(ctx context.Context, f listFilter) (*Rollouts, error) 
 		if kind, name, ok := strings.Cut(f.Workload, "/"); ok && f.Namespace != "" {
 			q.Workload = event.Workload{Kind: kind, Name: name} // the store's index narrows the read
 		}
-		rs, err := store.Rollouts(ctx, s.st, q)
+		rs, err := analysis.FindDisruptions(ctx, s.st, q, s.opts.Analysis)
 		if err != nil {
 			return nil, err
 		}
@@ -142,13 +142,13 @@ func (s *Server) rollouts(ctx context.Context, f listFilter) (*Rollouts, error) 
 	}
 	out := &Rollouts{Total: len(e.rollouts), Rollouts: []RolloutSummary{}, Now: now.UnixNano()}
 	listed := e.rollouts[:min(len(e.rollouts), s.opts.ListLimit)]
-	var missing []event.Rollout
+	var missing []*analysis.Disruption
 	h := fnv.New64a()
 	s.mu.Lock()
 	for _, r := range listed {
-		live := isLive(r, now)
+		live := r.Live(now.UnixNano())
 		base := summaryOf(analysis.NewDisruption(r, nil), live)
-		ks, ok := s.sums[analysis.KeyOf(r)]
+		ks, ok := s.sums[r.Key()]
 		sum := ks.sum
 		if !ok || sum.To != base.To || sum.Events != base.Events || (live && !s.freshAt(ks.built, ks.took, true)) {
 			if ok {

@@ -3,7 +3,6 @@ package web
 import (
 	"context"
 	"math"
-	"slices"
 	"sort"
 	"time"
 
@@ -17,7 +16,7 @@ import (
 // request for the rollout, at any zoom, is answered from it.
 type model struct {
 	key     analysis.DisruptionKey
-	rollout event.Rollout
+	rollout *analysis.Disruption
 	live    bool // the rollout may still grow
 	built   time.Time
 	took    time.Duration
@@ -32,8 +31,8 @@ type model struct {
 
 	clientN int // failures reported by clients
 
-	found      event.Rollout // the rollout as the store gave it, before the analysis filled it in
-	partial    bool          // read from a digest without the whole analysis: answers the timeline only
+	found      *analysis.Disruption // the disruption as the account found it, before the analysis filled it in
+	partial    bool                 // read from a digest without the whole analysis: answers the timeline only
 	fromDigest bool
 }
 
@@ -45,6 +44,7 @@ type lane struct {
 	node        string
 	first, last int64
 	start       int64 // termination start (old pods) or creation/readiness (new): the sort key
+	life        int64 // an old pod's: which of its lives the disruption ended (analysis.PodView.Life)
 	tl          *analysis.PodTimeline
 
 	marks   []landmark  // lifecycle events, in time order
@@ -174,15 +174,15 @@ type capture struct {
 	slack  time.Duration // a signal repeated within it is one landmark (analysis.RepeatsSignal)
 }
 
-func newCapture(r event.Rollout, win event.Window, slack time.Duration) *capture {
-	c := &capture{ns: r.Namespace, wl: r.Workload, win: win, slack: slack, old: map[string]bool{},
+func newCapture(r *analysis.Disruption, win event.Window, slack time.Duration) *capture {
+	c := &capture{ns: r.Namespace, wl: event.Workload{Kind: r.Kind, Name: r.Name}, win: win, slack: slack, old: map[string]bool{},
 		byKey: map[string]*lane{}, byName: map[string]*lane{}}
-	for _, t := range r.Terminations {
-		k := laneKey(t.Pod.UID, t.Pod.Namespace, t.Pod.Name)
+	for _, p := range r.Replaced {
+		k := laneKey(p.UID, p.Namespace, p.Name)
 		c.old[k] = true
-		l := c.lane(t.Pod)
+		l := c.lane(event.PodRef{Namespace: p.Namespace, Name: p.Name, UID: p.UID, Container: p.Container})
 		l.role = roleOld
-		l.start = t.Start()
+		l.life = p.Life
 	}
 	return c
 }
@@ -264,18 +264,11 @@ func (c *capture) add(e *event.Event) {
 	l.marks = append(l.marks, landmark{t: e.Time, id: e.ID, kind: e.Kind, signal: e.Signal, node: e.Node, summary: analysis.Describe(e)})
 }
 
-// isLive says whether the rollout may still go on at now: its last pod
-// ended less than a quiet RolloutGap before.
-func isLive(r event.Rollout, now time.Time) bool {
-	return now.UnixNano()-r.To < int64(event.RolloutGap)
-}
-
 // buildModel reads one rollout from the store.
-func buildModel(ctx context.Context, st store.Store, analyze AnalyzeFunc, opts analysis.Options, r event.Rollout, now time.Time) (*model, error) {
+func buildModel(ctx context.Context, st store.Store, analyze AnalyzeFunc, opts analysis.Options, r *analysis.Disruption, now time.Time) (*model, error) {
 	began := time.Now()
-	found := r
-	found.Terminations = slices.Clone(r.Terminations)
-	q := analysis.DisruptionQuery(r)
+	found := analysis.NewDisruption(r, nil)
+	q := r.Query()
 	win := q.Window
 	c := newCapture(r, win, opts.WithDefaults().ExitSlack)
 	res, err := analyze(ctx, tee{st, c.add}, q, opts)
@@ -283,8 +276,8 @@ func buildModel(ctx context.Context, st store.Store, analyze AnalyzeFunc, opts a
 		return nil, err
 	}
 	m := &model{
-		key: analysis.KeyOf(r), rollout: r, capture: win, result: res, events: c.events,
-		live:  isLive(r, now),
+		key: r.Key(), rollout: r, capture: win, result: res, events: c.events,
+		live:  r.Live(now.UnixNano()),
 		found: found,
 	}
 	m.attach(c)
@@ -307,7 +300,13 @@ func (m *model) attach(c *capture) {
 		if l == nil {
 			continue // another workload in the scope of an unnamed one
 		}
+		if l.role == roleOld && tl.Since != l.life {
+			continue // another life of the pod: another disruption's
+		}
 		l.tl = tl
+		if l.role == roleOld {
+			l.start, _ = tl.EndSpan()
+		}
 		if l.node == "" {
 			l.node = tl.Node
 		}
@@ -340,10 +339,8 @@ func (m *model) attach(c *capture) {
 		l.last = max(l.last, t)
 	}
 	newPods := map[string]bool{}
-	for _, ro := range res.Rollouts {
-		for _, np := range ro.NewPods {
-			newPods[laneKey(np.Pod.UID, np.Pod.Namespace, np.Pod.Name)] = true
-		}
+	for _, np := range analysis.NewDisruption(m.rollout, res).NewPods {
+		newPods[laneKey(np.Pod.UID, np.Pod.Namespace, np.Pod.Name)] = true
 	}
 	for _, l := range c.order {
 		byTime := func(fs []failMark) func(i, j int) bool { return func(i, j int) bool { return fs[i].t < fs[j].t } }

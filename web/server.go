@@ -103,7 +103,7 @@ type Server struct {
 	flight  map[analysis.DisruptionKey]*flight
 	sums    map[analysis.DisruptionKey]keptSummary
 	lists   map[listFilter]*listEntry
-	queue   []event.Rollout
+	queue   []*analysis.Disruption
 	queued  map[analysis.DisruptionKey]bool
 	working bool
 	builds  chan struct{} // one token per concurrent build
@@ -346,7 +346,7 @@ var errNoRollout = errors.New("no such rollout")
 // fly reads one rollout (r when the caller already has it) and lands it in
 // the caches. keep says whether the model may push others out of the cache
 // (background summaries only fill free room).
-func (s *Server) fly(key analysis.DisruptionKey, f *flight, r *event.Rollout, keep bool) {
+func (s *Server) fly(key analysis.DisruptionKey, f *flight, r *analysis.Disruption, keep bool) {
 	defer close(f.done)
 	ctx, cancel := context.WithTimeout(s.ctx, s.opts.BuildTimeout)
 	defer cancel()
@@ -377,19 +377,19 @@ func (s *Server) fly(key analysis.DisruptionKey, f *flight, r *event.Rollout, ke
 			s.land(key, f, keep)
 			return
 		}
-		r = &ro
+		r = ro
 	}
 	// What the read's window holds before the read, for keepDigest (of a
 	// rollout that has ended): the read itself takes fewer of its events
 	// than that (the other namespaces' re-observations stay out; see
 	// analysis.AnalyzeWith).
 	before := int64(-1)
-	if s.digests != nil && !isLive(*r, s.opts.Now()) {
-		if n, err := s.digests.CountEvents(ctx, scanWindow(*r, s.opts.Analysis)); err == nil {
+	if s.digests != nil && !r.Live(s.opts.Now().UnixNano()) {
+		if n, err := s.digests.CountEvents(ctx, scanWindow(r, s.opts.Analysis)); err == nil {
 			before = n
 		}
 	}
-	m, err := buildModel(ctx, s.st, s.opts.Analyze, s.opts.Analysis, *r, s.opts.Now())
+	m, err := buildModel(ctx, s.st, s.opts.Analyze, s.opts.Analysis, r, s.opts.Now())
 	if err != nil {
 		f.err = fmt.Errorf("reading rollout %s: %w", key, err)
 	} else {
@@ -455,39 +455,41 @@ func (s *Server) evict() {
 	}
 }
 
-// findRollout asks the store for the rollout that starts at key.Start.
-func (s *Server) findRollout(ctx context.Context, key analysis.DisruptionKey) (event.Rollout, error) {
-	// A rollout ends after a quiet RolloutGap; read ahead in growing steps
-	// until the one found ends well inside what was read.
+// findRollout asks the account for the disruption that starts at
+// key.Start.
+func (s *Server) findRollout(ctx context.Context, key analysis.DisruptionKey) (*analysis.Disruption, error) {
+	// A disruption ends after a quiet RolloutGap, or when its rollout is
+	// complete; read ahead in growing steps until the one found ends well
+	// inside what was read.
 	for span := 6 * time.Hour; ; span *= 4 {
 		q := store.Query{Namespace: key.Namespace, Workload: key.Workload(),
 			Window: event.Window{From: key.Start, To: key.Start + int64(span)}}
-		rs, err := store.Rollouts(ctx, s.st, q)
+		rs, err := analysis.FindDisruptions(ctx, s.st, q, s.opts.Analysis)
 		if err != nil {
-			return event.Rollout{}, err
+			return nil, err
 		}
-		var found *event.Rollout
-		for i := range rs {
-			if rs[i].Workload == key.Workload() && rs[i].Namespace == key.Namespace && rs[i].From == key.Start {
-				found = &rs[i]
+		var found *analysis.Disruption
+		for _, r := range rs {
+			if r.Key() == key {
+				found = r
 				break
 			}
 		}
 		if found == nil {
-			return event.Rollout{}, errNoRollout
+			return nil, errNoRollout
 		}
-		if found.To+int64(event.RolloutGap) < q.Window.To || span > 30*24*time.Hour {
-			return *found, nil
+		if !found.InProgress && found.Until+int64(analysis.RolloutGap) < q.Window.To || span > 30*24*time.Hour {
+			return found, nil
 		}
 	}
 }
 
 // enqueue asks the background worker for the summaries of rs.
-func (s *Server) enqueue(rs []event.Rollout) {
+func (s *Server) enqueue(rs []*analysis.Disruption) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, r := range rs {
-		k := analysis.KeyOf(r)
+		k := r.Key()
 		if s.queued[k] || s.flight[k] != nil || len(s.queue) >= 256 {
 			continue
 		}
@@ -517,7 +519,7 @@ func (s *Server) work() {
 		}
 		r := s.queue[0]
 		s.queue = s.queue[1:]
-		k := analysis.KeyOf(r)
+		k := r.Key()
 		delete(s.queued, k)
 		if s.flight[k] != nil {
 			s.mu.Unlock()
@@ -526,7 +528,7 @@ func (s *Server) work() {
 		f := &flight{done: make(chan struct{})}
 		s.flight[k] = f
 		s.mu.Unlock()
-		s.fly(k, f, &r, false)
+		s.fly(k, f, r, false)
 		if f.err != nil {
 			s.log.Warn("summarising rollout", "rollout", k.String(), "err", store.Redact(f.err.Error()))
 		}

@@ -16,9 +16,9 @@ type RolloutSummary struct {
 	Live         bool   `json:"live"` // the last termination is recent: the rollout may still grow
 	// Trigger is the workload change that began it (template, scale,
 	// deleted), empty when none was recorded; From is then its time.
-	Trigger      string `json:"trigger,omitempty"`
-	PodsReplaced int    `json:"pods_replaced"`
-	Events       int    `json:"events"` // events of the replaced pods, as the store counts them
+	Trigger      analysis.Trigger `json:"trigger,omitempty"`
+	PodsReplaced int              `json:"pods_replaced"`
+	Events       int              `json:"events"` // events of the replaced pods, as the store counts them
 
 	Analysed        bool                   `json:"analysed"`
 	Lanes           int                    `json:"lanes,omitempty"`

@@ -398,19 +398,22 @@ func textHeader(p textLine, r *analysis.Result) {
 // textDisruptions writes the DISRUPTIONS section.
 func textDisruptions(p textLine, r *analysis.Result) {
 	p("DISRUPTIONS (rollouts, scale-downs, deletions, evictions, restarts: each with what began it)")
-	if len(r.Rollouts) == 0 {
+	if len(r.Disruptions) == 0 {
 		p("  none: no pod was seen terminating")
 	}
-	for i := range r.Rollouts {
-		textRollout(p, &r.Rollouts[i], r.Rules)
+	for i := range r.Disruptions {
+		textRollout(p, &r.Disruptions[i], r.Rules)
 	}
 	p("")
 }
 
 // textRollout writes one disruption: its span, its failures, its worst
 // gaps and its new pods.
-func textRollout(p textLine, ro *analysis.Rollout, rules []analysis.RuleView) {
-	p("  %s %s  %s → %s (%s)%s", ro.Namespace, ro.Workload, clock(ro.From), clock(ro.To), analysis.FormatDuration(ro.To-ro.From), triggerNote(ro.Trigger))
+func textRollout(p textLine, ro *analysis.Disruption, rules []analysis.RuleView) {
+	p("  %s %s  %s → %s (%s)%s", ro.Namespace, ro.Workload(), clock(ro.From), clock(ro.To), analysis.FormatDuration(ro.To-ro.From), triggerNote(ro.Trigger))
+	if steps := changeSteps(ro.Changes); steps != "" {
+		p("    %s", steps)
+	}
 	p("    %s replaced, %s ready; failures: %s", count(len(ro.Replaced), "pod"), count(len(ro.NewPods), "new pod"), causeCounts(ro.ByCause, rules))
 	if ro.Inferred > 0 {
 		p("    proven by kernel evidence alone: %s", causeCounts(ro.InferredByCause, rules))
@@ -703,17 +706,17 @@ func WriteMarkdown(w io.Writer, r *analysis.Result) error {
 	p("")
 	p("## Disruptions")
 	p("")
-	if len(r.Rollouts) == 0 {
+	if len(r.Disruptions) == 0 {
 		p("None.")
 	} else {
 		p("| workload | trigger | from | to | replaced | new ready | failures |")
 		p("|---|---|---|---|---:|---:|---|")
-		for _, ro := range r.Rollouts {
-			trigger := ro.Trigger
+		for _, ro := range r.Disruptions {
+			trigger := string(ro.Trigger)
 			if trigger == "" {
 				trigger = "—"
 			}
-			p("| %s/%s | %s | %s | %s | %d | %d | %s |", mdEscape(ro.Namespace), mdEscape(ro.Workload), trigger, clock(ro.From), clock(ro.To),
+			p("| %s/%s | %s | %s | %s | %d | %d | %s |", mdEscape(ro.Namespace), mdEscape(ro.Workload()), trigger, clock(ro.From), clock(ro.To),
 				len(ro.Replaced), len(ro.NewPods), causeCounts(ro.ByCause, r.Rules))
 		}
 	}
@@ -815,8 +818,28 @@ func InferenceLines(inf analysis.Inference) []string {
 	return out
 }
 
+// changeSteps lists what happened to a disruption after the change that
+// began it (paused, resumed, rolled back, complete), "" for nothing.
+func changeSteps(cs []analysis.Change) string {
+	var out []string
+	for i, c := range cs {
+		if i == 0 {
+			continue
+		}
+		what := c.Reason
+		switch {
+		case c.Rollback:
+			what = "rolled back"
+		case c.Reason == "template":
+			what = "new template"
+		}
+		out = append(out, what+" "+clock(c.Time))
+	}
+	return strings.Join(out, ", ")
+}
+
 // triggerNote says what began a rollout, when it was recorded.
-func triggerNote(trigger string) string {
+func triggerNote(trigger analysis.Trigger) string {
 	if trigger == "" {
 		return ""
 	}

@@ -11,7 +11,7 @@ import (
 
 	"go.opentelemetry.io/otel"
 
-	"github.com/drainscope/drainscope/event"
+	"github.com/drainscope/drainscope/analysis"
 	"github.com/drainscope/drainscope/export"
 	"github.com/drainscope/drainscope/export/k8sevents"
 	"github.com/drainscope/drainscope/export/otlp"
@@ -42,7 +42,7 @@ func registerExport(fs *flag.FlagSet) *exportFlags {
 	f.client.Register(fs)
 	fs.DurationVar(&f.eventsEvery, "events-every", 6*time.Second, "with --events: create one Event per this long on average, over all workloads (and at most one per workload a minute)")
 	fs.IntVar(&f.eventsBurst, "events-burst", 10, "with --events: Events created at once before --events-every applies")
-	fs.DurationVar(&f.quiet, "export-quiet", event.RolloutGap, "a disruption is finished, and exported, once no pod of it has ended for this long")
+	fs.DurationVar(&f.quiet, "export-quiet", analysis.RolloutGap, "a disruption is finished, and exported, once no pod of it has ended for this long")
 	fs.DurationVar(&f.poll, "export-poll", 15*time.Second, "how often the store is read for finished disruptions")
 	fs.DurationVar(&f.backfill, "export-backfill", 30*time.Minute, "at start, also export (as Events, which dedupe) the disruptions that finished this long before; an undelivered one is retried as long")
 	fs.StringVar(&f.publicURL, "public-url", os.Getenv("DRAINSCOPE_PUBLIC_URL"), "where users reach this server's UI, e.g. https://drainscope.example.com: exports link each disruption's timeline there (env DRAINSCOPE_PUBLIC_URL)")

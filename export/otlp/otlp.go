@@ -220,7 +220,7 @@ func (s logSink) Deliver(ctx context.Context, d *analysis.Disruption) error {
 		r.AddAttributes(base...)
 		r.AddAttributes(
 			shown(AttrCause, string(af.Cause)), shown(AttrCauseTitle, af.Title),
-			attribute.Bool(AttrInferred, af.Inferred), shown(AttrTrigger, d.Trigger),
+			attribute.Bool(AttrInferred, af.Inferred), shown(AttrTrigger, string(d.Trigger)),
 		)
 		if f := fixes[af.Cause]; f != "" {
 			r.AddAttributes(shown(AttrFix, f))
@@ -264,7 +264,7 @@ func (s logSink) Deliver(ctx context.Context, d *analysis.Disruption) error {
 		}
 	}
 	r.AddAttributes(
-		shown(AttrTrigger, d.Trigger),
+		shown(AttrTrigger, string(d.Trigger)),
 		shown(AttrStart, time.Unix(0, d.From).UTC().Format(time.RFC3339Nano)),
 		shown(AttrEnd, time.Unix(0, d.Until).UTC().Format(time.RFC3339Nano)),
 		attribute.Int(AttrFailures, d.Failures), attribute.Int(AttrInferredN, d.Inferred), attribute.Int(AttrLikely, d.Likely),

@@ -31,6 +31,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/drainscope/drainscope/analysis"
 	"github.com/drainscope/drainscope/event"
 	"github.com/drainscope/drainscope/relay"
 	"github.com/drainscope/drainscope/store"
@@ -46,7 +47,7 @@ type Options struct {
 	// of its own there, dropped afterwards unless Keep.
 	Postgres string
 	Keep     bool
-	// NoDigestWait skips the wait for the rollout to end (event.RolloutGap)
+	// NoDigestWait skips the wait for the rollout to end (analysis.RolloutGap)
 	// and the cold timeline from its digest.
 	NoDigestWait bool
 	// Server makes the command of drainscope with args (a separate
@@ -480,7 +481,7 @@ func afterRollout(ctx context.Context, o Options, cl *Cluster, srv *server, dsn 
 	logf("  rollout %s: %d pods, %d events, listed analysed after %v", ro.ID, ro.Pods, ro.Events, row.Analysed.Round(time.Millisecond))
 
 	// A fresh server right away: the rollout is still live (its last pod
-	// ended less than event.RolloutGap ago), so no digest is kept yet and
+	// ended less than analysis.RolloutGap ago), so no digest is kept yet and
 	// the first timeline analyses the events.
 	srv.stop()
 	fresh, err := startServer(ctx, o, cl, dsn, fmt.Sprintf("serve-%d-cold-live", row.Nodes))
@@ -531,8 +532,8 @@ func afterRollout(ctx context.Context, o Options, cl *Cluster, srv *server, dsn 
 
 	// As a user meets it later: the rollout has ended, a server has read
 	// it once and kept its digest, and a fresh server is asked for it.
-	wait := time.Until(time.Unix(0, ro.To).Add(event.RolloutGap + 5*time.Second))
-	logf("  waiting %v for the rollout to end (%v quiet) and its digest", wait.Round(time.Second), event.RolloutGap)
+	wait := time.Until(time.Unix(0, ro.To).Add(analysis.RolloutGap + 5*time.Second))
+	logf("  waiting %v for the rollout to end (%v quiet) and its digest", wait.Round(time.Second), analysis.RolloutGap)
 	select {
 	case <-time.After(wait):
 	case <-ctx.Done():

@@ -183,16 +183,16 @@ func stepOf(uid string, steps map[string]scenario.Step) string {
 // is one of the steps, named by what it was, and that each step is one.
 func checkLongLivedDisruptions(t *testing.T, r *analysis.Result, steps map[string]scenario.Step) {
 	t.Helper()
-	want := map[string][]string{
-		scenario.StepRollout:   {event.ChangeTemplate},
-		scenario.StepScaleDown: {event.ChangeScale},
+	want := map[string][]analysis.Trigger{
+		scenario.StepRollout:   {analysis.TriggerRollout},
+		scenario.StepScaleDown: {analysis.TriggerScale},
 		scenario.StepEviction:  {analysis.TriggerEviction},
 		// A container restart, the pod kept: by the kubelet's reason
 		// (OOMKilled) or as a restart.
 		scenario.StepOOM: {analysis.TriggerOOM, analysis.TriggerRestart},
 	}
 	found := map[string]int{}
-	for _, ro := range r.Rollouts {
+	for _, ro := range r.Disruptions {
 		var pods, of []string
 		for _, p := range ro.Replaced {
 			pods = append(pods, p.Name)
@@ -200,7 +200,7 @@ func checkLongLivedDisruptions(t *testing.T, r *analysis.Result, steps map[strin
 				of = append(of, s)
 			}
 		}
-		desc := fmt.Sprintf("disruption %q of %s at %s, %d pods (%s)", ro.Trigger, ro.Workload,
+		desc := fmt.Sprintf("disruption %q of %s at %s, %d pods (%s)", ro.Trigger, ro.Workload(),
 			time.Unix(0, ro.From).UTC().Format("15:04:05.000"), len(ro.Replaced), strings.Join(pods, ", "))
 		t.Logf("%s: steps %v, %d failures %v", desc, of, ro.Failures, ro.ByCause)
 		switch len(of) {

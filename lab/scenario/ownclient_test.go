@@ -209,8 +209,8 @@ func checkOwnClient(ctx context.Context, t *testing.T, st store.Store, oc *ownCl
 	}
 	// The disruptions whose trigger is the Deployment's deletion, by workload.
 	deleted := map[string]map[string]bool{} // workload name → replaced pod UIDs
-	for _, ro := range res.Rollouts {
-		if ro.Trigger != event.ChangeDeleted {
+	for _, ro := range res.Disruptions {
+		if ro.Trigger != analysis.TriggerDeleted {
 			continue
 		}
 		if deleted[ro.Name] == nil {

@@ -72,8 +72,8 @@ func Diagnose(ctx context.Context, w io.Writer, st store.Store, runs []RunResult
 			fmt.Fprintf(w, "no client failure")
 			// The run's rollout, not the teardown's deletion that may
 			// begin inside the window's last second.
-			for _, ro := range res.Rollouts {
-				if ro.Trigger == event.ChangeTemplate {
+			for _, ro := range res.Disruptions {
+				if ro.Trigger == analysis.TriggerRollout {
 					fmt.Fprintf(w, "; %d pods replaced", len(ro.Replaced))
 					break
 				}

@@ -555,14 +555,14 @@ func checkRolloutBounds(ctx context.Context, t *testing.T, st store.Store, runs 
 	for _, tl := range res.Timelines {
 		deletion[tl.Pod.UID] = tl.Deletion
 	}
-	stored, err := store.Rollouts(ctx, st, store.Query{})
+	stored, err := analysis.FindDisruptions(ctx, st, store.Query{}, analysis.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, r := range runs {
 		wl := event.Workload{Kind: "Deployment", Name: "sample-" + r.Run.Name}
-		var mine []analysis.Rollout
-		for _, ro := range res.Rollouts {
+		var mine []analysis.Disruption
+		for _, ro := range res.Disruptions {
 			if ro.Kind == wl.Kind && ro.Name == wl.Name {
 				mine = append(mine, ro)
 			}
@@ -581,14 +581,14 @@ func checkRolloutBounds(ctx context.Context, t *testing.T, st store.Store, runs 
 		t.Logf("run %s: rollout %s at +%v after the lab's patch, first deletion +%v, %d replaced, %d new; then %s, %d replaced, %d new",
 			r.Run.Name, ro.Trigger, time.Duration(ro.From-r.RolloutStart.UnixNano()), time.Duration(firstDeletion-r.RolloutStart.UnixNano()),
 			len(ro.Replaced), len(ro.NewPods), del.Trigger, len(del.Replaced), len(del.NewPods))
-		if ro.Trigger != event.ChangeTemplate || ro.From < r.RolloutStart.UnixNano() || firstDeletion == 0 || ro.From > firstDeletion {
+		if ro.Trigger != analysis.TriggerRollout || ro.From < r.RolloutStart.UnixNano() || firstDeletion == 0 || ro.From > firstDeletion {
 			t.Errorf("run %s: rollout %q from %d; want the template change, after the patch (%d) and before the first deletion (%d)",
 				r.Run.Name, ro.Trigger, ro.From, r.RolloutStart.UnixNano(), firstDeletion)
 		}
 		if len(ro.Replaced) != 4 || len(ro.NewPods) != 4 {
 			t.Errorf("run %s: rollout replaced %d with %d new pods, want 4 with 4", r.Run.Name, len(ro.Replaced), len(ro.NewPods))
 		}
-		if del.Trigger != event.ChangeDeleted || len(del.Replaced) != 4 || len(del.NewPods) != 0 {
+		if del.Trigger != analysis.TriggerDeleted || len(del.Replaced) != 4 || len(del.NewPods) != 0 {
 			names := func(ps []analysis.PodView) string {
 				var out []string
 				for _, p := range ps {
@@ -599,15 +599,18 @@ func checkRolloutBounds(ctx context.Context, t *testing.T, st store.Store, runs 
 			t.Errorf("run %s: after the rollout %q replacing %d (%s) with %d new, want the deletion of the 4 new pods; the rollout's own were %s",
 				r.Run.Name, del.Trigger, len(del.Replaced), names(del.Replaced), len(del.NewPods), names(ro.Replaced))
 		}
-		// The store's grouping (the rollouts list) agrees.
-		n := 0
-		for _, g := range stored {
-			if g.Workload == wl && g.From == ro.From && g.Trigger == ro.Trigger && len(g.Terminations) == len(ro.Replaced) {
-				n++
+		// The list (the account of the pods that ended) agrees: the
+		// same disruptions, with the same IDs, triggers and pods.
+		for _, want := range []analysis.Disruption{ro, del} {
+			n := 0
+			for _, g := range stored {
+				if g.ID == want.ID && g.Trigger == want.Trigger && len(g.Replaced) == len(want.Replaced) {
+					n++
+				}
 			}
-		}
-		if n != 1 {
-			t.Errorf("run %s: the store's rollouts of %v do not hold the analysed one (%d matching)", r.Run.Name, wl, n)
+			if n != 1 {
+				t.Errorf("run %s: the list's disruptions of %v do not hold the analysed %s (%d matching)", r.Run.Name, wl, want.ID, n)
+			}
 		}
 	}
 }
