@@ -655,7 +655,12 @@ func (p *podState) endpoint(k *keeper) {
 		p.spread(spreadTerminating).add(e.Time, e.Node)
 	case e.Kind == event.EndpointRemoved:
 		p.spread(spreadRemoved).add(e.Time, e.Node)
-		p.ended = true
+		// A pod's membership is per Service: leaving one (the Service
+		// deleted, its selector changed) ends no pod that another still
+		// holds.
+		if !p.memberElsewhere(svc) {
+			p.ended = true
+		}
 	}
 	ready, known := endpointReady(e)
 	if !known {
@@ -677,6 +682,22 @@ func (p *podState) endpoint(k *keeper) {
 		v.trans = newerPart(v.trans, 16, 32)
 	}
 	v.trans = append(v.trans, epTrans{t: e.Time, ev: k.get(), ready: ready, observed: observed})
+}
+
+// memberElsewhere reports whether a Service other than svc still holds
+// the pod's endpoint on some node: its latest transition there is not a
+// removal.
+func (p *podState) memberElsewhere(svc string) bool {
+	for i := range p.ep {
+		v := &p.ep[i]
+		if v.svc == svc || len(v.trans) == 0 {
+			continue
+		}
+		if last := v.trans[len(v.trans)-1].ev; last.Kind != event.EndpointRemoved {
+			return true
+		}
+	}
+	return false
 }
 
 // endpointReady tells whether an endpoint event leaves the endpoint routed
