@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/drainscope/drainscope/event"
+	"github.com/drainscope/drainscope/store"
 )
 
 // A pod's membership is per Service, and an address belongs to the pod
@@ -52,6 +53,42 @@ func TestLeavingOneServiceEndsNoPod(t *testing.T) {
 			if p.Name == "web-a" {
 				t.Errorf("web-a ended in %s (%s): leaving one of its Services ends no pod", d.ID, d.Trigger)
 			}
+		}
+	}
+}
+
+// TestAddressOfTheRequestsStart: a 5 s timeout began while 10.244.0.10
+// was web-a's, and was logged at its end, after the address went to a
+// pod of another namespace. It is web-a's, in the whole cluster's read
+// and in its namespace's.
+func TestAddressOfTheRequestsStart(t *testing.T) {
+	r := newRec()
+	a := r.running("web-a", "10.244.0.10")
+	r.deletion(a, 0, 30*time.Second)
+	r.leave(a, 5*ms, ms)
+	r.signal(a, 10*ms, 15)
+	r.exit(a, 20*ms, 0, 15)
+	r.removed(a, 40*ms, ms)
+	// The address goes to a pod of another namespace.
+	b := r.pod("db-0", "10.244.0.10")
+	b.ref.Namespace, b.wl, b.svc = "data", event.Workload{Kind: "StatefulSet", Name: "db"}, "db"
+	r.created(b, 2*s)
+	r.ready(b, 3*s)
+	// Begun 10 ms before the deletion, while web-a was in rotation;
+	// logged 5 s later.
+	r.failure(5*s-10*ms, client(1), event.FailTimeout, backend(a), took(5*time.Second))
+	for _, q := range []store.Query{{}, {Namespace: "default"}} {
+		res, err := AnalyzeEvents(r.events, q, Options{MaxFailures: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		fs := clientFailures(res)
+		if len(fs) != 1 || fs[0].Pod == nil || fs[0].Pod.Name != "web-a" {
+			var got []string
+			for _, f := range fs {
+				got = append(got, f.Pod.String())
+			}
+			t.Errorf("read %+v: the timeout went to %v, want web-a (the address's holder when it began)", q, got)
 		}
 	}
 }

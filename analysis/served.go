@@ -39,15 +39,19 @@ func (a *Aligner) servedBy(f *event.Event, inferred bool) served {
 			}
 		}
 	}
+	// An address belongs to the pod that held it when the request began:
+	// a timeout logged at its end may come after the address went to the
+	// next pod.
+	began := t - max(f.Duration, 0)
 	if p == nil {
 		if ip, ok := a.backend(f.Attrs[event.AttrBackend]); ok {
-			if p = a.podByIP(ip, t); p != nil {
+			if p = a.podByIP(ip, began); p != nil {
 				via = "backend"
 			}
 		}
 	}
 	if p == nil && f.Remote.IsValid() {
-		if p = a.podByIP(f.Remote.Addr(), t); p != nil {
+		if p = a.podByIP(f.Remote.Addr(), began); p != nil {
 			via = "target"
 		}
 	}
