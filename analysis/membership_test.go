@@ -92,3 +92,110 @@ func TestAddressOfTheRequestsStart(t *testing.T) {
 		}
 	}
 }
+
+// A pod of two containers: the app, serving the Service's port, and a
+// log shipper beside it. Their kernel events name their containers by
+// the runtime's IDs, as the cgroup paths give them; the watcher's name
+// them by their spec's names too.
+type twoContainers struct {
+	app, shipper *tpod
+}
+
+func (r *rec) twoContainers(name, ip string) twoContainers {
+	app := r.running(name, ip)
+	app.ref.Container = "cid-app"
+	shipper := *app
+	shipper.ref.Container, shipper.pid = "cid-log", 5151
+	for _, c := range []struct {
+		p          *tpod
+		name, port string
+	}{{app, "app", "8080/TCP"}, {&shipper, "log-shipper", ""}} {
+		e := r.podEvent(c.p, -2*time.Hour.Nanoseconds()+500*ms, event.ContainerStarted)
+		e.Pod.Container = c.name
+		e.Attrs = map[string]string{event.AttrContainerID: c.p.ref.Container, attrContainerRole: "app"}
+		if c.port != "" {
+			e.Attrs[attrContainerPorts] = c.port
+		}
+		r.add(e)
+	}
+	// The app serves: a client's connection closes, on the Service's port.
+	r.connClosed(app, -30*s, client(99), "peer", 0)
+	return twoContainers{app, &shipper}
+}
+
+// TestSidecarExitIsNotTheApps: the log shipper exits 60 ms after SIGTERM;
+// the app drains for 10 s more. A timeout that began 1 s in was an
+// endpoint race "whose process had exited 940 ms before": the shipper's
+// exit. It is no cause the app's end explains.
+func TestSidecarExitIsNotTheApps(t *testing.T) {
+	for _, named := range []bool{false, true} {
+		r := newRec()
+		pc := r.twoContainers("web-a", "10.244.0.10")
+		a := pc.app
+		r.deletion(a, 0, 30*time.Second)
+		r.leave(a, 5*ms, ms)
+		r.signal(a, 10*ms, 15)
+		r.signal(pc.shipper, 10*ms, 15)
+		r.exit(pc.shipper, 70*ms, 0, 0)
+		r.connClosed(a, 5*s, client(98), "peer", 0) // still serving
+		r.exit(a, 10*s, 0, 0)
+		r.removed(a, 10*s+50*ms, ms)
+		opts := []fopt{took(2 * time.Second)}
+		if named {
+			opts = append(opts, backend(a))
+		}
+		r.failure(3*s, client(1), event.FailTimeout, opts...)
+		res := analyzeAll(t, r)
+		fs := clientFailures(res)
+		if len(fs) != 1 {
+			t.Fatalf("%d failures, want 1", len(fs))
+		}
+		if c := fs[0].Cause; c == CauseEndpointRace || c == CauseEndpointRaceLikely || c == CauseDied || c == CauseDiedLikely {
+			t.Errorf("named=%v: the timeout is %s (%s): the shipper's exit taken for the app's", named, c, fs[0].Explanation)
+		}
+		var tl *PodTimeline
+		for i := range res.Timelines {
+			if res.Timelines[i].Pod.Name == "web-a" {
+				tl = &res.Timelines[i]
+			}
+		}
+		if tl == nil || tl.Exit == nil || tl.Exit.Time != r.at(10*s) {
+			t.Fatalf("named=%v: web-a's exit %+v, want the app's at +10 s", named, tl)
+		}
+		if len(tl.Containers) != 2 || !tl.Containers[0].App || tl.Containers[0].Name != "app" ||
+			tl.Containers[1].Name != "log-shipper" || tl.Containers[1].Exit == nil || tl.Containers[1].Exit.Time != r.at(70*ms) {
+			t.Errorf("named=%v: containers %+v, want the app, and the log shipper exiting at +70 ms", named, tl.Containers)
+		}
+	}
+}
+
+// TestCrashLoopingSidecarBesideAHealthyApp: the log shipper crashes and
+// restarts while the app serves; a timeout meanwhile is no container
+// that died in rotation, and no disruption ended the pod.
+func TestCrashLoopingSidecarBesideAHealthyApp(t *testing.T) {
+	r := newRec()
+	pc := r.twoContainers("web-a", "10.244.0.10")
+	for i := int64(0); i < 3; i++ {
+		r.exit(pc.shipper, i*20*s, 1, 0)
+		x := r.podEvent(pc.shipper, i*20*s+200*ms, event.ContainerTerminated)
+		x.Pod.Container, x.Reason, x.Code = "log-shipper", "Error", 1
+		x.Attrs = map[string]string{event.AttrContainerID: pc.shipper.ref.Container}
+		if i > 0 {
+			x.Attrs[event.AttrContainerID] = "cid-log-" + string(rune('a'+i))
+		}
+		r.add(x)
+		e := r.podEvent(pc.shipper, i*20*s+10*s, event.ContainerStarted)
+		e.Pod.Container = "log-shipper"
+		e.Attrs = map[string]string{event.AttrContainerID: "cid-log-" + string(rune('b'+i)), attrContainerRole: "app"}
+		r.add(e)
+	}
+	r.failure(25*s, client(1), event.FailTimeout, backend(pc.app), took(2*time.Second))
+	res := analyzeAll(t, r)
+	fs := clientFailures(res)
+	if len(fs) != 1 || fs[0].Cause != CauseUnexplained {
+		t.Errorf("the timeout: %+v, want one unexplained: the app never died", fs)
+	}
+	if len(res.Disruptions) != 0 {
+		t.Errorf("disruptions %+v, want none: the app never ended", res.Disruptions)
+	}
+}

@@ -56,6 +56,7 @@ type podState struct {
 
 	refusedOutOfRotation int
 	ended                bool // exit, kill or removal seen: may be evicted once quiet
+	unlisted             bool // its endpoint removed from every Service that held it
 	enlisted             bool // in Aligner.ending
 
 	// mainKnown: the pod's node marks its containers' main processes
@@ -68,6 +69,12 @@ type podState struct {
 	// instance, and a restarted container starts clean.
 	since  int64
 	before *podState
+
+	// ctrs are the pod's containers as their own events tell (see
+	// container.go), app the one that serves the Service's port once the
+	// records say which.
+	ctrs []*ctrLife
+	app  *ctrLife
 }
 
 type epKey struct{ svc, node string }
@@ -275,6 +282,7 @@ func (p *podState) restart(t int64) {
 		p.life.deletion = d // the deletion is the pod's, not the life's
 	}
 	p.exits, p.pids, p.termed, p.conns = nil, nil, nil, nil
+	p.ctrs, p.app = nil, nil
 	p.notReady = 0
 	p.ended = false
 	p.failures, p.inferred = nil, nil
@@ -352,9 +360,10 @@ func (p *podState) ingest(k *keeper, opts *Options) bool {
 	if e.Flags.Has(event.FlagMain) {
 		p.mainKnown = true
 	}
-	// A container that starts again, or a pod ready again, after its app
-	// ended, with no deletion: the container restarted in place.
-	if (e.Kind == event.ContainerStarted || e.Kind == event.PodReady) &&
+	// The app's container that starts again, or a pod ready again, after
+	// the app ended, with no deletion: the container restarted in place.
+	// Another container's restart (a sidecar's crash loop) is its own.
+	if (e.Kind == event.ContainerStarted && !p.otherContainer(p.container(e, false)) || e.Kind == event.PodReady) &&
 		p.lc().deletion.Time == 0 && !e.Flags.Has(event.FlagObserved) && p.lifeEnded() {
 		p.restart(e.Time)
 	}
@@ -390,16 +399,47 @@ func (p *podState) ingest(k *keeper, opts *Options) bool {
 			p.lcw().finished = k.get()
 		}
 		p.ended = true
+	case event.ContainerStarted:
+		p.learnContainer(e)
+	case event.ContainerTerminated, event.Signal, event.ProcessExit, event.ListenerClosed:
+		if e.Kind == event.ContainerTerminated {
+			p.learnContainer(e)
+		} else if !p.isMain(e) {
+			break // an exec probe's, kubectl exec's or a worker's
+		}
+		kept := k.get()
+		c := p.container(e, true)
+		if c != nil {
+			c.record(kept)
+		}
+		if p.otherContainer(c) {
+			break // another container's: recorded as its own, never the app's
+		}
+		p.lifecycleEvent(e, kept)
+	}
+	if e.Kind.IsKernel() && p.app == nil {
+		p.learnSocket(e)
+	}
+	if e.Kind.IsEndpoint() {
+		p.endpoint(k)
+	}
+	return landmark
+}
+
+// lifecycleEvent records one of the app's signals, exits, listener
+// closes and terminations; kept is e as the pod keeps it.
+func (p *podState) lifecycleEvent(e, kept *event.Event) {
+	switch e.Kind {
 	case event.ContainerTerminated:
-		p.lcw().term = k.get()
+		p.lcw().term = kept
 	case event.Signal:
-		if p.sandboxEvent(e) || !p.isMain(e) {
+		if p.sandboxEvent(e) {
 			break
 		}
 		switch e.Signal {
 		case event.SIGTERM:
 			if p.lc().sigterm.Time == 0 {
-				p.lcw().sigterm = k.get()
+				p.lcw().sigterm = kept
 			}
 			if c := e.Pod.Container; c != "" && !slices.Contains(p.termed, c) && len(p.termed) < 16 {
 				p.termed = append(p.termed, c)
@@ -412,34 +452,24 @@ func (p *podState) ingest(k *keeper, opts *Options) bool {
 				break
 			}
 			if p.lc().kill.Time == 0 {
-				p.lcw().kill = k.get()
+				p.lcw().kill = kept
 			}
 			p.ended = true
 		}
 		p.addPID(e.PID)
 	case event.ProcessExit:
-		if !p.isMain(e) {
-			break // an exec probe's, kubectl exec's or a worker's exit
-		}
 		if len(p.exits) < 64 {
-			p.exits = append(p.exits, k.get())
+			p.exits = append(p.exits, kept)
 		}
 		if p.isMainExit(e) && p.lc().sigterm.Time != 0 {
 			p.ended = true
 		}
 	case event.ListenerClosed:
-		if !p.isMain(e) {
-			break
-		}
 		if p.lc().listener.Time == 0 {
-			p.lcw().listener = k.get()
+			p.lcw().listener = kept
 		}
 		p.addPID(e.PID)
 	}
-	if e.Kind.IsEndpoint() {
-		p.endpoint(k)
-	}
-	return landmark
 }
 
 // RepeatsSignal reports whether e delivers again, within slack, the
@@ -659,7 +689,7 @@ func (p *podState) endpoint(k *keeper) {
 		// deleted, its selector changed) ends no pod that another still
 		// holds.
 		if !p.memberElsewhere(svc) {
-			p.ended = true
+			p.ended, p.unlisted = true, true
 		}
 	}
 	ready, known := endpointReady(e)

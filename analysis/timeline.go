@@ -62,6 +62,10 @@ type PodTimeline struct {
 	Exit           *ExitView    `json:"exit,omitempty"`
 	Kill           *SignalView  `json:"sigkill,omitempty"`
 	Terminated     *ExitView    `json:"container_terminated,omitempty"`
+	// Containers lists the pod's containers when it has more than one:
+	// which was the app (the Service's port), and what each did. The
+	// SIGTERM, exit and kill above are the app's.
+	Containers []ContainerView `json:"containers,omitempty"`
 
 	Gaps Gaps `json:"gaps"`
 
@@ -176,6 +180,15 @@ func (t *PodTimeline) Ended() bool {
 
 func ptr(v int64) *int64 { return &v }
 
+// exitView is a process_exit as the timeline shows it.
+func exitView(e *event.Event) ExitView {
+	x := ExitView{Time: e.Time, PID: e.PID, Comm: e.Comm, Code: e.Code}
+	if e.Signal != 0 {
+		x.Signal = signalName(e.Signal)
+	}
+	return x
+}
+
 func (p *podState) timeline(opts *Options) PodTimeline {
 	t := PodTimeline{
 		Pod:      PodView{Namespace: p.ref.Namespace, Name: p.ref.Name, UID: p.ref.UID, Container: p.ref.Container},
@@ -252,11 +265,10 @@ func (p *podState) timeline(opts *Options) PodTimeline {
 	}
 	exit := p.lastMainExit()
 	if exit != nil {
-		t.Exit = &ExitView{Time: exit.Time, PID: exit.PID, Comm: exit.Comm, Code: exit.Code}
-		if exit.Signal != 0 {
-			t.Exit.Signal = signalName(exit.Signal)
-		}
+		x := exitView(exit)
+		t.Exit = &x
 	}
+	t.Containers = p.containerViews()
 	if p.lc().term.Time != 0 {
 		t.Terminated = &ExitView{Time: p.lc().term.Time, Code: p.lc().term.Code, Reason: p.lc().term.Reason}
 		if p.lc().term.Signal != 0 {

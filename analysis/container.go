@@ -1,0 +1,260 @@
+package analysis
+
+import (
+	"strconv"
+	"strings"
+
+	"github.com/drainscope/drainscope/event"
+)
+
+// Which container of a pod is the app. A pod runs several containers: the
+// app, and beside it a log shipper, a proxy, a native sidecar; each has a
+// main process that gets SIGTERM and exits. The app is the container that
+// serves the Service's port: the one whose sockets the kernel saw on a
+// port the pod's endpoints name, else the one that declares that port in
+// its spec. Another container's signals and exits are its own: recorded,
+// shown, never taken for the app's. Until the app is known, every
+// container's count as the app's, as on a pod of one container.
+
+// Attributes of container_started and container_terminated that say what
+// a container is (the watcher reads them from the pod's spec).
+const (
+	attrContainerPorts = "ports" // declared ports, "8080/TCP,9090/TCP"
+	attrContainerRole  = "role"  // app, sidecar (a native sidecar), init
+)
+
+// ctrLife is one container of the pod as far as its own events tell: its
+// identity, whether it serves the Service's port, and its signals, exits,
+// listener and termination, kept so that the app's account can be made
+// from its own once it is known.
+type ctrLife struct {
+	id, name string // the runtime's container ID (as the cgroup names it), the spec's name
+	role     string
+	ports    []uint16 // declared in the spec
+	serves   bool     // the kernel saw its sockets on a port the endpoints name
+	events   []*event.Event
+	sigterm  *event.Event // its first SIGTERM
+	exit     *event.Event // its main process's last exit
+}
+
+// maxCtrEvents bounds the events a container keeps: a worker recycled
+// every minute signals and exits without end.
+const maxCtrEvents = 32
+
+// ctrKeys is how an event names its container: the runtime ID (a kernel
+// event's cgroup, the watcher's status) and the spec's name (the
+// watcher's events). A kernel event's Pod.Container is the ID.
+func ctrKeys(e *event.Event) (id, name string) {
+	id = e.Attrs[event.AttrContainerID]
+	if _, after, ok := strings.Cut(id, "://"); ok {
+		id = after
+	}
+	if e.Kind.IsKernel() {
+		if id == "" {
+			id = e.Pod.Container
+		}
+		return id, ""
+	}
+	return id, e.Pod.Container
+}
+
+// container finds (or, with create, makes) the container e is about; nil
+// for an event that names none.
+func (p *podState) container(e *event.Event, create bool) *ctrLife {
+	id, name := ctrKeys(e)
+	if id == "" && name == "" {
+		return nil
+	}
+	for _, c := range p.ctrs {
+		// Any of the keys naming the other: an event of a node that does
+		// not tell IDs from names names its container one way only.
+		if id != "" && (c.id == id || c.name == id) || name != "" && (c.name == name || c.id == name) {
+			if c.name == "" {
+				c.name = name
+			}
+			if c.id == "" {
+				c.id = id
+			}
+			return c
+		}
+	}
+	if !create || len(p.ctrs) >= 8 {
+		return nil
+	}
+	c := &ctrLife{id: id, name: name}
+	p.ctrs = append(p.ctrs, c)
+	return c
+}
+
+// learnContainer records what a container_started or container_terminated
+// says of its container: its name, role and declared ports.
+func (p *podState) learnContainer(e *event.Event) {
+	c := p.container(e, true)
+	if c == nil {
+		return
+	}
+	if r := e.Attrs[attrContainerRole]; r != "" {
+		c.role = r
+	}
+	if v := e.Attrs[attrContainerPorts]; v != "" && c.ports == nil {
+		for _, f := range strings.Split(v, ",") {
+			num, _, _ := strings.Cut(strings.TrimSpace(f), "/")
+			if n, err := strconv.ParseUint(num, 10, 16); err == nil {
+				c.ports = append(c.ports, uint16(n))
+			}
+		}
+	}
+	p.findApp()
+}
+
+// learnSocket records that the container of a kernel socket event served
+// the port it names, when the pod's endpoints name that port.
+func (p *podState) learnSocket(e *event.Event) {
+	port := e.Local.Port()
+	if port == 0 || !p.servesPort(port) {
+		return
+	}
+	c := p.container(e, true)
+	if c == nil || c.serves {
+		return
+	}
+	c.serves = true
+	p.findApp()
+}
+
+// servesPort reports whether the pod's endpoints name port.
+func (p *podState) servesPort(port uint16) bool {
+	for i := range p.ep {
+		for _, tr := range p.ep[i].trans {
+			if tr.ev.Local.Port() == port {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// findApp decides the app once the records say: the container that
+// served a port of the endpoints, else the one that declares one. When it
+// is decided and other containers had lifecycle events, the app's account
+// is made again from its own.
+func (p *podState) findApp() {
+	if p.app != nil {
+		return
+	}
+	var app *ctrLife
+	for _, c := range p.ctrs {
+		if c.serves {
+			app = c
+			break
+		}
+	}
+	if app == nil {
+		for _, c := range p.ctrs {
+			for _, port := range c.ports {
+				if p.servesPort(port) {
+					app = c
+					break
+				}
+			}
+			if app != nil {
+				break
+			}
+		}
+	}
+	if app == nil {
+		return
+	}
+	p.app = app
+	others := false
+	for _, c := range p.ctrs {
+		if c != app && len(c.events) > 0 {
+			others = true
+		}
+	}
+	if others {
+		p.rederive()
+	}
+}
+
+// otherContainer reports whether c is known not to be the app.
+func (p *podState) otherContainer(c *ctrLife) bool {
+	return p.app != nil && c != nil && c != p.app
+}
+
+// record keeps e among the container's own events.
+func (c *ctrLife) record(e *event.Event) {
+	if len(c.events) < maxCtrEvents {
+		c.events = append(c.events, e)
+	}
+	switch {
+	case e.Kind == event.Signal && e.Signal == event.SIGTERM && c.sigterm == nil:
+		c.sigterm = e
+	case e.Kind == event.ProcessExit && e.Flags.Has(event.FlagMain):
+		c.exit = e
+	case e.Kind == event.ProcessExit && c.exit == nil:
+		c.exit = e
+	}
+}
+
+// rederive makes the app's account (its SIGTERM, kill, exits, listener,
+// termination) from the app container's own events, leaving out the
+// other containers' that were taken for the app's before it was known.
+func (p *podState) rederive() {
+	if p.life != nil {
+		d, f := p.life.deletion, p.life.finished
+		p.life = newLifecycle()
+		p.life.deletion, p.life.finished = d, f
+	}
+	p.exits, p.pids = nil, nil
+	p.ended = p.unlisted || p.lc().finished.Time != 0
+	for _, e := range p.app.events {
+		p.lifecycleEvent(e, e)
+	}
+}
+
+// ContainerView is one container of a pod with more than one: what it
+// is and what it did at the pod's end.
+type ContainerView struct {
+	Name string `json:"name,omitempty"`
+	ID   string `json:"id,omitempty"`
+	Role string `json:"role,omitempty"` // app, sidecar, init, as the pod's spec says
+	// App: the container that served the Service's port, whose end is the
+	// pod's in the timeline.
+	App     bool      `json:"app"`
+	Sigterm int64     `json:"sigterm_ns,omitempty"`
+	Exit    *ExitView `json:"exit,omitempty"`
+}
+
+// containerViews lists the pod's containers when it has more than one
+// (the sandbox aside: it gets no SIGTERM while another does).
+func (p *podState) containerViews() []ContainerView {
+	var out []ContainerView
+	for _, c := range p.ctrs {
+		if c.name == "" && c.sigterm == nil && len(p.termed) > 0 && !p.termedID(c.id) {
+			continue // the sandbox
+		}
+		v := ContainerView{Name: c.name, ID: c.id, Role: c.role, App: c == p.app}
+		if c.sigterm != nil {
+			v.Sigterm = c.sigterm.Time
+		}
+		if c.exit != nil {
+			x := exitView(c.exit)
+			v.Exit = &x
+		}
+		out = append(out, v)
+	}
+	if len(out) < 2 {
+		return nil
+	}
+	return out
+}
+
+func (p *podState) termedID(id string) bool {
+	for _, t := range p.termed {
+		if t == id {
+			return true
+		}
+	}
+	return false
+}
