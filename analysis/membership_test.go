@@ -199,3 +199,35 @@ func TestCrashLoopingSidecarBesideAHealthyApp(t *testing.T) {
 		t.Errorf("disruptions %+v, want none: the app never ended", res.Disruptions)
 	}
 }
+
+// TestRestartSeenOnlyByItsEndpoint: the kubelet restarts the app in place
+// (a liveness kill), and the watcher misses its pod_ready and
+// container_started (its agent was down): only the endpoint leaving and
+// coming back shows it. The old life's SIGTERM and exit end nothing of the
+// new one: a timeout 20 min later is no endpoint race.
+func TestRestartSeenOnlyByItsEndpoint(t *testing.T) {
+	for _, observed := range []bool{false, true} {
+		r := newRec()
+		a := r.running("web-a", "10.244.0.10")
+		r.signal(a, 0, 15)
+		r.exit(a, 10*ms, 0, 15)
+		r.leave(a, 1*s, ms)
+		if observed {
+			// Seen again only at the watcher's next re-observation.
+			r.observed(a, 10*minute)
+		} else {
+			r.endpoint(a, 20*s, event.EndpointReady, "lab")
+		}
+		// The app serves again: its clients' connections close now and
+		// then.
+		for m := int64(1); m < 20; m++ {
+			r.connClosed(a, m*minute, client(int(100+m)), "peer", 0)
+		}
+		r.failure(20*minute, client(1), event.FailTimeout, backend(a), took(2*time.Second))
+		res := analyzeAll(t, r)
+		fs := clientFailures(res)
+		if len(fs) != 1 || fs[0].Pod == nil || fs[0].Pod.Name != "web-a" || fs[0].Cause != CauseUnexplained {
+			t.Errorf("observed=%v: %+v, want one unexplained on web-a: the old life's end is not the new one's", observed, fs)
+		}
+	}
+}

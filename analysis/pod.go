@@ -360,11 +360,7 @@ func (p *podState) ingest(k *keeper, opts *Options) bool {
 	if e.Flags.Has(event.FlagMain) {
 		p.mainKnown = true
 	}
-	// The app's container that starts again, or a pod ready again, after
-	// the app ended, with no deletion: the container restarted in place.
-	// Another container's restart (a sidecar's crash loop) is its own.
-	if (e.Kind == event.ContainerStarted && !p.otherContainer(p.container(e, false)) || e.Kind == event.PodReady) &&
-		p.lc().deletion.Time == 0 && !e.Flags.Has(event.FlagObserved) && p.lifeEnded() {
+	if p.lc().deletion.Time == 0 && p.lc().finished.Time == 0 && p.startsAgain(e) {
 		p.restart(e.Time)
 	}
 	landmark := isLandmark(e) && !p.repeatedSignal(e, opts)
@@ -470,6 +466,38 @@ func (p *podState) lifecycleEvent(e, kept *event.Event) {
 		}
 		p.addPID(e.PID)
 	}
+}
+
+// startsAgain reports whether e shows the app running again after its
+// life ended, the pod not deleted: its container restarted in place. The
+// app's container started again, or the pod or its endpoint ready again:
+// the watcher may have missed the kubelet's own reports (its agent was
+// down), leaving only the endpoint's return. A state the watcher
+// re-observed counts once it is termReportLag past the end, beyond the
+// kubelet's report of the end itself. Another container's restart (a
+// sidecar's crash loop) is its own.
+func (p *podState) startsAgain(e *event.Event) bool {
+	switch e.Kind {
+	case event.ContainerStarted:
+		if p.otherContainer(p.container(e, false)) {
+			return false
+		}
+	case event.PodReady, event.EndpointReady:
+	default:
+		return false
+	}
+	if !p.lifeEnded() {
+		return false
+	}
+	if !e.Flags.Has(event.FlagObserved) {
+		return true
+	}
+	end := p.lc().kill.Time
+	if x := p.lastMainExit(); x != nil {
+		end = max(end, x.Time)
+	}
+	end = max(end, p.lc().term.Time)
+	return e.Time-end > int64(termReportLag)
 }
 
 // RepeatsSignal reports whether e delivers again, within slack, the
