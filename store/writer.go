@@ -52,6 +52,10 @@ type Writer struct {
 	wake chan struct{} // a batch is full
 	stop chan struct{} // Close was called
 	done chan struct{} // loop has returned
+	// abandon ends the loop's write once Close gives up on it: a store
+	// that honours its context returns then, instead of holding the loop.
+	abandon context.CancelFunc
+	loopCtx context.Context
 
 	mu      sync.Mutex
 	pending []event.Event
@@ -78,6 +82,7 @@ func NewWriter(st Store, opt WriterOptions) *Writer {
 	}
 	w := &Writer{st: st, opt: opt, wake: make(chan struct{}, 1),
 		stop: make(chan struct{}), done: make(chan struct{})}
+	w.loopCtx, w.abandon = context.WithCancel(context.Background())
 	go w.loop()
 	return w
 }
@@ -123,17 +128,38 @@ func (w *Writer) Stats() WriterStats {
 
 // Close stops taking events and writes what is held, trying until ctx ends.
 // Whatever could not be written is reported as an error with its count.
+// A store that hangs (an Append that never returns) holds Close no longer
+// than ctx: a shutdown must not wait forever on it. The events it was
+// writing are still held, and counted in Stats' Pending, until that
+// Append returns.
 func (w *Writer) Close(ctx context.Context) error {
 	w.mu.Lock()
-	if w.closed {
-		w.mu.Unlock()
-		<-w.done
-		return nil
-	}
+	again := w.closed
 	w.closed = true
 	w.mu.Unlock()
-	close(w.stop)
-	<-w.done
+	if !again {
+		close(w.stop)
+	}
+	res := make(chan error, 1)
+	go func() {
+		<-w.done // the loop ends once its write in progress returns
+		if again {
+			res <- nil
+			return
+		}
+		res <- w.drain(ctx)
+	}()
+	select {
+	case err := <-res:
+		return err
+	case <-ctx.Done():
+		w.abandon()
+		return &UnwrittenError{Events: w.Stats().Pending, Err: ctx.Err()}
+	}
+}
+
+// drain writes what is held, retrying until ctx ends.
+func (w *Writer) drain(ctx context.Context) error {
 	backoff := 50 * time.Millisecond
 	for {
 		n, err := w.flushOnce(ctx)
@@ -186,7 +212,10 @@ func (w *Writer) loop() {
 			}
 		}
 		for {
-			n, err := w.flushOnce(context.Background())
+			n, err := w.flushOnce(w.loopCtx)
+			if err != nil && w.loopCtx.Err() != nil {
+				return // Close gave up on this write: no retry, no warning
+			}
 			if err != nil {
 				backoff = min(max(2*backoff, 100*time.Millisecond), w.opt.RetryMax)
 				w.opt.Logger.Warn("store write failed; events kept for retry",

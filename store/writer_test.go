@@ -2,9 +2,15 @@ package store
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/drainscope/drainscope/event"
 	"github.com/drainscope/drainscope/internal/eventgen"
 	"github.com/drainscope/drainscope/internal/pgtest"
 )
@@ -100,5 +106,84 @@ func TestWriterCloseReportsWhatItCouldNotWrite(t *testing.T) {
 	ue, ok := err.(*UnwrittenError)
 	if !ok || ue.Events != 250 {
 		t.Fatalf("Close = %v; want an UnwrittenError for 250 events", err)
+	}
+}
+
+// hangingStore's Append blocks: until its context ends, or (forever) until
+// the test is over. called is closed at the first Append.
+type hangingStore struct {
+	Store
+	forever  bool
+	release  chan struct{}
+	called   chan struct{}
+	callOnce sync.Once
+}
+
+func (h *hangingStore) Append(ctx context.Context, batch []event.Event) error {
+	h.callOnce.Do(func() { close(h.called) })
+	if h.forever {
+		<-h.release
+		return errors.New("store fake: released")
+	}
+	select {
+	case <-ctx.Done():
+		return fmt.Errorf("store fake: appending %d events: %w", len(batch), ctx.Err())
+	case <-h.release:
+		return errors.New("store fake: released")
+	}
+}
+
+// TestWriterCloseHonoursItsDeadline: a store whose Append hangs, in the
+// writer's own loop or in Close's last flush, must not hold a shutdown
+// past Close's deadline; the events stay counted as not written.
+func TestWriterCloseHonoursItsDeadline(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		forever bool // Append ignores its context
+		inLoop  bool // the loop's write hangs, before Close is called
+	}{
+		{"close's flush, append honours its context", false, false},
+		{"close's flush, append blocks forever", true, false},
+		{"loop's write, append honours its context", false, true},
+		{"loop's write, append blocks forever", true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := &hangingStore{forever: tc.forever, release: make(chan struct{}), called: make(chan struct{})}
+			t.Cleanup(func() { close(st.release) })
+			// Until Close, the loop writes only a full batch or at the
+			// interval: neither comes unless the loop's write is the case.
+			batch, interval := 1000, time.Hour
+			if tc.inLoop {
+				batch, interval = 100, 10*time.Millisecond
+			}
+			w := NewWriter(st, WriterOptions{Batch: batch, Interval: interval, RetryMax: 50 * time.Millisecond,
+				Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			const n = 250
+			w.Add(eventgen.Rollout(n, day0, 43, "checkout")...)
+			if tc.inLoop {
+				select {
+				case <-st.called:
+				case <-time.After(10 * time.Second):
+					t.Fatal("the writer's loop never wrote")
+				}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+			defer cancel()
+			done := make(chan error, 1)
+			go func() { done <- w.Close(ctx) }()
+			var err error
+			select {
+			case err = <-done:
+			case <-time.After(10 * time.Second):
+				t.Fatal("Close(ctx with a 100 ms deadline) did not return: a hung Append blocks the shutdown")
+			}
+			var ue *UnwrittenError
+			if !errors.As(err, &ue) || ue.Events != n || !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("Close = %v; want an UnwrittenError for %d events wrapping the deadline", err, n)
+			}
+			if s := w.Stats(); s.Written != 0 || s.Pending != n || s.Received != n {
+				t.Errorf("stats after Close: %+v; want all %d events received, none written, all still counted pending", s, n)
+			}
+		})
 	}
 }
