@@ -1,6 +1,7 @@
 package analysis
 
 import (
+	"cmp"
 	"fmt"
 	"net/netip"
 	"time"
@@ -16,6 +17,9 @@ type rec struct {
 	t0     int64
 	nodes  []string
 	events []event.Event
+	// target is what failure's clients dialled by name (default the web
+	// Service's URL): a scenario of another Service names that one.
+	target string
 }
 
 const (
@@ -221,7 +225,7 @@ func (r *rec) failure(d int64, c netip.AddrPort, class string, opts ...fopt) {
 	e := event.Event{
 		Time: r.at(d), Kind: event.ClientFailure, Source: event.SourceClient, Node: "",
 		Local: c, Remote: clusterIP, Reason: class, Duration: int64(2 * time.Millisecond),
-		Attrs: map[string]string{event.AttrTarget: "http://web.default.svc/"},
+		Attrs: map[string]string{event.AttrTarget: cmp.Or(r.target, "http://web.default.svc/")},
 	}
 	for _, o := range opts {
 		o(&e)

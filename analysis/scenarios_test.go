@@ -67,6 +67,7 @@ func seed000PreStop() *rec {
 // at the exit, and one slow request is cut in flight.
 func exitAtSigterm() *rec {
 	r := newRec("node-a", "node-b")
+	r.target = "http://api.default.svc/"
 	a, b := r.pod("api-5f7-a1", "10.244.1.21"), r.pod("api-5f7-b2", "10.244.1.22")
 	for _, p := range []*tpod{a, b} {
 		p.wl = event.Workload{Kind: "Deployment", Name: "api"}
@@ -124,6 +125,7 @@ func kernelOnly() *rec {
 // the Service).
 func dataplaneLag() *rec {
 	r := newRec("node-a", "node-b")
+	r.target = "http://api.default.svc/"
 	p := r.pod("api-5f7-a1", "10.244.1.21")
 	p.wl = event.Workload{Kind: "Deployment", Name: "api"}
 	p.svc = "api"
