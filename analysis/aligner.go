@@ -50,6 +50,7 @@ type Aligner struct {
 	// time order: what a client that dialled the address reached.
 	svcAddrs map[netip.Addr][]svcClaim
 	svcHeld  map[string][]netip.Addr       // Service key → the ClusterIPs it holds now
+	svcGone  map[string]bool               // Services seen only deleted: no svcs entry, still this cluster's
 	svcPods  map[string]map[*podState]bool // Service key → the pods seen as its endpoints
 
 	// Pod-side connection events in time order, each linked to the

@@ -31,9 +31,26 @@ type Decision struct {
 	Rule        *Rule
 	Evidence    []Piece
 	Missing     []Missing // unexplained: the first requirement each rule lacked
+	// Unjudged, when set, is why no rule was tried: the failure lacks what
+	// every rule needs. Its cause is then unexplained.
+	Unjudged Unjudged
 
 	facts *Facts
 	pod   *podState // the pod that served it, nil when none did
+}
+
+// Unjudged says why no rule was tried on a failure. Why completes its
+// explanation; Missing is its entry in AlignedFailure.Missing.
+type Unjudged struct {
+	Why, Missing string
+}
+
+// notHere is why a failure to a Service of another cluster is not judged.
+func notHere(svc string) Unjudged {
+	return Unjudged{
+		Why:     svc + " is not a Service of this cluster (no record of it was read), so the rules did not judge it by this cluster's Services and pods",
+		Missing: "a record of " + svc + ": it is not a Service of this cluster (no Service or endpoint event of it was read)",
+	}
 }
 
 // Missing names a requirement a rule lacked.
@@ -95,12 +112,26 @@ func (a *Aligner) decide(pf *pending) {
 		a.stats.ClientFailures++
 	}
 
-	sv := a.servedBy(f, pf.inferred)
+	// A Service of another cluster: nothing of this one (a pod at the
+	// address, a record of the client's port) is its by more than chance.
+	var why Unjudged
+	other := ""
+	if !pf.inferred {
+		other = a.otherCluster(f)
+	}
+	var sv served
+	if other != "" {
+		why = notHere(other)
+	} else {
+		sv = a.servedBy(f, pf.inferred)
+	}
 	p, via, ks := sv.pod, sv.via, sv.kernel
 	proven, likely := false, false
 	if fx.Client.IsValid() && !pf.inferred {
 		a.stats.WithClientAddr++
-		proven, likely = a.kernelProof(fx.Client, t)
+		if other == "" {
+			proven, likely = a.kernelProof(fx.Client, t)
+		}
 		if proven {
 			a.stats.ProvenByKernel++
 		}
@@ -112,7 +143,9 @@ func (a *Aligner) decide(pf *pending) {
 		return // counted; its cause is not wanted (WantPods)
 	}
 	fx.Kernel, fx.Via = ks, via
-	fx.svcs = a.servicesFor(f, p)
+	if other == "" {
+		fx.svcs = a.servicesFor(f, p)
+	}
 	if p != nil {
 		// The life of the pod the failure fell in: what ended a
 		// container that since restarted in place does not end this one.
@@ -123,10 +156,13 @@ func (a *Aligner) decide(pf *pending) {
 	}
 
 	d := &a.dec
-	*d = Decision{Failure: f, Inferred: pf.inferred, Proof: pf.proof, Proven: proven, Likely: likely, Via: via, facts: fx, pod: p, Missing: a.missing[:0]}
+	*d = Decision{Failure: f, Inferred: pf.inferred, Proof: pf.proof, Proven: proven, Likely: likely, Via: via, facts: fx, pod: p, Missing: a.missing[:0], Unjudged: why}
 	ev := a.scratch[:0]
 	for i := range a.opts.Rules {
 		r := &a.opts.Rules[i]
+		if why.Missing != "" && (len(r.Requires) > 0 || r.Cause != CauseUnexplained) {
+			continue // only the table's "unexplained" row, for its text
+		}
 		n := len(ev)
 		ok := true
 		for j := range r.Requires {

@@ -45,8 +45,9 @@
 //     their Proof constants.
 //   - pod.go: podState, one pod's life as the aligner holds it, and its
 //     methods (routing, exits, endpoints, rotation, offsets, eviction).
-//   - service.go: Service state (endpoints per node, ClusterIPs over time)
-//     and resolving a failure's target to Services.
+//   - service.go: Service state (endpoints per node, ClusterIPs over time),
+//     resolving a failure's target to Services, and telling a Service of
+//     another cluster (one no record holds) from this cluster's.
 //   - dataplane.go: measured watch → dataplane lags and per-pod dataplane
 //     views.
 //   - timeline.go: PodTimeline and building it from a podState.

@@ -23,6 +23,8 @@ type ExplainData struct {
 	Terminating              string // what showed the pod terminating, e.g. "its listener closed 0.3 s before"
 	Rotation                 string // e.g. "node-b still routed to it until 0.2 s later"
 	Nearest                  string
+	// Unjudged says why no rule was tried (Decision.Unjudged).
+	Unjudged string
 	// Candidates names the pods a likely cause may have reached, e.g.
 	// "default/web-1 and default/web-2"; CandidateCount counts them.
 	Candidates     string
@@ -153,6 +155,9 @@ func (d *Decision) Aligned() AlignedFailure {
 		seen[p.Event] = true
 		out.Evidence = append(out.Evidence, EvidenceView{Role: p.Role, Offset: p.Event.Time - f.Time, Event: View(p.Event)})
 	}
+	if d.Unjudged.Missing != "" {
+		out.Missing = append(out.Missing, d.Unjudged.Missing)
+	}
 	for _, m := range d.Missing {
 		out.Missing = append(out.Missing, m.Rule.Title+": no evidence that "+m.Requirement.Name)
 	}
@@ -187,7 +192,7 @@ func (d *Decision) Aligned() AlignedFailure {
 
 func (d *Decision) explainData(o Offsets, before, after *event.Event) ExplainData {
 	f := d.Failure
-	x := ExplainData{Class: f.Reason, Service: f.Service, Via: d.Via}
+	x := ExplainData{Class: f.Reason, Service: f.Service, Via: d.Via, Unjudged: d.Unjudged.Why}
 	if f.Reason == event.FailStatus {
 		x.Class = fmt.Sprintf("HTTP %d", f.Code)
 	}

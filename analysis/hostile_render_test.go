@@ -28,8 +28,15 @@ func hostile(r *rec) *rec {
 	}
 	for i := range r.events {
 		e := &r.events[i]
+		named := namedService(e)
 		for _, p := range []*string{&e.Node, &e.Pod.Namespace, &e.Pod.Name, &e.Workload.Name, &e.Service, &e.Slice, &e.Comm} {
 			*p = h(*p)
+		}
+		if e.Kind == event.ClientFailure && named != "" {
+			// The Service the client named is named the same way: a
+			// DNS name cannot carry the suffix, its Service field can.
+			ns, name, _ := strings.Cut(named, "/")
+			e.Service = h(ns) + "/" + h(name)
 		}
 		if e.Attrs != nil {
 			a := make(map[string]string, len(e.Attrs))

@@ -182,7 +182,7 @@ var Rules = []Rule{
 	{
 		Cause:   CauseUnexplained,
 		Title:   "unexplained",
-		Explain: `{{.Class}}{{if .Pod}} on {{.Pod}}{{end}}{{if .FromSigterm}} at SIGTERM {{.FromSigterm}}{{end}}: no rule's evidence is complete{{if .Nearest}}; nearest events: {{.Nearest}}{{end}}`,
+		Explain: `{{.Class}}{{if .Pod}} on {{.Pod}}{{end}}{{if .FromSigterm}} at SIGTERM {{.FromSigterm}}{{end}}: {{if .Unjudged}}{{.Unjudged}}{{else}}no rule's evidence is complete{{end}}{{if .Nearest}}; nearest events: {{.Nearest}}{{end}}`,
 		Summary: `these {{.Count}} {{plural .Count "failure" "failures"}} match no rule; each lists its nearest events and what evidence was missing`,
 	},
 }

@@ -342,6 +342,12 @@ func (a *Aligner) service(e *event.Event) {
 		a.svcHeld[key] = held
 	}
 	if e.Reason == event.ChangeDeleted {
+		if a.svcs[key] == nil {
+			if a.svcGone == nil {
+				a.svcGone = map[string]bool{}
+			}
+			a.svcGone[key] = true
+		}
 		return
 	}
 	st := a.svcs[key]
@@ -481,6 +487,66 @@ func (a *Aligner) servicesFor(f *event.Event, p *podState) []string {
 		return p.services
 	}
 	return nil
+}
+
+// otherCluster returns the Service a client failure names with its
+// namespace (see namedService) when the records hold this cluster's
+// Services but none of this one: no service_changed, no endpoint event,
+// in the window or in the state read before it. Such a Service is another
+// cluster's, and the address its client dialled means nothing here:
+// clusters hand out addresses from the same default ranges, so it may be
+// a local Service's ClusterIP or a local pod's address by coincidence.
+// Records with no Service at all (no watch of them) say nothing either
+// way. "" when the failure names no Service so, or one this cluster has
+// had.
+func (a *Aligner) otherCluster(f *event.Event) string {
+	if len(a.svcs) == 0 && len(a.svcGone) == 0 {
+		return ""
+	}
+	k := namedService(f)
+	if k == "" || a.svcs[k] != nil || a.svcGone[k] {
+		return ""
+	}
+	return k
+}
+
+// namedService is the Service a failure names with its namespace, as
+// namespace/name: its Service field (namespace/name, name.namespace or
+// name.namespace.svc…), else its target's host when that is a Service's
+// DNS name (name.namespace.svc, with the cluster's domain or not). A host
+// of two labels is not taken for name.namespace: example.com would be.
+// "" when it names none so.
+func namedService(f *event.Event) string {
+	s, field := f.Service, true
+	if s == "" {
+		s, field = targetHost(f.Attrs[event.AttrTarget]), false
+	}
+	if s == "" {
+		return ""
+	}
+	if ns, name, ok := strings.Cut(s, "/"); ok {
+		if !field || ns == "" || name == "" || strings.Contains(name, "/") {
+			return ""
+		}
+		return s
+	}
+	name, rest, ok := strings.Cut(strings.TrimSuffix(s, "."), ".")
+	if !ok {
+		return ""
+	}
+	ns, rest, more := strings.Cut(rest, ".")
+	if more {
+		if svc, _, _ := strings.Cut(rest, "."); !strings.EqualFold(svc, "svc") {
+			return ""
+		}
+	} else if !field {
+		return ""
+	}
+	if name == "" || ns == "" {
+		return ""
+	}
+	// Host names are case-insensitive; Service names are lower case.
+	return strings.ToLower(ns + "/" + name)
 }
 
 // targetHost is the host a client's target names: of a URL
