@@ -420,6 +420,7 @@ func TestCauses(t *testing.T) {
 			r := newRec()
 			tc.build(r)
 			res := analyzeAll(t, r)
+			checkProse(t, res)
 			got := clientFailures(res)
 			if len(got) != len(tc.want) {
 				t.Fatalf("got %d failures, want %d", len(got), len(tc.want))

@@ -25,6 +25,9 @@ type ExplainData struct {
 	Nearest                  string
 	// Unjudged says why no rule was tried (Decision.Unjudged).
 	Unjudged string
+	// Forced: the pod was deleted with a grace period of 0 (kubectl
+	// delete --force --grace-period=0), so Grace is empty.
+	Forced bool
 	// Candidates names the pods a likely cause may have reached, e.g.
 	// "default/web-1 and default/web-2"; CandidateCount counts them.
 	Candidates     string
@@ -44,7 +47,7 @@ type SummaryData struct {
 	OffsetFromExit       string // e.g. "4 ms after"
 	OffsetFromSigterm    string
 	KillAfterDeletion    string
-	Grace                string
+	Grace                string // median over the pods deleted with a grace period
 	RotationLag          string
 	SigtermAfterRotation string // e.g. "0.5 s before"
 	Propagation          string
@@ -52,6 +55,9 @@ type SummaryData struct {
 	// "p50 12 ms, p99 3.0 s on node-a (40 removals)"; empty when no
 	// node's proxy rules were recorded.
 	DataplaneLag string
+	// Forced counts the pods deleted with a grace period of 0 (kubectl
+	// delete --force --grace-period=0): none is in Grace.
+	Forced int
 }
 
 var (
@@ -228,6 +234,7 @@ func (d *Decision) explainData(o Offsets, before, after *event.Event) ExplainDat
 		if p.lc().deletion.Duration > 0 {
 			x.Grace = fmtDur(p.lc().deletion.Duration)
 		}
+		x.Forced = p.lc().deletion.Time != 0 && p.lc().deletion.Duration == 0
 		t := fx.Start // a connection is routed when it is made
 		switch {
 		case p.lc().listener.Time != 0 && p.lc().listener.Time <= t:
@@ -318,6 +325,8 @@ func summaryData(c *causeAcc, tls map[string]*PodTimeline) SummaryData {
 		}
 		if tl.GracePeriod > 0 {
 			graces = append(graces, tl.GracePeriod)
+		} else if tl.Deletion != 0 {
+			s.Forced++
 		}
 		if g := tl.Gaps.SigtermAfterRotation; g != nil {
 			rot = append(rot, *g)

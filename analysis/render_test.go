@@ -50,6 +50,7 @@ func TestGolden(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			checkProse(t, res)
 			var txt, md, js bytes.Buffer
 			if err := WriteText(&txt, res); err != nil {
 				t.Fatal(err)

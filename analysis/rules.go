@@ -82,9 +82,18 @@ var Rules = []Rule{
 			{"the connection was cut (EOF, reset or gateway error), not refused", ConnectionCut},
 			{"the pod's process was killed by SIGKILL when the failure happened", KilledNear},
 		},
-		Explain: `{{.Class}} on {{.Pod}} at SIGKILL {{.FromKill}}{{if .KillAfterDeletion}}; the kill came {{.KillAfterDeletion}} after deletion with a grace period of {{.Grace}}{{end}}`,
-		Summary: `these {{.Count}} {{plural .Count "failure" "failures"}} happened because {{.PodsPhrase}} {{plural .PodCount "was" "were"}} killed by SIGKILL{{if .KillAfterDeletion}} {{.KillAfterDeletion}} after deletion, when the grace period of {{.Grace}} ran out{{end}}`,
-		Fix:     `raise terminationGracePeriodSeconds above preStop + drain + a margin{{if .Grace}} (now {{.Grace}}){{end}}, or shorten preStop and the drain`,
+		// A deletion with --grace-period=0 (Forced) gave no grace period
+		// to raise: the fix is not to force-delete serving pods.
+		Explain: `{{.Class}} on {{.Pod}} at SIGKILL{{if .FromKill}} {{.FromKill}}{{end}}` +
+			`{{if .Forced}}; the pod was deleted with --grace-period=0 (forced): no grace period{{if .KillAfterDeletion}}, the kill came {{.KillAfterDeletion}} after deletion{{end}}` +
+			`{{else if .KillAfterDeletion}}; the kill came {{.KillAfterDeletion}} after deletion{{if .Grace}} with a grace period of {{.Grace}}{{end}}{{end}}`,
+		Summary: `these {{.Count}} {{plural .Count "failure" "failures"}} happened because {{.PodsPhrase}} {{plural .PodCount "was" "were"}} killed by SIGKILL` +
+			`{{if and .Forced (not .Grace)}} after {{plural .PodCount "a deletion" "deletions"}} with --grace-period=0 (forced): no grace period was given{{if .KillAfterDeletion}}, the kill came {{.KillAfterDeletion}} after it{{end}}` +
+			`{{else}}{{if .KillAfterDeletion}} {{.KillAfterDeletion}} after deletion{{if .Grace}}, when the grace period of {{.Grace}} ran out{{end}}{{end}}` +
+			`{{if .Forced}}; {{.Forced}} of the pods {{plural .Forced "was" "were"}} deleted with --grace-period=0 (forced), with no grace period{{end}}{{end}}`,
+		Fix: `{{if and .Forced (not .Grace)}}the forced deletion (--grace-period=0) overrode the grace period, so raising it changes nothing: do not force-delete serving pods; delete them normally, or drain the node with the Eviction API` +
+			`{{else}}raise terminationGracePeriodSeconds above preStop + drain + a margin{{if .Grace}} (now {{.Grace}}){{end}}, or shorten preStop and the drain` +
+			`{{if .Forced}}; and do not force-delete serving pods: --grace-period=0 overrode the grace period of {{.Forced}} of them{{end}}{{end}}`,
 	},
 	{
 		Cause: CauseKilled,
@@ -93,7 +102,7 @@ var Rules = []Rule{
 			{"the connection was cut (EOF, reset or gateway error), not refused", ConnectionCut},
 			{"the pod's process was killed by SIGKILL with no SIGTERM or deletion before it", KilledUnannounced},
 		},
-		Explain: `{{.Class}} on {{.Pod}} at SIGKILL {{.FromKill}}: the container was killed with no SIGTERM before it (the kernel's OOM killer), cutting its connections`,
+		Explain: `{{.Class}} on {{.Pod}} at SIGKILL{{if .FromKill}} {{.FromKill}}{{end}}: the container was killed with no SIGTERM before it (the kernel's OOM killer), cutting its connections`,
 		Summary: `these {{.Count}} {{plural .Count "failure" "failures"}} happened because {{.PodsPhrase}} {{plural .PodCount "was" "were"}} killed with no SIGTERM before (the kernel's OOM killer): nothing drains a container the kernel kills`,
 		Fix:     "raise the container's memory limit or find what outgrows it; the kubelet's report names OOMKilled",
 	},
