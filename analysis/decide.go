@@ -53,6 +53,15 @@ func notHere(svc string) Unjudged {
 	}
 }
 
+// startUnknown is why a timeout logged with no duration is not judged: a
+// client logs a timeout at its end, and every rule judges a connection at
+// its start, when it was routed. A client's timeout given at import
+// (--client-timeout) is the duration of a timeout that has none.
+var startUnknown = Unjudged{
+	Why:     "its start is unknown (the log has no duration; pass --client-timeout or log the duration), and the rules judge a connection when it was made",
+	Missing: "the request's start: the log has no duration; pass --client-timeout or log the duration",
+}
+
 // Missing names a requirement a rule lacked.
 type Missing struct {
 	Rule        *Rule
@@ -124,6 +133,9 @@ func (a *Aligner) decide(pf *pending) {
 		why = notHere(other)
 	} else {
 		sv = a.servedBy(f, pf.inferred)
+		if !pf.inferred && f.Reason == event.FailTimeout && f.Duration <= 0 {
+			why = startUnknown
+		}
 	}
 	p, via, ks := sv.pod, sv.via, sv.kernel
 	proven, likely := false, false
