@@ -28,6 +28,10 @@ type ExplainData struct {
 	// Forced: the pod was deleted with a grace period of 0 (kubectl
 	// delete --force --grace-period=0), so Grace is empty.
 	Forced bool
+	// Evicted: the kubelet evicted the pod for node pressure (its status
+	// Evicted, or a deletion it made): its eviction threshold, not the
+	// pod's grace period, decided the kill.
+	Evicted bool
 	// Candidates names the pods a likely cause may have reached, e.g.
 	// "default/web-1 and default/web-2"; CandidateCount counts them.
 	Candidates     string
@@ -58,6 +62,8 @@ type SummaryData struct {
 	// Forced counts the pods deleted with a grace period of 0 (kubectl
 	// delete --force --grace-period=0): none is in Grace.
 	Forced int
+	// Evicted counts the pods the kubelet evicted for node pressure.
+	Evicted int
 }
 
 var (
@@ -235,6 +241,7 @@ func (d *Decision) explainData(o Offsets, before, after *event.Event) ExplainDat
 			x.Grace = fmtDur(p.lc().deletion.Duration)
 		}
 		x.Forced = p.lc().deletion.Time != 0 && p.lc().deletion.Duration == 0
+		x.Evicted = p.evictedByKubelet()
 		t := fx.Start // a connection is routed when it is made
 		switch {
 		case p.lc().listener.Time != 0 && p.lc().listener.Time <= t:
@@ -327,6 +334,9 @@ func summaryData(c *causeAcc, tls map[string]*PodTimeline) SummaryData {
 			graces = append(graces, tl.GracePeriod)
 		} else if tl.Deletion != 0 {
 			s.Forced++
+		}
+		if ownTrigger(tl) == TriggerNodePressure {
+			s.Evicted++
 		}
 		if g := tl.Gaps.SigtermAfterRotation; g != nil {
 			rot = append(rot, *g)

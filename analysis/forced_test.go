@@ -170,3 +170,76 @@ func TestDanglingCatchesAnEmptyValue(t *testing.T) {
 		}
 	}
 }
+
+// TestKubeletEvictionKill: the kubelet evicts a pod for node pressure, no
+// deletion comes (the pod object stays, Failed, Evicted). A hard
+// threshold kills with no SIGTERM; a soft one with SIGTERM, then SIGKILL
+// when its evictionMaxPodGracePeriod runs out. The kill is right, the
+// OOM killer and the pod's own grace period are not: the fix names the
+// kubelet's eviction thresholds.
+func TestKubeletEvictionKill(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		sigterm   bool
+		cause     Cause
+		explain   []string
+		fix       []string
+		not       []string
+		disrupted Trigger
+	}{
+		{"hard threshold", false, CauseKilled,
+			[]string{"the kubelet evicted the pod for node pressure and killed it with no SIGTERM"},
+			[]string{"eviction threshold", "evictionHard"},
+			[]string{"OOM killer", "memory limit"}, TriggerNodePressure},
+		{"soft threshold", true, CauseSIGKILL,
+			[]string{"the kubelet evicted the pod for node pressure"},
+			[]string{"eviction threshold", "evictionMaxPodGracePeriod"},
+			[]string{"raise terminationGracePeriodSeconds"}, TriggerNodePressure},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRec()
+			p := r.running("web-1", "10.244.0.11")
+			kill := int64(0)
+			if tc.sigterm {
+				r.signal(p, 0, 15)
+				kill = 2 * s
+			}
+			r.signal(p, kill, 9)
+			r.exit(p, kill+1*ms, 0, 9)
+			r.connClosed(p, kill+2*ms, client(1), "local", event.FlagAtExit)
+			r.failure(kill+3*ms, client(1), event.FailEOF, backend(p))
+			r.finished(p, kill+400*ms, "Evicted", "TerminationByKubelet")
+			r.leave(p, kill+500*ms, 0)
+			res := analyzeAll(t, r)
+			checkProse(t, res)
+			fs := decided(t, res)
+			if len(fs) != 1 || fs[0].Cause != tc.cause {
+				t.Fatalf("%+v, want one %s", fs, tc.cause)
+			}
+			var fix string
+			for _, cs := range res.Causes {
+				if cs.Cause == tc.cause {
+					fix = cs.Fix
+				}
+			}
+			for _, c := range []struct {
+				what, text string
+				want       []string
+			}{{"explanation", fs[0].Explanation, tc.explain}, {"fix", fix, tc.fix}} {
+				for _, w := range c.want {
+					if !strings.Contains(c.text, w) {
+						t.Errorf("%s %q lacks %q", c.what, c.text, w)
+					}
+				}
+				for _, n := range tc.not {
+					if strings.Contains(c.text, n) {
+						t.Errorf("%s %q says %q", c.what, c.text, n)
+					}
+				}
+			}
+			if len(res.Disruptions) != 1 || res.Disruptions[0].Trigger != tc.disrupted {
+				t.Errorf("disruptions %+v, want one %s", res.Disruptions, tc.disrupted)
+			}
+		})
+	}
+}

@@ -468,6 +468,16 @@ func (p *podState) lifecycleEvent(e, kept *event.Event) {
 	}
 }
 
+// evictedByKubelet reports whether the kubelet evicted the pod for node
+// pressure: a deletion or a finish whose DisruptionTarget says so, or a
+// finish with the reason Evicted.
+func (p *podState) evictedByKubelet() bool {
+	l := p.lc()
+	return triggerOfDisruption(l.deletion.Attrs[event.AttrDisruption]) == TriggerNodePressure ||
+		triggerOfDisruption(l.finished.Attrs[event.AttrDisruption]) == TriggerNodePressure ||
+		l.finished.Time != 0 && triggerOfFinish(l.finished.Reason) == TriggerNodePressure
+}
+
 // startsAgain reports whether e shows the app running again after its
 // life ended, the pod not deleted: its container restarted in place. The
 // app's container started again, or the pod or its endpoint ready again:

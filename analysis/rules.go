@@ -69,6 +69,11 @@ type Piece struct {
 	Event *event.Event
 }
 
+// evictionFix opens a fix for a pod the kubelet evicted for node pressure
+// (Evicted): its own grace period was not what ran out. The rule's own
+// fix follows in an {{else}} branch.
+const evictionFix = `{{if .Evicted}}the kubelet evicted the pod when the node crossed an eviction threshold: a hard one (evictionHard) kills at once and a soft one (evictionSoft) gives at most evictionMaxPodGracePeriod, whatever terminationGracePeriodSeconds says; requests that cover the pod's use keep it off the eviction list, and an evictionMaxPodGracePeriod above preStop + drain lets it drain`
+
 // Rules is the cause table, in the order the rules are tried. The order
 // matters where evidence overlaps: a connection cut when SIGKILL ended the
 // process is the grace period's fault before it is the keep-alive pool's;
@@ -86,12 +91,14 @@ var Rules = []Rule{
 		// to raise: the fix is not to force-delete serving pods.
 		Explain: `{{.Class}} on {{.Pod}} at SIGKILL{{if .FromKill}} {{.FromKill}}{{end}}` +
 			`{{if .Forced}}; the pod was deleted with --grace-period=0 (forced): no grace period{{if .KillAfterDeletion}}, the kill came {{.KillAfterDeletion}} after deletion{{end}}` +
-			`{{else if .KillAfterDeletion}}; the kill came {{.KillAfterDeletion}} after deletion{{if .Grace}} with a grace period of {{.Grace}}{{end}}{{end}}`,
+			`{{else if .KillAfterDeletion}}; the kill came {{.KillAfterDeletion}} after deletion{{if .Grace}} with a grace period of {{.Grace}}{{end}}{{end}}` +
+			`{{if .Evicted}}; the kubelet evicted the pod for node pressure{{end}}`,
 		Summary: `these {{.Count}} {{plural .Count "failure" "failures"}} happened because {{.PodsPhrase}} {{plural .PodCount "was" "were"}} killed by SIGKILL` +
 			`{{if and .Forced (not .Grace)}} after {{plural .PodCount "a deletion" "deletions"}} with --grace-period=0 (forced): no grace period was given{{if .KillAfterDeletion}}, the kill came {{.KillAfterDeletion}} after it{{end}}` +
 			`{{else}}{{if .KillAfterDeletion}} {{.KillAfterDeletion}} after deletion{{if .Grace}}, when the grace period of {{.Grace}} ran out{{end}}{{end}}` +
-			`{{if .Forced}}; {{.Forced}} of the pods {{plural .Forced "was" "were"}} deleted with --grace-period=0 (forced), with no grace period{{end}}{{end}}`,
-		Fix: `{{if and .Forced (not .Grace)}}the forced deletion (--grace-period=0) overrode the grace period, so raising it changes nothing: do not force-delete serving pods; delete them normally, or drain the node with the Eviction API` +
+			`{{if .Forced}}; {{.Forced}} of the pods {{plural .Forced "was" "were"}} deleted with --grace-period=0 (forced), with no grace period{{end}}{{end}}` +
+			`{{if .Evicted}}; the kubelet evicted {{.Evicted}} of them for node pressure{{end}}`,
+		Fix: evictionFix + `{{else if and .Forced (not .Grace)}}the forced deletion (--grace-period=0) overrode the grace period, so raising it changes nothing: do not force-delete serving pods; delete them normally, or drain the node with the Eviction API` +
 			`{{else}}raise terminationGracePeriodSeconds above preStop + drain + a margin{{if .Grace}} (now {{.Grace}}){{end}}, or shorten preStop and the drain` +
 			`{{if .Forced}}; and do not force-delete serving pods: --grace-period=0 overrode the grace period of {{.Forced}} of them{{end}}{{end}}`,
 	},
@@ -102,9 +109,11 @@ var Rules = []Rule{
 			{"the connection was cut (EOF, reset or gateway error), not refused", ConnectionCut},
 			{"the pod's process was killed by SIGKILL with no SIGTERM or deletion before it", KilledUnannounced},
 		},
-		Explain: `{{.Class}} on {{.Pod}} at SIGKILL{{if .FromKill}} {{.FromKill}}{{end}}: the container was killed with no SIGTERM before it (the kernel's OOM killer), cutting its connections`,
-		Summary: `these {{.Count}} {{plural .Count "failure" "failures"}} happened because {{.PodsPhrase}} {{plural .PodCount "was" "were"}} killed with no SIGTERM before (the kernel's OOM killer): nothing drains a container the kernel kills`,
-		Fix:     "raise the container's memory limit or find what outgrows it; the kubelet's report names OOMKilled",
+		Explain: `{{.Class}} on {{.Pod}} at SIGKILL{{if .FromKill}} {{.FromKill}}{{end}}: ` +
+			`{{if .Evicted}}the kubelet evicted the pod for node pressure and killed it with no SIGTERM (a hard eviction threshold){{else}}the container was killed with no SIGTERM before it (the kernel's OOM killer){{end}}, cutting its connections`,
+		Summary: `these {{.Count}} {{plural .Count "failure" "failures"}} happened because {{.PodsPhrase}} {{plural .PodCount "was" "were"}} killed with no SIGTERM before ` +
+			`{{if .Evicted}}({{.Evicted}} by the kubelet's hard eviction for node pressure){{else}}(the kernel's OOM killer){{end}}: nothing drains a container killed so`,
+		Fix: evictionFix + `{{else}}raise the container's memory limit or find what outgrows it; the kubelet's report names OOMKilled{{end}}`,
 	},
 	{
 		Cause: CauseInFlight,
