@@ -10,11 +10,17 @@ import (
 // Which container of a pod is the app. A pod runs several containers: the
 // app, and beside it a log shipper, a proxy, a native sidecar; each has a
 // main process that gets SIGTERM and exits. The app is the container that
-// serves the Service's port: the one whose sockets the kernel saw on a
-// port the pod's endpoints name, else the one that declares that port in
-// its spec. Another container's signals and exits are its own: recorded,
-// shown, never taken for the app's. Until the app is known, every
-// container's count as the app's, as on a pod of one container.
+// serves the Service's port: the one whose spec declares a port the pod's
+// endpoints name (the watcher's container_started), else the one whose
+// listener on such a port the kernel saw close. Another container's
+// signals and exits are its own: recorded, shown, never taken for the
+// app's. Until the app is known, every container's count as the app's, as
+// on a pod of one container.
+//
+// The evidence is what FindDisruptions reads too (the pods' lifecycle,
+// not their connections), so that the list and the analysis agree on
+// which pods' lives ended: the kernel's connection records would tell the
+// app sooner, on a pod that declares no port, but only to the analysis.
 
 // Attributes of container_started and container_terminated that say what
 // a container is (the watcher reads them from the pod's spec).
@@ -30,16 +36,25 @@ const (
 type ctrLife struct {
 	id, name string // the runtime's container ID (as the cgroup names it), the spec's name
 	role     string
-	ports    []uint16 // declared in the spec
-	serves   bool     // the kernel saw its sockets on a port the endpoints name
-	events   []*event.Event
+	ports    []uint16     // declared in the spec
+	serves   bool         // the kernel saw its listener on a port the endpoints name close
+	events   int          // lifecycle events it had
 	sigterm  *event.Event // its first SIGTERM
 	exit     *event.Event // its main process's last exit
 }
 
-// maxCtrEvents bounds the events a container keeps: a worker recycled
-// every minute signals and exits without end.
-const maxCtrEvents = 32
+// lifeRec is one lifecycle event of the pod (a signal, an exit, a
+// listener's close, a termination) with its container, nil when it names
+// none.
+type lifeRec struct {
+	ev  *event.Event
+	ctr *ctrLife
+}
+
+// maxLifeLog bounds the lifecycle events a pod keeps for making the app's
+// account again: a worker recycled every minute signals and exits without
+// end.
+const maxLifeLog = 64
 
 // ctrKeys is how an event names its container: the runtime ID (a kernel
 // event's cgroup, the watcher's status) and the spec's name (the
@@ -107,9 +122,9 @@ func (p *podState) learnContainer(e *event.Event) {
 	p.findApp()
 }
 
-// learnSocket records that the container of a kernel socket event served
+// learnListener records that the container of a listener_closed served
 // the port it names, when the pod's endpoints name that port.
-func (p *podState) learnSocket(e *event.Event) {
+func (p *podState) learnListener(e *event.Event) {
 	port := e.Local.Port()
 	if port == 0 || !p.servesPort(port) {
 		return
@@ -168,7 +183,7 @@ func (p *podState) findApp() {
 	p.app = app
 	others := false
 	for _, c := range p.ctrs {
-		if c != app && len(c.events) > 0 {
+		if c != app && c.events > 0 {
 			others = true
 		}
 	}
@@ -182,11 +197,9 @@ func (p *podState) otherContainer(c *ctrLife) bool {
 	return p.app != nil && c != nil && c != p.app
 }
 
-// record keeps e among the container's own events.
+// record counts e among the container's own events.
 func (c *ctrLife) record(e *event.Event) {
-	if len(c.events) < maxCtrEvents {
-		c.events = append(c.events, e)
-	}
+	c.events++
 	switch {
 	case e.Kind == event.Signal && e.Signal == event.SIGTERM && c.sigterm == nil:
 		c.sigterm = e
@@ -198,8 +211,9 @@ func (c *ctrLife) record(e *event.Event) {
 }
 
 // rederive makes the app's account (its SIGTERM, kill, exits, listener,
-// termination) from the app container's own events, leaving out the
-// other containers' that were taken for the app's before it was known.
+// termination) again from the app container's own events and those that
+// name no container, leaving out the other containers' that were taken
+// for the app's before it was known.
 func (p *podState) rederive() {
 	if p.life != nil {
 		d, f := p.life.deletion, p.life.finished
@@ -208,8 +222,10 @@ func (p *podState) rederive() {
 	}
 	p.exits, p.pids = nil, nil
 	p.ended = p.unlisted || p.lc().finished.Time != 0
-	for _, e := range p.app.events {
-		p.lifecycleEvent(e, e)
+	for _, r := range p.lifeLog {
+		if r.ctr == nil || r.ctr == p.app {
+			p.lifecycleEvent(r.ev, r.ev)
+		}
 	}
 }
 

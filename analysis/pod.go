@@ -73,8 +73,9 @@ type podState struct {
 	// ctrs are the pod's containers as their own events tell (see
 	// container.go), app the one that serves the Service's port once the
 	// records say which.
-	ctrs []*ctrLife
-	app  *ctrLife
+	ctrs    []*ctrLife
+	app     *ctrLife
+	lifeLog []lifeRec
 }
 
 type epKey struct{ svc, node string }
@@ -282,7 +283,7 @@ func (p *podState) restart(t int64) {
 		p.life.deletion = d // the deletion is the pod's, not the life's
 	}
 	p.exits, p.pids, p.termed, p.conns = nil, nil, nil, nil
-	p.ctrs, p.app = nil, nil
+	p.ctrs, p.app, p.lifeLog = nil, nil, nil
 	p.notReady = 0
 	p.ended = false
 	p.failures, p.inferred = nil, nil
@@ -408,16 +409,22 @@ func (p *podState) ingest(k *keeper, opts *Options) bool {
 		if c != nil {
 			c.record(kept)
 		}
+		if len(p.lifeLog) < maxLifeLog {
+			p.lifeLog = append(p.lifeLog, lifeRec{kept, c})
+		}
 		if p.otherContainer(c) {
 			break // another container's: recorded as its own, never the app's
 		}
 		p.lifecycleEvent(e, kept)
-	}
-	if e.Kind.IsKernel() && p.app == nil {
-		p.learnSocket(e)
+		if e.Kind == event.ListenerClosed && p.app == nil {
+			p.learnListener(e)
+		}
 	}
 	if e.Kind.IsEndpoint() {
 		p.endpoint(k)
+		if p.app == nil && len(p.ctrs) > 0 {
+			p.findApp() // the port a container declared is now the endpoints'
+		}
 	}
 	return landmark
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"flag"
 	"io"
-	"net"
 	"net/netip"
 	"path/filepath"
 	"testing"
@@ -27,45 +26,16 @@ import (
 // a pod's end the agents stored reaches it as the rollout signals and, once
 // the disruption is quiet, as its summary record.
 func TestServeExportsOTLP(t *testing.T) {
-	free := func() string {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ln.Close()
-		return ln.Addr().String()
-	}
-	oaddr := free()
-	f := otlpreceiver.NewFactory()
-	cfg := f.CreateDefaultConfig().(*otlpreceiver.Config)
-	cfg.Protocols.GRPC = configoptional.None[configgrpc.ServerConfig]()
-	cfg.Protocols.HTTP.GetOrInsertDefault().ServerConfig.NetAddr.Endpoint = oaddr
-	logs, mets := new(consumertest.LogsSink), new(consumertest.MetricsSink)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	lr, err := f.CreateLogs(ctx, receivertest.NewNopSettings(f.Type()), cfg, logs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mr, err := f.CreateMetrics(ctx, receivertest.NewNopSettings(f.Type()), cfg, mets)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := lr.Start(ctx, componenttest.NewNopHost()); err != nil {
-		t.Fatal(err)
-	}
-	defer lr.Shutdown(context.Background())
-	if err := mr.Start(ctx, componenttest.NewNopHost()); err != nil {
-		t.Fatal(err)
-	}
-	defer mr.Shutdown(context.Background())
+	oaddr, logs, mets := startCollector(t)
 
 	db := filepath.Join(t.TempDir(), "e.db")
 	done := make(chan error, 1)
 	go func() {
 		fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 		fs.SetOutput(io.Discard)
-		done <- runServe(ctx, fs, []string{"--listen", free(), "--store", db, "--otlp-endpoint", "http://" + oaddr,
+		done <- runServe(ctx, fs, []string{"--listen", freeAddr(t), "--store", db, "--otlp-endpoint", "http://" + oaddr,
 			"--otlp-interval", "200ms", "--signals-delay", "500ms", "--signals-after", "1s",
 			"--export-quiet", "1s", "--export-poll", "200ms"})
 	}()
@@ -158,4 +128,35 @@ func TestServeExportsOTLP(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Fatal("serve did not stop")
 	}
+}
+
+// startCollector runs the OpenTelemetry Collector's OTLP/HTTP receiver on
+// loopback until the test ends, and returns its address and what it
+// received.
+func startCollector(t *testing.T) (string, *consumertest.LogsSink, *consumertest.MetricsSink) {
+	t.Helper()
+	addr := freeAddr(t)
+	f := otlpreceiver.NewFactory()
+	cfg := f.CreateDefaultConfig().(*otlpreceiver.Config)
+	cfg.Protocols.GRPC = configoptional.None[configgrpc.ServerConfig]()
+	cfg.Protocols.HTTP.GetOrInsertDefault().ServerConfig.NetAddr.Endpoint = addr
+	logs, mets := new(consumertest.LogsSink), new(consumertest.MetricsSink)
+	ctx := context.Background()
+	lr, err := f.CreateLogs(ctx, receivertest.NewNopSettings(f.Type()), cfg, logs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mr, err := f.CreateMetrics(ctx, receivertest.NewNopSettings(f.Type()), cfg, mets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lr.Start(ctx, componenttest.NewNopHost()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lr.Shutdown(context.Background()) })
+	if err := mr.Start(ctx, componenttest.NewNopHost()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mr.Shutdown(context.Background()) })
+	return addr, logs, mets
 }

@@ -17,13 +17,20 @@ func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Read while the command writes: a report longer than the pipe's
+	// buffer would block it.
+	var out bytes.Buffer
+	read := make(chan struct{})
+	go func() {
+		out.ReadFrom(r)
+		close(read)
+	}()
 	old := os.Stdout
 	os.Stdout = w
 	code = run(args, &o, &e)
 	os.Stdout = old
 	w.Close()
-	var out bytes.Buffer
-	out.ReadFrom(r)
+	<-read
 	return code, out.String() + o.String(), e.String()
 }
 
