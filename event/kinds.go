@@ -37,8 +37,9 @@ import "fmt"
 //	                       agent when its capture starts, every 10 minutes and when the node's proxy mode changes
 //	service_changed        Service, Pod.Namespace only; Reason (created, updated, deleted, observed),
 //	                       Attrs[cluster_ips, service_ports, service_type]: what a client dialling the Service reached
-//	workload_changed       Workload, Pod.Namespace only; Reason (template, scale, created, deleted),
-//	                       Attrs[generation, replicas_from, replicas_to]: what set pods ending or starting
+//	workload_changed       Workload, Pod.Namespace only; Reason (template, scale, created, deleted, paused, resumed,
+//	                       complete), Attrs[generation, replicas_from, replicas_to, workload_uid]: what set pods
+//	                       ending or starting, what held or released a rollout, and when one was done
 //	dataplane_endpoint_added    Node (whose proxy), Local (endpoint address and port), Service (ns/name), Pod.Namespace,
 //	                            Attrs[proxy, service_port, protocol, chain], Flags(Relist): the node's proxy began sending
 //	                            the Service's new connections to the endpoint (the proxy's rules, as committed)
@@ -214,6 +215,19 @@ const (
 	ChangeScale    = "scale"    // spec.replicas changed
 	ChangeCreated  = "created"
 	ChangeDeleted  = "deleted"
+	// A Deployment's spec.paused turned true: its controller starts no
+	// new rollout step, so a pause ends no pod.
+	ChangePaused = "paused"
+	// spec.paused turned false: a rollout held by the pause (a template
+	// changed before or during it) proceeds, so a resume can end pods.
+	ChangeResumed = "resumed"
+	// The status turned from a rollout in progress to done, as kubectl
+	// rollout status decides it: once per rollout, the pods of a new
+	// template, of a scale or of a new workload all rolled out. Not for
+	// a spec change the controller only had to observe (a pause, a
+	// change of the progress deadline), nor for a workload already done
+	// when the watch began. It ends no pod.
+	ChangeComplete = "complete"
 	ChangeUpdated  = "updated"  // service_changed: its addresses or ports changed
 	ChangeObserved = "observed" // service_changed: as it was when the watch began, and every 10 minutes
 )
