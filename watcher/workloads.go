@@ -17,7 +17,9 @@ import (
 
 // Workload changes are what set pods ending and starting: a workload's pod
 // template changing begins a rollout, a change of its replicas scales it,
-// its deletion ends every pod it owns. The analysis starts a rollout at its
+// its deletion ends every pod it owns. A Deployment's pause holds its
+// rollout where it is and its resume lets it proceed, so both are recorded
+// too: a rollout that stalled for an hour was paused, not slow. The analysis starts a rollout at its
 // trigger rather than at the first pod that ended, so that the new pods
 // created before it (maxSurge) count as the rollout's. Deployments,
 // StatefulSets and DaemonSets are watched alike.
@@ -29,8 +31,8 @@ import (
 // template the transform dropped.
 const annTemplateHash = "drainscope.io/template-hash"
 
-// stripWorkload keeps a workload's identity, generation, replicas and the
-// hash of its pod template.
+// stripWorkload keeps a workload's identity, generation, replicas, whether
+// it is paused and the hash of its pod template.
 func stripWorkload(obj any) (any, error) {
 	meta := func(m metav1.ObjectMeta, t *corev1.PodTemplateSpec) metav1.ObjectMeta {
 		return metav1.ObjectMeta{Name: m.Name, Namespace: m.Namespace, UID: m.UID, ResourceVersion: m.ResourceVersion,
@@ -39,7 +41,7 @@ func stripWorkload(obj any) (any, error) {
 	switch o := obj.(type) {
 	case *appsv1.Deployment:
 		out := &appsv1.Deployment{ObjectMeta: meta(o.ObjectMeta, &o.Spec.Template)}
-		out.Spec.Replicas = o.Spec.Replicas
+		out.Spec.Replicas, out.Spec.Paused = o.Spec.Replicas, o.Spec.Paused
 		return out, nil
 	case *appsv1.StatefulSet:
 		out := &appsv1.StatefulSet{ObjectMeta: meta(o.ObjectMeta, &o.Spec.Template)}
@@ -69,14 +71,16 @@ type workloadState struct {
 	generation int64
 	replicas   int32
 	template   string
+	paused     bool // a Deployment's spec.paused; StatefulSets and DaemonSets have none
 }
 
 // workloadOf reads a stripped workload; ok is false for another type.
 func workloadOf(obj any) (m *metav1.ObjectMeta, kind string, st workloadState, ok bool) {
 	var replicas *int32
+	paused := false
 	switch o := obj.(type) {
 	case *appsv1.Deployment:
-		m, kind, replicas = &o.ObjectMeta, "Deployment", o.Spec.Replicas
+		m, kind, replicas, paused = &o.ObjectMeta, "Deployment", o.Spec.Replicas, o.Spec.Paused
 	case *appsv1.StatefulSet:
 		m, kind, replicas = &o.ObjectMeta, "StatefulSet", o.Spec.Replicas
 	case *appsv1.DaemonSet:
@@ -91,7 +95,8 @@ func workloadOf(obj any) (m *metav1.ObjectMeta, kind string, st workloadState, o
 	if kind == "DaemonSet" {
 		r = 0
 	}
-	return m, kind, workloadState{uid: string(m.UID), generation: m.Generation, replicas: r, template: m.Annotations[annTemplateHash]}, true
+	return m, kind, workloadState{uid: string(m.UID), generation: m.Generation, replicas: r, template: m.Annotations[annTemplateHash],
+		paused: paused}, true
 }
 
 // workloadHandler turns one kind's deltas into workload_changed events.
@@ -145,7 +150,10 @@ func (h *workloadHandler) remove(obj any, at time.Time) {
 }
 
 // apply reports what changed since the workload's last known state: a new
-// workload (or one recreated under its name), its template, its replicas.
+// workload (or one recreated under its name), its pause or resume, its
+// template, its replicas. A pause or resume comes first: in one update
+// holding a template change too (a relist), it is what held or released
+// the new template.
 func (h *workloadHandler) apply(m *metav1.ObjectMeta, now workloadState, at time.Time, flags event.Flags) {
 	key := m.Namespace + "/" + m.Name
 	was, ok := h.known[key]
@@ -154,6 +162,13 @@ func (h *workloadHandler) apply(m *metav1.ObjectMeta, now workloadState, at time
 	if !ok || was.uid != now.uid {
 		h.w.emitWorkload(at, m.Namespace, wl, event.ChangeCreated, workloadState{}, now, flags)
 		return
+	}
+	if was.paused != now.paused {
+		reason := event.ChangeResumed
+		if now.paused {
+			reason = event.ChangePaused
+		}
+		h.w.emitWorkload(at, m.Namespace, wl, reason, was, now, flags)
 	}
 	if was.template != now.template {
 		h.w.emitWorkload(at, m.Namespace, wl, event.ChangeTemplate, was, now, flags)
