@@ -17,40 +17,143 @@ import (
 
 // Workload changes are what set pods ending and starting: a workload's pod
 // template changing begins a rollout, a change of its replicas scales it,
-// its deletion ends every pod it owns. A Deployment's pause holds its
-// rollout where it is and its resume lets it proceed, so both are recorded
-// too: a rollout that stalled for an hour was paused, not slow. The analysis starts a rollout at its
+// its deletion ends every pod it owns. The analysis starts a rollout at its
 // trigger rather than at the first pod that ended, so that the new pods
-// created before it (maxSurge) count as the rollout's. Deployments,
-// StatefulSets and DaemonSets are watched alike.
+// created before it (maxSurge) count as the rollout's. A Deployment's pause
+// holds its rollout where it is and its resume lets it proceed, so both are
+// recorded too: a rollout that stalled for an hour was paused, not slow.
+// And the end of a rollout (complete), so that a rollout still going can be
+// told from one done. Deployments, StatefulSets and DaemonSets are watched
+// alike.
 //
 // The cache keeps only what the comparison needs: the template is reduced
-// to a hash.
+// to a hash, the status to where it says the rollout is.
 
 // annTemplateHash holds, in the cached copy only, the hash of the pod
-// template the transform dropped.
-const annTemplateHash = "drainscope.io/template-hash"
+// template the transform dropped; annRollout the rolloutStatus of the
+// status it dropped.
+const (
+	annTemplateHash = "drainscope.io/template-hash"
+	annRollout      = "drainscope.io/rollout"
+)
 
 // stripWorkload keeps a workload's identity, generation, replicas, whether
-// it is paused and the hash of its pod template.
+// it is paused, the hash of its pod template and its rolloutStatus.
 func stripWorkload(obj any) (any, error) {
-	meta := func(m metav1.ObjectMeta, t *corev1.PodTemplateSpec) metav1.ObjectMeta {
+	meta := func(m metav1.ObjectMeta, t *corev1.PodTemplateSpec, r rolloutStatus) metav1.ObjectMeta {
 		return metav1.ObjectMeta{Name: m.Name, Namespace: m.Namespace, UID: m.UID, ResourceVersion: m.ResourceVersion,
-			Generation: m.Generation, Annotations: map[string]string{annTemplateHash: templateHash(t)}}
+			Generation: m.Generation, Annotations: map[string]string{annTemplateHash: templateHash(t), annRollout: r.String()}}
 	}
 	switch o := obj.(type) {
 	case *appsv1.Deployment:
-		out := &appsv1.Deployment{ObjectMeta: meta(o.ObjectMeta, &o.Spec.Template)}
+		out := &appsv1.Deployment{ObjectMeta: meta(o.ObjectMeta, &o.Spec.Template, deploymentRollout(o))}
 		out.Spec.Replicas, out.Spec.Paused = o.Spec.Replicas, o.Spec.Paused
 		return out, nil
 	case *appsv1.StatefulSet:
-		out := &appsv1.StatefulSet{ObjectMeta: meta(o.ObjectMeta, &o.Spec.Template)}
+		out := &appsv1.StatefulSet{ObjectMeta: meta(o.ObjectMeta, &o.Spec.Template, statefulSetRollout(o))}
 		out.Spec.Replicas = o.Spec.Replicas
 		return out, nil
 	case *appsv1.DaemonSet:
-		return &appsv1.DaemonSet{ObjectMeta: meta(o.ObjectMeta, &o.Spec.Template)}, nil
+		return &appsv1.DaemonSet{ObjectMeta: meta(o.ObjectMeta, &o.Spec.Template, daemonSetRollout(o))}, nil
 	}
 	return obj, nil
+}
+
+// rolloutStatus is where a workload's status says its rollout is.
+type rolloutStatus uint8
+
+const (
+	// rolloutUnseen: the controller has not yet observed the current
+	// spec (status.observedGeneration is behind metadata.generation).
+	// Every change of the spec passes through it, a pause or a scale as
+	// much as a new template, so on its own it is no rollout.
+	rolloutUnseen rolloutStatus = iota
+	// rolloutPending: observed, and the status shows pods left to update,
+	// make ready or remove.
+	rolloutPending
+	// rolloutDone: observed, and done as kubectl rollout status decides.
+	rolloutDone
+)
+
+var rolloutNames = [...]string{rolloutUnseen: "unseen", rolloutPending: "pending", rolloutDone: "done"}
+
+func (r rolloutStatus) String() string { return rolloutNames[r] }
+
+func parseRollout(s string) rolloutStatus {
+	for i, n := range rolloutNames {
+		if n == s {
+			return rolloutStatus(i)
+		}
+	}
+	return rolloutUnseen
+}
+
+// The tests below are kubectl rollout status's
+// (k8s.io/kubectl/pkg/polymorphichelpers, rollout_status.go): where kubectl
+// reports an error the rollout is pending, and where it refuses a strategy
+// other than RollingUpdate the same counts decide.
+
+// deploymentRollout: done once every replica runs the new template, no old
+// one is left and the new ones are available. A rollout past its progress
+// deadline is pending: it has not ended, it has failed to progress.
+func deploymentRollout(d *appsv1.Deployment) rolloutStatus {
+	st := &d.Status
+	if d.Generation > st.ObservedGeneration {
+		return rolloutUnseen
+	}
+	for _, c := range st.Conditions {
+		if c.Type == appsv1.DeploymentProgressing && c.Reason == deploymentTimedOut {
+			return rolloutPending
+		}
+	}
+	if d.Spec.Replicas != nil && st.UpdatedReplicas < *d.Spec.Replicas ||
+		st.Replicas > st.UpdatedReplicas || st.AvailableReplicas < st.UpdatedReplicas {
+		return rolloutPending
+	}
+	return rolloutDone
+}
+
+// deploymentTimedOut is the Progressing condition's reason once a rollout
+// exceeded its progressDeadlineSeconds (k8s.io/kubectl's
+// deploymentutil.TimedOutReason).
+const deploymentTimedOut = "ProgressDeadlineExceeded"
+
+// statefulSetRollout: done once every replica is ready and the pods from
+// the partition up run the new revision (a RollingUpdate strategy, which
+// the API gives a partition, 0 by default), or else once the current
+// revision is the update revision (OnDelete: the controller moves it when
+// every pod was recreated).
+func statefulSetRollout(s *appsv1.StatefulSet) rolloutStatus {
+	st := &s.Status
+	if st.ObservedGeneration == 0 || s.Generation > st.ObservedGeneration {
+		return rolloutUnseen
+	}
+	if s.Spec.Replicas != nil && st.ReadyReplicas < *s.Spec.Replicas {
+		return rolloutPending
+	}
+	done := st.UpdateRevision == st.CurrentRevision
+	if u := s.Spec.UpdateStrategy; u.Type == appsv1.RollingUpdateStatefulSetStrategyType && u.RollingUpdate != nil {
+		done = s.Spec.Replicas == nil || u.RollingUpdate.Partition == nil ||
+			st.UpdatedReplicas >= *s.Spec.Replicas-*u.RollingUpdate.Partition
+	}
+	if !done {
+		return rolloutPending
+	}
+	return rolloutDone
+}
+
+// daemonSetRollout: done once every node that should run a pod runs one of
+// the new template, available (with OnDelete, once each old pod was
+// deleted and replaced).
+func daemonSetRollout(d *appsv1.DaemonSet) rolloutStatus {
+	st := &d.Status
+	switch {
+	case d.Generation > st.ObservedGeneration:
+		return rolloutUnseen
+	case st.UpdatedNumberScheduled < st.DesiredNumberScheduled || st.NumberAvailable < st.DesiredNumberScheduled:
+		return rolloutPending
+	}
+	return rolloutDone
 }
 
 // templateHash is a hash of the pod template as the API serves it; equal
@@ -72,6 +175,13 @@ type workloadState struct {
 	replicas   int32
 	template   string
 	paused     bool // a Deployment's spec.paused; StatefulSets and DaemonSets have none
+	rollout    rolloutStatus
+	// progressing: since the status was last done, this watcher saw the
+	// template change or the status show pods left to roll, or it found
+	// the rollout not done at its initial list. The status turning done
+	// then ends a rollout; a spec change the controller merely had to
+	// observe (a pause, a change of the progress deadline) ends none.
+	progressing bool
 }
 
 // workloadOf reads a stripped workload; ok is false for another type.
@@ -96,7 +206,7 @@ func workloadOf(obj any) (m *metav1.ObjectMeta, kind string, st workloadState, o
 		r = 0
 	}
 	return m, kind, workloadState{uid: string(m.UID), generation: m.Generation, replicas: r, template: m.Annotations[annTemplateHash],
-		paused: paused}, true
+		paused: paused, rollout: parseRollout(m.Annotations[annRollout])}, true
 }
 
 // workloadHandler turns one kind's deltas into workload_changed events.
@@ -117,6 +227,7 @@ func (h *workloadHandler) replaceAll(objs []any, initial bool, at time.Time) {
 		key := m.Namespace + "/" + m.Name
 		seen[key] = true
 		if initial {
+			st.progressing = st.rollout != rolloutDone
 			h.known[key] = st
 			continue
 		}
@@ -151,18 +262,21 @@ func (h *workloadHandler) remove(obj any, at time.Time) {
 
 // apply reports what changed since the workload's last known state: a new
 // workload (or one recreated under its name), its pause or resume, its
-// template, its replicas. A pause or resume comes first: in one update
-// holding a template change too (a relist), it is what held or released
-// the new template.
+// template, its replicas, the end of its rollout. A pause or resume comes
+// first: in one update holding a template change too (a relist), it is
+// what held or released the new template. The end comes last, once per
+// rollout.
 func (h *workloadHandler) apply(m *metav1.ObjectMeta, now workloadState, at time.Time, flags event.Flags) {
 	key := m.Namespace + "/" + m.Name
 	was, ok := h.known[key]
-	h.known[key] = now
 	wl := event.Workload{Kind: h.kind, Name: m.Name}
 	if !ok || was.uid != now.uid {
+		now.progressing = now.rollout == rolloutPending
+		h.known[key] = now
 		h.w.emitWorkload(at, m.Namespace, wl, event.ChangeCreated, workloadState{}, now, flags)
 		return
 	}
+	now.progressing = was.progressing || now.rollout == rolloutPending || was.template != now.template
 	if was.paused != now.paused {
 		reason := event.ChangeResumed
 		if now.paused {
@@ -176,6 +290,11 @@ func (h *workloadHandler) apply(m *metav1.ObjectMeta, now workloadState, at time
 	if was.replicas != now.replicas {
 		h.w.emitWorkload(at, m.Namespace, wl, event.ChangeScale, was, now, flags)
 	}
+	if now.rollout == rolloutDone && now.progressing {
+		now.progressing = false
+		h.w.emitWorkload(at, m.Namespace, wl, event.ChangeComplete, was, now, flags)
+	}
+	h.known[key] = now
 }
 
 func (h *workloadHandler) gone(key string, at time.Time, flags event.Flags) {

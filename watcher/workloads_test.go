@@ -151,3 +151,174 @@ func TestWorkloadPauseBeforeTemplate(t *testing.T) {
 		}
 	}
 }
+
+// rolled returns d with its status as the controller would write it.
+func rolled(d *appsv1.Deployment, observed int64, replicas, updated, available int32) *appsv1.Deployment {
+	d = d.DeepCopy()
+	d.Status = appsv1.DeploymentStatus{ObservedGeneration: observed, Replicas: replicas,
+		UpdatedReplicas: updated, ReadyReplicas: available, AvailableReplicas: available}
+	return d
+}
+
+// TestWorkloadComplete: a rollout's end is recorded once, when the status
+// turns done after the rollout was seen going; a spec change the
+// controller only had to observe, and a workload done when the watch
+// began, record none.
+func TestWorkloadComplete(t *testing.T) {
+	r := newWorkloadRig(t, "Deployment")
+	r.list(deployment(1, "web:1", 3))
+	v2 := deployment(2, "web:2", 3)
+	steps := []struct {
+		what string
+		d    *appsv1.Deployment
+		want []string
+	}{
+		{"a status update of the idle Deployment", rolled(deployment(1, "web:1", 3), 1, 3, 3, 3), nil},
+		{"the new template", rolled(v2, 1, 3, 3, 3), []string{event.ChangeTemplate}},
+		{"the controller observes it", rolled(v2, 2, 3, 0, 3), nil},
+		{"a surge pod of the new template", rolled(v2, 2, 4, 1, 3), nil},
+		{"all new, one old pod left", rolled(v2, 2, 4, 3, 3), nil},
+		{"all new and available", rolled(v2, 2, 3, 3, 3), []string{event.ChangeComplete}},
+		{"the same status again", rolled(v2, 2, 3, 3, 3), nil},
+		{"scaled up", rolled(deployment(3, "web:2", 5), 2, 3, 3, 3), []string{event.ChangeScale}},
+		{"the scale observed", rolled(deployment(3, "web:2", 5), 3, 3, 3, 3), nil},
+		{"the new pods available", rolled(deployment(3, "web:2", 5), 3, 5, 5, 5), []string{event.ChangeComplete}},
+	}
+	for _, s := range steps {
+		if got := reasons(r.update(s.d)); !sameStrings(got, s.want) {
+			t.Errorf("%s: recorded %v, want %v", s.what, got, s.want)
+		}
+	}
+	// A workload mid-rollout when the watch began: its end is recorded,
+	// though not its beginning.
+	r = newWorkloadRig(t, "Deployment")
+	r.list(rolled(v2, 2, 4, 1, 3))
+	if got := reasons(r.update(rolled(v2, 2, 3, 3, 3))); !sameStrings(got, []string{event.ChangeComplete}) {
+		t.Errorf("a rollout in progress at the list ended: recorded %v, want [complete]", got)
+	}
+	// Paused with a new template: the rollout waits for the resume.
+	r = newWorkloadRig(t, "Deployment")
+	r.list(deployment(1, "web:1", 2))
+	p := deployment(2, "web:2", 2)
+	p.Spec.Paused = true
+	steps = []struct {
+		what string
+		d    *appsv1.Deployment
+		want []string
+	}{
+		{"paused with a new template", rolled(p, 1, 2, 2, 2), []string{event.ChangePaused, event.ChangeTemplate}},
+		{"observed: no pod of it yet", rolled(p, 2, 2, 0, 2), nil},
+		{"resumed", rolled(deployment(3, "web:2", 2), 2, 2, 0, 2), []string{event.ChangeResumed}},
+		{"rolled out", rolled(deployment(3, "web:2", 2), 3, 2, 2, 2), []string{event.ChangeComplete}},
+	}
+	for _, s := range steps {
+		if got := reasons(r.update(s.d)); !sameStrings(got, s.want) {
+			t.Errorf("%s: recorded %v, want %v", s.what, got, s.want)
+		}
+	}
+}
+
+// TestWorkloadCompleteOnRelist: a rollout begun and ended while the watch
+// was down shows as a template change and its end, both flagged relist.
+func TestWorkloadCompleteOnRelist(t *testing.T) {
+	r := newWorkloadRig(t, "Deployment")
+	r.list(deployment(1, "web:1", 2))
+	r.now = r.now.Add(time.Minute)
+	r.h.replaceAll([]any{r.strip(deployment(2, "web:2", 2))}, false, r.now)
+	evs := r.c.snapshot()
+	if !sameStrings(reasons(evs), []string{event.ChangeTemplate, event.ChangeComplete}) {
+		t.Fatalf("relist recorded %v, want [template complete]", reasons(evs))
+	}
+	for _, e := range evs {
+		if !e.Flags.Has(event.FlagRelist) {
+			t.Errorf("%s not flagged relist", e.Reason)
+		}
+	}
+}
+
+// TestRolloutStatus: the status tests are kubectl rollout status's.
+func TestRolloutStatus(t *testing.T) {
+	dep := func(mod func(*appsv1.Deployment)) *appsv1.Deployment {
+		d := rolled(deployment(2, "web:2", 3), 2, 3, 3, 3)
+		mod(d)
+		return d
+	}
+	for _, tc := range []struct {
+		name string
+		d    *appsv1.Deployment
+		want rolloutStatus
+	}{
+		{"done", dep(func(*appsv1.Deployment) {}), rolloutDone},
+		{"spec not observed", dep(func(d *appsv1.Deployment) { d.Status.ObservedGeneration = 1 }), rolloutUnseen},
+		{"replicas not all updated", dep(func(d *appsv1.Deployment) { d.Status.UpdatedReplicas = 2 }), rolloutPending},
+		{"an old replica left", dep(func(d *appsv1.Deployment) { d.Status.Replicas = 4 }), rolloutPending},
+		{"an updated replica unavailable", dep(func(d *appsv1.Deployment) { d.Status.AvailableReplicas = 2 }), rolloutPending},
+		{"past its progress deadline", dep(func(d *appsv1.Deployment) {
+			d.Status.Conditions = []appsv1.DeploymentCondition{{Type: appsv1.DeploymentProgressing, Status: corev1.ConditionFalse, Reason: "ProgressDeadlineExceeded"}}
+		}), rolloutPending},
+		{"more available than updated (old pods still up)", dep(func(d *appsv1.Deployment) { d.Status.AvailableReplicas = 5 }), rolloutDone},
+	} {
+		if got := deploymentRollout(tc.d); got != tc.want {
+			t.Errorf("Deployment %s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+
+	sts := func(mod func(*appsv1.StatefulSet)) *appsv1.StatefulSet {
+		s := &appsv1.StatefulSet{
+			ObjectMeta: metav1.ObjectMeta{Generation: 2},
+			Spec: appsv1.StatefulSetSpec{Replicas: ptr.To(int32(3)), UpdateStrategy: appsv1.StatefulSetUpdateStrategy{
+				Type: appsv1.RollingUpdateStatefulSetStrategyType, RollingUpdate: &appsv1.RollingUpdateStatefulSetStrategy{Partition: ptr.To(int32(0))}}},
+			Status: appsv1.StatefulSetStatus{ObservedGeneration: 2, Replicas: 3, ReadyReplicas: 3, UpdatedReplicas: 3,
+				CurrentRevision: "db-1", UpdateRevision: "db-2"},
+		}
+		mod(s)
+		return s
+	}
+	onDelete := func(s *appsv1.StatefulSet) {
+		s.Spec.UpdateStrategy = appsv1.StatefulSetUpdateStrategy{Type: appsv1.OnDeleteStatefulSetStrategyType}
+	}
+	for _, tc := range []struct {
+		name string
+		s    *appsv1.StatefulSet
+		want rolloutStatus
+	}{
+		// The controller moves currentRevision only after; kubectl does
+		// not wait for it with a partition.
+		{"rolling update done", sts(func(*appsv1.StatefulSet) {}), rolloutDone},
+		{"never observed", sts(func(s *appsv1.StatefulSet) { s.Status.ObservedGeneration = 0 }), rolloutUnseen},
+		{"spec not observed", sts(func(s *appsv1.StatefulSet) { s.Status.ObservedGeneration = 1 }), rolloutUnseen},
+		{"a replica not ready", sts(func(s *appsv1.StatefulSet) { s.Status.ReadyReplicas = 2 }), rolloutPending},
+		{"a replica not updated", sts(func(s *appsv1.StatefulSet) { s.Status.UpdatedReplicas = 2 }), rolloutPending},
+		{"partition 2: one updated is all", sts(func(s *appsv1.StatefulSet) {
+			s.Spec.UpdateStrategy.RollingUpdate.Partition = ptr.To(int32(2))
+			s.Status.UpdatedReplicas = 1
+		}), rolloutDone},
+		{"OnDelete, revisions apart", sts(onDelete), rolloutPending},
+		{"OnDelete, revisions equal", sts(func(s *appsv1.StatefulSet) { onDelete(s); s.Status.CurrentRevision = "db-2" }), rolloutDone},
+	} {
+		if got := statefulSetRollout(tc.s); got != tc.want {
+			t.Errorf("StatefulSet %s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+
+	ds := func(mod func(*appsv1.DaemonSetStatus)) *appsv1.DaemonSet {
+		d := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Generation: 2}, Status: appsv1.DaemonSetStatus{
+			ObservedGeneration: 2, DesiredNumberScheduled: 4, UpdatedNumberScheduled: 4, NumberAvailable: 4}}
+		mod(&d.Status)
+		return d
+	}
+	for _, tc := range []struct {
+		name string
+		d    *appsv1.DaemonSet
+		want rolloutStatus
+	}{
+		{"done", ds(func(*appsv1.DaemonSetStatus) {}), rolloutDone},
+		{"spec not observed", ds(func(s *appsv1.DaemonSetStatus) { s.ObservedGeneration = 1 }), rolloutUnseen},
+		{"a node's pod not updated", ds(func(s *appsv1.DaemonSetStatus) { s.UpdatedNumberScheduled = 3 }), rolloutPending},
+		{"a node's pod unavailable", ds(func(s *appsv1.DaemonSetStatus) { s.NumberAvailable = 3 }), rolloutPending},
+	} {
+		if got := daemonSetRollout(tc.d); got != tc.want {
+			t.Errorf("DaemonSet %s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
