@@ -38,7 +38,7 @@ import "fmt"
 //	service_changed        Service, Pod.Namespace only; Reason (created, updated, deleted, observed),
 //	                       Attrs[cluster_ips, service_ports, service_type]: what a client dialling the Service reached
 //	workload_changed       Workload, Pod.Namespace only; Reason (template, scale, created, deleted, paused, resumed,
-//	                       complete), Attrs[generation, replicas_from, replicas_to, workload_uid]: what set pods
+//	                       complete), Attrs[generation, replicas_from, replicas_to, workload_uid, rollback]: what set pods
 //	                       ending or starting, what held or released a rollout, and when one was done
 //	dataplane_endpoint_added    Node (whose proxy), Local (endpoint address and port), Service (ns/name), Pod.Namespace,
 //	                            Attrs[proxy, service_port, protocol, chain], Flags(Relist): the node's proxy began sending
@@ -207,6 +207,10 @@ const (
 	AttrServicePorts          = "service_ports" // service_changed: port/protocol, comma-separated
 	AttrServiceType           = "service_type"  // service_changed: ClusterIP, NodePort, LoadBalancer
 	AttrWorkloadUID           = "workload_uid"  // workload_changed: the workload's metadata.uid (an Event about it names it)
+	// AttrRollback is "true" on a workload_changed of Reason template whose
+	// new template is one the watcher saw the workload run before (one of
+	// its last 8): kubectl rollout undo, or a manifest reverted.
+	AttrRollback = "rollback"
 )
 
 // What changed a workload (Reason of workload_changed).

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/json"
 	"hash/fnv"
+	"slices"
 	"strconv"
 	"time"
 
@@ -173,8 +174,8 @@ type workloadState struct {
 	uid        string
 	generation int64
 	replicas   int32
-	template   string
-	paused     bool // a Deployment's spec.paused; StatefulSets and DaemonSets have none
+	template   uint64 // templateHash; 0 when it could not be taken
+	paused     bool   // a Deployment's spec.paused; StatefulSets and DaemonSets have none
 	rollout    rolloutStatus
 	// progressing: since the status was last done, this watcher saw the
 	// template change or the status show pods left to roll, or it found
@@ -182,6 +183,41 @@ type workloadState struct {
 	// then ends a rollout; a spec change the controller merely had to
 	// observe (a pause, a change of the progress deadline) ends none.
 	progressing bool
+	// earlier are the templates this watcher saw the workload run before
+	// the current one, the latest last, each once: a template change back
+	// to one of them is a rollback (kubectl rollout undo, or a revert).
+	earlier [rollbackDepth]uint64
+}
+
+// rollbackDepth is how many earlier templates of each workload are kept: a
+// rollback goes to the previous revision, rarely further back.
+const rollbackDepth = 8
+
+// sawBefore reports whether h is one of the earlier templates.
+func (s *workloadState) sawBefore(h uint64) bool {
+	return h != 0 && slices.Contains(s.earlier[:], h)
+}
+
+// remember adds h to the earlier templates as the latest, forgetting the
+// oldest when they are rollbackDepth.
+func (s *workloadState) remember(h uint64) {
+	if h == 0 {
+		return
+	}
+	var kept [rollbackDepth]uint64
+	n := 0
+	for _, x := range s.earlier {
+		if x != 0 && x != h {
+			kept[n] = x
+			n++
+		}
+	}
+	if n == rollbackDepth {
+		copy(kept[:], kept[1:])
+		n--
+	}
+	kept[n] = h
+	s.earlier = kept
 }
 
 // workloadOf reads a stripped workload; ok is false for another type.
@@ -205,7 +241,8 @@ func workloadOf(obj any) (m *metav1.ObjectMeta, kind string, st workloadState, o
 	if kind == "DaemonSet" {
 		r = 0
 	}
-	return m, kind, workloadState{uid: string(m.UID), generation: m.Generation, replicas: r, template: m.Annotations[annTemplateHash],
+	tmpl, _ := strconv.ParseUint(m.Annotations[annTemplateHash], 16, 64) // "" (no hash) reads as 0
+	return m, kind, workloadState{uid: string(m.UID), generation: m.Generation, replicas: r, template: tmpl,
 		paused: paused, rollout: parseRollout(m.Annotations[annRollout])}, true
 }
 
@@ -265,7 +302,8 @@ func (h *workloadHandler) remove(obj any, at time.Time) {
 // template, its replicas, the end of its rollout. A pause or resume comes
 // first: in one update holding a template change too (a relist), it is
 // what held or released the new template. The end comes last, once per
-// rollout.
+// rollout. A template change back to an earlier template is marked a
+// rollback.
 func (h *workloadHandler) apply(m *metav1.ObjectMeta, now workloadState, at time.Time, flags event.Flags) {
 	key := m.Namespace + "/" + m.Name
 	was, ok := h.known[key]
@@ -273,26 +311,29 @@ func (h *workloadHandler) apply(m *metav1.ObjectMeta, now workloadState, at time
 	if !ok || was.uid != now.uid {
 		now.progressing = now.rollout == rolloutPending
 		h.known[key] = now
-		h.w.emitWorkload(at, m.Namespace, wl, event.ChangeCreated, workloadState{}, now, flags)
+		h.w.emitWorkload(at, m.Namespace, wl, change{reason: event.ChangeCreated}, workloadState{}, now, flags)
 		return
 	}
 	now.progressing = was.progressing || now.rollout == rolloutPending || was.template != now.template
+	now.earlier = was.earlier
 	if was.paused != now.paused {
 		reason := event.ChangeResumed
 		if now.paused {
 			reason = event.ChangePaused
 		}
-		h.w.emitWorkload(at, m.Namespace, wl, reason, was, now, flags)
+		h.w.emitWorkload(at, m.Namespace, wl, change{reason: reason}, was, now, flags)
 	}
 	if was.template != now.template {
-		h.w.emitWorkload(at, m.Namespace, wl, event.ChangeTemplate, was, now, flags)
+		c := change{reason: event.ChangeTemplate, rollback: was.sawBefore(now.template)}
+		now.remember(was.template)
+		h.w.emitWorkload(at, m.Namespace, wl, c, was, now, flags)
 	}
 	if was.replicas != now.replicas {
-		h.w.emitWorkload(at, m.Namespace, wl, event.ChangeScale, was, now, flags)
+		h.w.emitWorkload(at, m.Namespace, wl, change{reason: event.ChangeScale}, was, now, flags)
 	}
 	if now.rollout == rolloutDone && now.progressing {
 		now.progressing = false
-		h.w.emitWorkload(at, m.Namespace, wl, event.ChangeComplete, was, now, flags)
+		h.w.emitWorkload(at, m.Namespace, wl, change{reason: event.ChangeComplete}, was, now, flags)
 	}
 	h.known[key] = now
 }
@@ -304,15 +345,25 @@ func (h *workloadHandler) gone(key string, at time.Time, flags event.Flags) {
 	}
 	delete(h.known, key)
 	ns, name, _ := cache.SplitMetaNamespaceKey(key)
-	h.w.emitWorkload(at, ns, event.Workload{Kind: h.kind, Name: name}, event.ChangeDeleted, was, workloadState{}, flags)
+	h.w.emitWorkload(at, ns, event.Workload{Kind: h.kind, Name: name}, change{reason: event.ChangeDeleted}, was, workloadState{}, flags)
+}
+
+// change is one workload change to record.
+type change struct {
+	reason   string // event.Change*
+	rollback bool   // a template change back to an earlier template
 }
 
 // emitWorkload builds a workload_changed event. Like the endpoint events it
 // is cluster-wide, recorded by whoever records EndpointSlices.
-func (w *Watcher) emitWorkload(at time.Time, ns string, wl event.Workload, reason string, was, now workloadState, flags event.Flags) {
+func (w *Watcher) emitWorkload(at time.Time, ns string, wl event.Workload, c change, was, now workloadState, flags event.Flags) {
+	reason := c.reason
 	e := event.Event{
 		Kind: event.WorkloadChanged, Pod: event.PodRef{Namespace: ns}, Workload: wl,
 		Reason: reason, Flags: flags, Attrs: map[string]string{},
+	}
+	if c.rollback {
+		e.Attrs[event.AttrRollback] = "true"
 	}
 	if uid := cmp.Or(now.uid, was.uid); uid != "" {
 		e.Attrs[event.AttrWorkloadUID] = uid

@@ -1,6 +1,7 @@
 package watcher
 
 import (
+	"strconv"
 	"testing"
 	"time"
 
@@ -320,5 +321,60 @@ func TestRolloutStatus(t *testing.T) {
 		if got := daemonSetRollout(tc.d); got != tc.want {
 			t.Errorf("DaemonSet %s: %v, want %v", tc.name, got, tc.want)
 		}
+	}
+}
+
+// TestWorkloadRollback: a template change back to a template the workload
+// ran before is marked a rollback, as far back as 8 templates.
+func TestWorkloadRollback(t *testing.T) {
+	r := newWorkloadRig(t, "Deployment")
+	r.list(deployment(1, "web:0", 2))
+	gen := int64(1)
+	to := func(image string) event.Event {
+		t.Helper()
+		gen++
+		evs := r.update(deployment(gen, image, 2))
+		if len(evs) != 2 || evs[0].Reason != event.ChangeTemplate || evs[1].Reason != event.ChangeComplete {
+			t.Fatalf("to %s: recorded %v, want [template complete]", image, reasons(evs))
+		}
+		return evs[0]
+	}
+	for _, step := range []struct {
+		image    string
+		rollback bool
+	}{
+		{"web:1", false},
+		{"web:0", true},  // kubectl rollout undo
+		{"web:1", true},  // and undone again
+		{"web:2", false}, // a new one
+		{"web:0", true},  // two back
+	} {
+		e := to(step.image)
+		if got := e.Attrs[event.AttrRollback] == "true"; got != step.rollback {
+			t.Errorf("to %s: rollback %q, want %v", step.image, e.Attrs[event.AttrRollback], step.rollback)
+		}
+		if _, ok := e.Attrs[event.AttrRollback]; ok && !step.rollback {
+			t.Errorf("to %s: rollback attribute %q on a new template", step.image, e.Attrs[event.AttrRollback])
+		}
+	}
+	// Nine more templates: web:2, ten templates back, is forgotten; web:4,
+	// among the last eight, is not.
+	for i := 3; i <= 11; i++ {
+		to("web:" + strconv.Itoa(i))
+	}
+	if e := to("web:2"); e.Attrs[event.AttrRollback] != "" {
+		t.Errorf("back to a template beyond the last 8: rollback %q, want none", e.Attrs[event.AttrRollback])
+	}
+	if e := to("web:4"); e.Attrs[event.AttrRollback] != "true" {
+		t.Errorf("back to one of the last 8 templates: rollback %q, want true", e.Attrs[event.AttrRollback])
+	}
+	// The history is the workload's: another one's templates are not it.
+	api := deployment(1, "web:1", 2)
+	api.Name, api.UID = "api", "uid-api"
+	r.update(api)
+	api = deployment(2, "web:3", 2)
+	api.Name, api.UID = "api", "uid-api"
+	if evs := r.update(api); len(evs) == 0 || evs[0].Attrs[event.AttrRollback] != "" {
+		t.Errorf("another workload's first template change: %+v", evs)
 	}
 }
