@@ -38,8 +38,9 @@ import "fmt"
 //	service_changed        Service, Pod.Namespace only; Reason (created, updated, deleted, observed),
 //	                       Attrs[cluster_ips, service_ports, service_type]: what a client dialling the Service reached
 //	workload_changed       Workload, Pod.Namespace only; Reason (template, scale, created, deleted, paused, resumed,
-//	                       complete), Attrs[generation, replicas_from, replicas_to, workload_uid, rollback]: what set pods
-//	                       ending or starting, what held or released a rollout, and when one was done
+//	                       complete), Attrs[generation, replicas_from, replicas_to, workload_uid, rollback,
+//	                       rollout_since]: what set pods ending or starting, what held or released a rollout, and
+//	                       when one was done
 //	dataplane_endpoint_added    Node (whose proxy), Local (endpoint address and port), Service (ns/name), Pod.Namespace,
 //	                            Attrs[proxy, service_port, protocol, chain], Flags(Relist): the node's proxy began sending
 //	                            the Service's new connections to the endpoint (the proxy's rules, as committed)
@@ -211,6 +212,13 @@ const (
 	// new template is one the watcher saw the workload run before (one of
 	// its last 8): kubectl rollout undo, or a manifest reverted.
 	AttrRollback = "rollback"
+	// AttrRolloutSince is on every workload_changed of a workload whose
+	// rollout is in progress: the time (UTC ns, decimal) of the template
+	// change that began it, the event's own on the one that does. A
+	// template change during a rollout keeps it; complete carries it
+	// last. Absent when no rollout is in progress, and when the watcher
+	// did not see the rollout begin (it started during one).
+	AttrRolloutSince = "rollout_since"
 )
 
 // What changed a workload (Reason of workload_changed).

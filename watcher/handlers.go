@@ -157,10 +157,18 @@ func (w *Watcher) emitEndpoint(at time.Time, k event.Kind, key epKey, st epState
 // emitShared delivers an event of the cluster-wide watches (EndpointSlices,
 // Services, workloads), or, on a standby in Leader mode, keeps it for a
 // takeover; an observed state goes only where observesShared.
-func (w *Watcher) emitShared(at time.Time, e *event.Event) {
+func (w *Watcher) emitShared(at time.Time, e *event.Event) { w.emitSharedStamped(at, e, nil) }
+
+// emitSharedStamped is emitShared calling stamped, when not nil, once e
+// has its time and before anyone sees it: for what an event says of its
+// own time.
+func (w *Watcher) emitSharedStamped(at time.Time, e *event.Event, stamped func(*event.Event)) {
 	w.emitMu.Lock()
 	defer w.emitMu.Unlock()
 	e.Time = w.stamp(at)
+	if stamped != nil {
+		stamped(e)
+	}
 	if w.opts.Tap != nil {
 		w.opts.Tap(e)
 	}

@@ -187,6 +187,13 @@ type workloadState struct {
 	// the current one, the latest last, each once: a template change back
 	// to one of them is a rollback (kubectl rollout undo, or a revert).
 	earlier [rollbackDepth]uint64
+	// since is the time of the template change that began the rollout in
+	// progress (its event's, UTC ns), 0 when none is or when its beginning
+	// was not seen; sinceUnknown says the latter: the rollout was in
+	// progress when the watch began, so a template change during it
+	// begins nothing new this watcher could date.
+	since        int64
+	sinceUnknown bool
 }
 
 // rollbackDepth is how many earlier templates of each workload are kept: a
@@ -265,6 +272,7 @@ func (h *workloadHandler) replaceAll(objs []any, initial bool, at time.Time) {
 		seen[key] = true
 		if initial {
 			st.progressing = st.rollout != rolloutDone
+			st.sinceUnknown = st.progressing
 			h.known[key] = st
 			continue
 		}
@@ -303,7 +311,9 @@ func (h *workloadHandler) remove(obj any, at time.Time) {
 // first: in one update holding a template change too (a relist), it is
 // what held or released the new template. The end comes last, once per
 // rollout. A template change back to an earlier template is marked a
-// rollback.
+// rollback. Each change made during a rollout carries when the rollout
+// began, as far as this watcher saw it begin: the template change that
+// began it, which a template change during it does not move.
 func (h *workloadHandler) apply(m *metav1.ObjectMeta, now workloadState, at time.Time, flags event.Flags) {
 	key := m.Namespace + "/" + m.Name
 	was, ok := h.known[key]
@@ -315,25 +325,32 @@ func (h *workloadHandler) apply(m *metav1.ObjectMeta, now workloadState, at time
 		return
 	}
 	now.progressing = was.progressing || now.rollout == rolloutPending || was.template != now.template
-	now.earlier = was.earlier
+	now.earlier, now.since, now.sinceUnknown = was.earlier, was.since, was.sinceUnknown
 	if was.paused != now.paused {
 		reason := event.ChangeResumed
 		if now.paused {
 			reason = event.ChangePaused
 		}
-		h.w.emitWorkload(at, m.Namespace, wl, change{reason: reason}, was, now, flags)
+		h.w.emitWorkload(at, m.Namespace, wl, change{reason: reason, since: now.since}, was, now, flags)
 	}
 	if was.template != now.template {
-		c := change{reason: event.ChangeTemplate, rollback: was.sawBefore(now.template)}
+		c := change{reason: event.ChangeTemplate, rollback: was.sawBefore(now.template), since: now.since}
 		now.remember(was.template)
-		h.w.emitWorkload(at, m.Namespace, wl, c, was, now, flags)
+		begins := now.since == 0 && !now.sinceUnknown
+		if begins {
+			c.since = sinceSelf
+		}
+		t := h.w.emitWorkload(at, m.Namespace, wl, c, was, now, flags)
+		if begins {
+			now.since = t
+		}
 	}
 	if was.replicas != now.replicas {
-		h.w.emitWorkload(at, m.Namespace, wl, change{reason: event.ChangeScale}, was, now, flags)
+		h.w.emitWorkload(at, m.Namespace, wl, change{reason: event.ChangeScale, since: now.since}, was, now, flags)
 	}
 	if now.rollout == rolloutDone && now.progressing {
-		now.progressing = false
-		h.w.emitWorkload(at, m.Namespace, wl, change{reason: event.ChangeComplete}, was, now, flags)
+		h.w.emitWorkload(at, m.Namespace, wl, change{reason: event.ChangeComplete, since: now.since}, was, now, flags)
+		now.progressing, now.since, now.sinceUnknown = false, 0, false
 	}
 	h.known[key] = now
 }
@@ -345,18 +362,26 @@ func (h *workloadHandler) gone(key string, at time.Time, flags event.Flags) {
 	}
 	delete(h.known, key)
 	ns, name, _ := cache.SplitMetaNamespaceKey(key)
-	h.w.emitWorkload(at, ns, event.Workload{Kind: h.kind, Name: name}, change{reason: event.ChangeDeleted}, was, workloadState{}, flags)
+	h.w.emitWorkload(at, ns, event.Workload{Kind: h.kind, Name: name}, change{reason: event.ChangeDeleted, since: was.since},
+		was, workloadState{}, flags)
 }
 
 // change is one workload change to record.
 type change struct {
 	reason   string // event.Change*
 	rollback bool   // a template change back to an earlier template
+	// since is the beginning of the rollout in progress (UTC ns), 0 when
+	// none is known, sinceSelf for the change that begins it.
+	since int64
 }
 
-// emitWorkload builds a workload_changed event. Like the endpoint events it
-// is cluster-wide, recorded by whoever records EndpointSlices.
-func (w *Watcher) emitWorkload(at time.Time, ns string, wl event.Workload, c change, was, now workloadState, flags event.Flags) {
+// sinceSelf, as change.since, is the time of the change's own event.
+const sinceSelf = -1
+
+// emitWorkload builds a workload_changed event and returns its time. Like
+// the endpoint events it is cluster-wide, recorded by whoever records
+// EndpointSlices.
+func (w *Watcher) emitWorkload(at time.Time, ns string, wl event.Workload, c change, was, now workloadState, flags event.Flags) int64 {
 	reason := c.reason
 	e := event.Event{
 		Kind: event.WorkloadChanged, Pod: event.PodRef{Namespace: ns}, Workload: wl,
@@ -380,5 +405,14 @@ func (w *Watcher) emitWorkload(at time.Time, ns string, wl event.Workload, c cha
 	case event.ChangeDeleted:
 		e.Attrs[event.AttrReplicasFrom] = strconv.Itoa(int(was.replicas))
 	}
-	w.emitShared(at, &e)
+	if c.since > 0 {
+		e.Attrs[event.AttrRolloutSince] = strconv.FormatInt(c.since, 10)
+	}
+	var stamped func(*event.Event)
+	if c.since == sinceSelf {
+		// The time is the event's own, known once stamped.
+		stamped = func(e *event.Event) { e.Attrs[event.AttrRolloutSince] = strconv.FormatInt(e.Time, 10) }
+	}
+	w.emitSharedStamped(at, &e, stamped)
+	return e.Time
 }

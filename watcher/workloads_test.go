@@ -378,3 +378,90 @@ func TestWorkloadRollback(t *testing.T) {
 		t.Errorf("another workload's first template change: %+v", evs)
 	}
 }
+
+// TestWorkloadRolloutSince: every change during a rollout carries the
+// time of the template change that began it, as this watcher saw it.
+func TestWorkloadRolloutSince(t *testing.T) {
+	r := newWorkloadRig(t, "Deployment")
+	r.list(deployment(1, "web:1", 3))
+	since := func(e event.Event) string { return e.Attrs[event.AttrRolloutSince] }
+	one := func(what string, d *appsv1.Deployment, reason string) event.Event {
+		t.Helper()
+		evs := r.update(d)
+		if len(evs) != 1 || evs[0].Reason != reason {
+			t.Fatalf("%s: recorded %v, want [%s]", what, reasons(evs), reason)
+		}
+		return evs[0]
+	}
+	if e := one("a scale of the idle Deployment", rolled(deployment(2, "web:1", 4), 1, 3, 3, 3), event.ChangeScale); since(e) != "" {
+		t.Errorf("a scale with no rollout in progress: rollout_since %q", since(e))
+	}
+	// The scale is still rolling (a new pod not yet available) when the
+	// template changes: a scale begins no rollout, so the template does.
+	if evs := r.update(rolled(deployment(2, "web:1", 4), 2, 4, 4, 3)); len(evs) != 0 {
+		t.Fatalf("the scale observed: recorded %v", reasons(evs))
+	}
+	begin := one("a new template", rolled(deployment(3, "web:2", 4), 2, 4, 4, 3), event.ChangeTemplate)
+	if want := strconv.FormatInt(begin.Time, 10); since(begin) != want {
+		t.Fatalf("the template change that begins the rollout: rollout_since %q, want its own time %s", since(begin), want)
+	}
+	want := since(begin)
+	r.update(rolled(deployment(3, "web:2", 4), 3, 5, 1, 4))
+	for _, s := range []struct {
+		what   string
+		d      *appsv1.Deployment
+		reason string
+	}{
+		{"scaled during the rollout", rolled(deployment(4, "web:2", 5), 3, 5, 1, 4), event.ChangeScale},
+		{"paused", func() *appsv1.Deployment {
+			d := rolled(deployment(5, "web:2", 5), 4, 6, 1, 5)
+			d.Spec.Paused = true
+			return d
+		}(), event.ChangePaused},
+		{"another template while paused", func() *appsv1.Deployment {
+			d := rolled(deployment(6, "web:3", 5), 5, 6, 1, 5)
+			d.Spec.Paused = true
+			return d
+		}(), event.ChangeTemplate},
+		{"resumed", rolled(deployment(7, "web:3", 5), 6, 6, 0, 5), event.ChangeResumed},
+		{"done", rolled(deployment(7, "web:3", 5), 7, 5, 5, 5), event.ChangeComplete},
+	} {
+		if e := one(s.what, s.d, s.reason); since(e) != want {
+			t.Errorf("%s: rollout_since %q, want %s (the first template change's)", s.what, since(e), want)
+		}
+	}
+	if e := one("a scale after the rollout", rolled(deployment(8, "web:3", 2), 7, 5, 5, 5), event.ChangeScale); since(e) != "" {
+		t.Errorf("a scale after the rollout ended: rollout_since %q", since(e))
+	}
+	r.update(rolled(deployment(8, "web:3", 2), 8, 2, 2, 2))
+	next := one("the next template", rolled(deployment(9, "web:4", 2), 8, 2, 2, 2), event.ChangeTemplate)
+	if since(next) != strconv.FormatInt(next.Time, 10) {
+		t.Errorf("the next rollout's template change: rollout_since %q, want its own time %d", since(next), next.Time)
+	}
+	r.now = r.now.Add(time.Second)
+	r.h.remove(r.strip(deployment(9, "web:4", 2)), r.now)
+	if evs := r.c.snapshot(); evs[len(evs)-1].Reason != event.ChangeDeleted || since(evs[len(evs)-1]) != since(next) {
+		t.Errorf("deleted during the rollout: %s rollout_since %q, want %s", evs[len(evs)-1].Reason, since(evs[len(evs)-1]), since(next))
+	}
+
+	// Started during a rollout: when it began is not known, and a
+	// template change during it does not make it known.
+	r = newWorkloadRig(t, "Deployment")
+	r.list(rolled(deployment(2, "web:2", 3), 2, 4, 1, 3))
+	for _, s := range []struct {
+		what   string
+		d      *appsv1.Deployment
+		reason string
+	}{
+		{"scaled", rolled(deployment(3, "web:2", 4), 2, 4, 1, 3), event.ChangeScale},
+		{"a new template", rolled(deployment(4, "web:3", 4), 3, 4, 1, 3), event.ChangeTemplate},
+		{"done", rolled(deployment(4, "web:3", 4), 4, 4, 4, 4), event.ChangeComplete},
+	} {
+		if e := one(s.what, s.d, s.reason); since(e) != "" {
+			t.Errorf("%s, in a rollout begun before the watch: rollout_since %q, want none", s.what, since(e))
+		}
+	}
+	if e := one("the next template", rolled(deployment(5, "web:4", 4), 4, 4, 4, 4), event.ChangeTemplate); since(e) != strconv.FormatInt(e.Time, 10) {
+		t.Errorf("the first rollout begun while watching: rollout_since %q, want %d", since(e), e.Time)
+	}
+}
