@@ -8,6 +8,7 @@ package watcher
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -15,6 +16,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -776,8 +778,9 @@ func TestIntegrationDeploymentWorkload(t *testing.T) {
 	}
 
 	// The Deployment's own changes are the triggers of its pods' ends: a
-	// new template, a change of replicas, its deletion. The controllers'
-	// status updates in between are none of these.
+	// new template, a change of replicas, its deletion; beside them what a
+	// user did to its rollout (pause, resume, undo) and the rollouts'
+	// ends. The controllers' status updates in between are none of these.
 	deps := cp.Client().AppsV1().Deployments(ns)
 	changes := func(evs []event.Event) []event.Event { return ofKind(evs, event.WorkloadChanged, nil) }
 	waitChanges := func(n int, what string) []event.Event { t.Helper(); return c.waitKind(t, n, what, changes) }
@@ -788,20 +791,59 @@ func TestIntegrationDeploymentWorkload(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The kubelet's part for the Deployment's pods: each one running and
+	// ready, until the rollout is done (the ReplicaSet controller then
+	// counts them available, the Deployment controller moves on).
+	rollOut := func(n int, what string) {
+		t.Helper()
+		completes := func(evs []event.Event) bool {
+			return len(ofKind(evs, event.WorkloadChanged, func(e *event.Event) bool { return e.Reason == event.ChangeComplete })) >= n
+		}
+		deadline := time.Now().Add(time.Minute)
+		for !completes(c.snapshot()) {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s:\n%s", what, describe(changes(c.snapshot())))
+			}
+			readyPods(t, ctx, cp.Client(), ns, "app=shop")
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	rollOut(1, "the first rollout's end")
 	patch(`{"spec":{"template":{"spec":{"containers":[{"name":"app","image":"drainscope.invalid/shop:2"}]}}}}`)
-	waitChanges(2, "the template change")
+	waitChanges(3, "the template change")
+	patch(`{"spec":{"paused":true}}`)
+	waitChanges(4, "the pause")
+	patch(`{"spec":{"paused":false}}`)
+	waitChanges(5, "the resume")
+	rollOut(2, "the second rollout's end")
+	undo(t, ctx, cp.Client(), ns, "shop", "1")
+	waitChanges(7, "the rollback")
+	rollOut(3, "the rollback's end")
 	patch(`{"spec":{"replicas":3}}`)
-	waitChanges(3, "the change of replicas")
+	waitChanges(9, "the change of replicas")
 	if err := deps.Delete(ctx, "shop", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitChanges(4, "the deletion")
+	waitChanges(10, "the deletion")
 	// Let the controllers' status updates arrive: they must add nothing.
 	time.Sleep(500 * time.Millisecond)
 	got := changes(c.snapshot())
 	want := []struct {
 		reason, from, to string
-	}{{event.ChangeCreated, "", "1"}, {event.ChangeTemplate, "", ""}, {event.ChangeScale, "1", "3"}, {event.ChangeDeleted, "3", ""}}
+		rollback         bool
+		since            int // the index of the change whose time rollout_since holds, -1 for none
+	}{
+		{event.ChangeCreated, "", "1", false, -1},
+		{event.ChangeComplete, "", "", false, -1}, // the creation's pods: no template change began them
+		{event.ChangeTemplate, "", "", false, 2},
+		{event.ChangePaused, "", "", false, 2},
+		{event.ChangeResumed, "", "", false, 2},
+		{event.ChangeComplete, "", "", false, 2},
+		{event.ChangeTemplate, "", "", true, 6}, // kubectl rollout undo
+		{event.ChangeComplete, "", "", false, 6},
+		{event.ChangeScale, "1", "3", false, -1},  // the new pods never become ready: still scaling when deleted
+		{event.ChangeDeleted, "3", "", false, -1}, // and a scale begins no rollout
+	}
 	if len(got) != len(want) {
 		t.Fatalf("%d workload changes, want %d:\n%s", len(got), len(want), describe(got))
 	}
@@ -812,12 +854,24 @@ func TestIntegrationDeploymentWorkload(t *testing.T) {
 			t.Errorf("change %d: %s %s/%v from %q to %q on %s; want %s from %q to %q", i, e.Reason, e.Pod.Namespace, e.Workload,
 				e.Attrs[event.AttrReplicasFrom], e.Attrs[event.AttrReplicasTo], e.Node, w.reason, w.from, w.to)
 		}
+		if rb := e.Attrs[event.AttrRollback] == "true"; rb != w.rollback {
+			t.Errorf("change %d (%s): rollback %q, want %v", i, e.Reason, e.Attrs[event.AttrRollback], w.rollback)
+		}
+		since := ""
+		if w.since >= 0 {
+			since = strconv.FormatInt(got[w.since].Time, 10)
+		}
+		if s := e.Attrs[event.AttrRolloutSince]; s != since {
+			t.Errorf("change %d (%s): rollout_since %q, want %q", i, e.Reason, s, since)
+		}
 		if i > 0 && e.Time <= got[i-1].Time {
 			t.Errorf("change %d at %d, not after %d", i, e.Time, got[i-1].Time)
 		}
 	}
-	if g := got[1].Attrs[event.AttrGeneration]; g != "2" {
-		t.Errorf("template change: generation %q, want 2", g)
+	for i, g := range map[int]string{2: "2", 3: "3", 4: "4", 6: "5"} {
+		if e := got[i]; e.Attrs[event.AttrGeneration] != g {
+			t.Errorf("change %d (%s): generation %q, want %s", i, e.Reason, e.Attrs[event.AttrGeneration], g)
+		}
 	}
 	// An Event about the workload must name its UID, or kubectl describe
 	// does not show it; the deletion still knows the UID it had.
@@ -825,6 +879,85 @@ func TestIntegrationDeploymentWorkload(t *testing.T) {
 		if uid := e.Attrs[event.AttrWorkloadUID]; uid == "" || uid != got[0].Attrs[event.AttrWorkloadUID] {
 			t.Errorf("change %d (%s): workload uid %q, want the Deployment's, the same in every change", i, e.Reason, uid)
 		}
+	}
+}
+
+// readyPods plays the kubelet for the pods the selector picks: each one
+// not being deleted and not yet ready is reported running and ready.
+func readyPods(t *testing.T, ctx context.Context, cs kubernetes.Interface, ns, selector string) {
+	t.Helper()
+	l, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		t.Fatalf("listing pods %s: %v", selector, err)
+	}
+	for i := range l.Items {
+		p := &l.Items[i]
+		if ready, _ := podReady(p); ready || p.DeletionTimestamp != nil {
+			continue
+		}
+		now := metav1.Now()
+		p.Status.Phase = corev1.PodRunning
+		p.Status.Conditions = []corev1.PodCondition{
+			{Type: corev1.ContainersReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
+			{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
+		}
+		// A conflict (the controller wrote meanwhile) or a pod gone is
+		// taken up at the next round.
+		if _, err := cs.CoreV1().Pods(ns).UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
+			t.Logf("setting pod %s ready: %v", p.Name, err)
+		}
+	}
+}
+
+// undo does what kubectl rollout undo --to-revision does: it puts the
+// template of the revision's ReplicaSet, less the pod-template-hash label
+// the controller added, back into the Deployment, with the ReplicaSet's
+// annotations (k8s.io/kubectl's DeploymentRollbacker).
+func undo(t *testing.T, ctx context.Context, cs kubernetes.Interface, ns, name, revision string) {
+	t.Helper()
+	const revAnn = "deployment.kubernetes.io/revision"
+	d, err := cs.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := cs.AppsV1().ReplicaSets(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rs *appsv1.ReplicaSet
+	for i := range l.Items {
+		if o := metav1.GetControllerOf(&l.Items[i]); o != nil && o.UID == d.UID && l.Items[i].Annotations[revAnn] == revision {
+			rs = &l.Items[i]
+		}
+	}
+	if rs == nil {
+		t.Fatalf("no ReplicaSet of %s at revision %s", name, revision)
+	}
+	tmpl := rs.Spec.Template.DeepCopy()
+	delete(tmpl.Labels, appsv1.DefaultDeploymentUniqueLabelKey)
+	ann := map[string]string{}
+	skip := map[string]bool{corev1.LastAppliedConfigAnnotation: true, revAnn: true,
+		"deployment.kubernetes.io/revision-history": true, "deployment.kubernetes.io/desired-replicas": true,
+		"deployment.kubernetes.io/max-replicas": true, appsv1.DeprecatedRollbackTo: true}
+	for k := range skip {
+		if v, ok := d.Annotations[k]; ok {
+			ann[k] = v
+		}
+	}
+	for k, v := range rs.Annotations {
+		if !skip[k] {
+			ann[k] = v
+		}
+	}
+	body, err := json.Marshal([]any{
+		map[string]any{"op": "replace", "path": "/spec/template", "value": tmpl},
+		map[string]any{"op": "replace", "path": "/metadata/annotations", "value": ann},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.AppsV1().Deployments(ns).Patch(ctx, name, types.JSONPatchType, body, metav1.PatchOptions{}); err != nil {
+		t.Fatalf("rolling %s back to revision %s: %v", name, revision, err)
 	}
 }
 
