@@ -1,7 +1,9 @@
 package watcher
 
 import (
+	"hash/fnv"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -52,8 +54,9 @@ type podState struct {
 	// the pod is being deleted): both for re-observations.
 	readySince int64
 	del        *deletionInfo
-	// terminations recorded per container, so each is reported once.
-	terminated map[string][]string
+	// terminations recorded per container, so each is reported once:
+	// the terminationKey of its last few.
+	terminated map[string][]uint64
 	containers map[string]string // container ID → name
 	// running is each container's running instance, by container name.
 	running map[string]containerRun
@@ -146,7 +149,7 @@ func (t *podTracker) apply(p *corev1.Pod, flags event.Flags, silent bool) {
 	}
 	isNew := st == nil
 	if isNew {
-		st = &podState{terminated: map[string][]string{}, containers: map[string]string{}, running: map[string]containerRun{}}
+		st = &podState{terminated: map[string][]uint64{}, containers: map[string]string{}, running: map[string]containerRun{}}
 	}
 	st.rv = p.ResourceVersion
 	ref := event.PodRef{Namespace: p.Namespace, Name: p.Name, UID: uid}
@@ -287,12 +290,10 @@ func (t *podTracker) terminated(st *podState, name string, term *corev1.Containe
 	if term == nil {
 		return
 	}
-	id := term.ContainerID + "|" + rfc3339(term.StartedAt) + "|" + rfc3339(term.FinishedAt) + "|" + strconv.Itoa(int(term.ExitCode))
+	id := terminationKey(term)
 	seen := st.terminated[name]
-	for _, s := range seen {
-		if s == id {
-			return
-		}
+	if slices.Contains(seen, id) {
+		return
 	}
 	if len(seen) >= 4 {
 		seen = seen[1:]
@@ -323,6 +324,17 @@ func (t *podTracker) terminated(st *podState, name string, term *corev1.Containe
 			e.Attrs[AttrRestartCount] = strconv.Itoa(int(restarts))
 		}
 	}, flags)
+}
+
+// terminationKey tells one termination from another: a hash of the
+// instance's ID, its start, end and exit code. A container's last
+// termination stays in the pod's status for the pod's life (a completed
+// init container's, a finished pod's), so the key is 8 bytes, not the
+// 120 of the fields written out.
+func terminationKey(term *corev1.ContainerStateTerminated) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(term.ContainerID + "|" + rfc3339(term.StartedAt) + "|" + rfc3339(term.FinishedAt) + "|" + strconv.Itoa(int(term.ExitCode))))
+	return h.Sum64()
 }
 
 // deletionOf is what p's deletion says; nil for nil.
