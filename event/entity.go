@@ -10,7 +10,7 @@ import "strings"
 //	entity                        key                              kinds
 //	an endpoint of a Service      namespace, Service, Local address endpoint_*
 //	a pod's readiness             Pod.UID                          pod_ready, pod_not_ready
-//	a pod's lifecycle             Pod.UID                          pod_created, pod_deletion
+//	a pod's lifecycle             Pod.UID                          pod_created, pod_deletion, pod_finished
 //	a container                   Pod.UID, Pod.Container           container_started, container_terminated
 //	a Service                     namespace, Service               service_changed
 //	a workload                    namespace, Workload kind, name   workload_changed
@@ -32,7 +32,7 @@ func (e *Event) Entity() string {
 		return entityKey("endpoint", ns, svc, e.Local.Addr().String())
 	case e.Kind == PodReady || e.Kind == PodNotReady:
 		return podEntity("pod_ready", ns, e.Pod.UID)
-	case e.Kind == PodCreated || e.Kind == PodDeletion:
+	case e.Kind == PodCreated || e.Kind == PodDeletion || e.Kind == PodFinished:
 		return podEntity("pod_life", ns, e.Pod.UID)
 	case e.Kind == ContainerStarted || e.Kind == ContainerTerminated:
 		if e.Pod.UID == "" || e.Pod.Container == "" {
@@ -85,7 +85,7 @@ func (k Kind) IsState() bool {
 		return true
 	}
 	switch k {
-	case PodReady, PodNotReady, PodCreated, PodDeletion, ContainerStarted, ContainerTerminated,
+	case PodReady, PodNotReady, PodCreated, PodDeletion, PodFinished, ContainerStarted, ContainerTerminated,
 		ServiceChanged, WorkloadChanged:
 		return true
 	}

@@ -18,6 +18,7 @@ func TestEntity(t *testing.T) {
 		{ep(EndpointReady, "web", "10.0.0.1:80"), ep(EndpointRemoved, "web", "10.0.0.1:8080")},
 		{pod(PodReady, "u1", ""), pod(PodNotReady, "u1", "")},
 		{pod(PodCreated, "u1", ""), pod(PodDeletion, "u1", "")},
+		{pod(PodCreated, "u1", ""), pod(PodFinished, "u1", "")},
 		{pod(ContainerStarted, "u1", "app"), pod(ContainerTerminated, "u1", "app")},
 	}
 	for _, p := range same {

@@ -9,6 +9,9 @@ import "fmt"
 //	kind                   fields
 //	pod_created            Attrs[creation_timestamp]
 //	pod_deletion           Duration (grace period), Attrs[deletion_timestamp, disruption]
+//	pod_finished           Reason (status.reason: Evicted, Shutdown, Terminated, NodeAffinity …; else the phase),
+//	                       Attrs[phase, message, disruption]: the pod's phase turned Failed or Succeeded with no deletion
+//	                       requested: a kubelet's node-pressure eviction, a node's shutdown, a pod run to completion
 //	pod_ready              Local (pod IP, port 0)
 //	pod_not_ready          Local
 //	container_started      Pod.Container, Attrs[container_id, started_at, restart_count]: the kubelet's status shows
@@ -50,8 +53,9 @@ import "fmt"
 // list, at a relist and every --observe-interval (10 minutes by default), as
 // one event per entity flagged FlagObserved, of the kind naming that state:
 // every endpoint (endpoint_ready, endpoint_terminating or
-// endpoint_not_ready), every pod (pod_ready or pod_not_ready, and
-// pod_deletion when it is being deleted), every running container
+// endpoint_not_ready), every pod (pod_ready or pod_not_ready, pod_finished
+// when it has ended without a deletion, and pod_deletion when it is being
+// deleted), every running container
 // (container_started) and every Service (service_changed, Reason observed).
 // Such an event says "was so at Time", not "became so at Time".
 //
@@ -67,6 +71,7 @@ const (
 	PodNotReady         Kind = "pod_not_ready"
 	ContainerTerminated Kind = "container_terminated"
 	ContainerStarted    Kind = "container_started"
+	PodFinished         Kind = "pod_finished"
 
 	EndpointAdded       Kind = "endpoint_added"
 	EndpointReady       Kind = "endpoint_ready"
@@ -93,18 +98,17 @@ const (
 
 	DataplaneEndpointAdded   Kind = "dataplane_endpoint_added"
 	DataplaneEndpointRemoved Kind = "dataplane_endpoint_removed"
-
-	PodFinished Kind = "pod_finished"
 )
 
-// Kinds lists every kind, in the order above.
+// Kinds lists every kind, each new one at the end.
 var Kinds = []Kind{
 	PodCreated, PodDeletion, PodReady, PodNotReady, ContainerTerminated, ContainerStarted,
 	EndpointAdded, EndpointReady, EndpointNotReady, EndpointServing, EndpointNotServing,
 	EndpointTerminating, EndpointRemoved,
 	Signal, ProcessExit, ListenerClosed, ConnClosed, RSTSent, RSTReceived, ConnRefused,
 	ClientFailure, WorkloadChanged, ServiceChanged, KernelCapabilities,
-	DataplaneEndpointAdded, DataplaneEndpointRemoved, PodFinished,
+	DataplaneEndpointAdded, DataplaneEndpointRemoved,
+	PodFinished,
 }
 
 // Attributes of kernel_capabilities.
@@ -204,7 +208,9 @@ const (
 	AttrReplicasTo            = "replicas_to"   // workload_changed: spec.replicas after
 	AttrClusterIPs            = "cluster_ips"   // service_changed: the ClusterIPs, comma-separated
 	AttrContainerID           = "container_id"  // container_started, container_terminated, kernel events: the runtime's container ID, without its runtime:// prefix
-	AttrDisruption            = "disruption"    // pod_deletion: the reason of the pod's DisruptionTarget condition (EvictionByEvictionAPI, PreemptionByScheduler …)
+	AttrDisruption            = "disruption"    // pod_deletion, pod_finished: the reason of the pod's DisruptionTarget condition (EvictionByEvictionAPI, PreemptionByScheduler, TerminationByKubelet …)
+	AttrPhase                 = "phase"         // pod_finished: status.phase, Failed or Succeeded
+	AttrMessage               = "message"       // pod_finished: status.message; container_terminated: the runtime's message
 	AttrServicePorts          = "service_ports" // service_changed: port/protocol, comma-separated
 	AttrServiceType           = "service_type"  // service_changed: ClusterIP, NodePort, LoadBalancer
 	AttrWorkloadUID           = "workload_uid"  // workload_changed: the workload's metadata.uid (an Event about it names it)

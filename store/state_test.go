@@ -279,3 +279,38 @@ func TestSortByTimeThenID(t *testing.T) {
 		}
 	}
 }
+
+// TestContractPodFinished: a pod that ended with no deletion (the
+// kubelet's node-pressure eviction) is stored, read back whole by its
+// kind, and is its pod's lifecycle state from then on.
+func TestContractPodFinished(t *testing.T) {
+	created := podEv(event.PodCreated, -time.Hour, "a", "u1", "")
+	finished := stateEv(event.PodFinished, 5*time.Minute, "a", func(e *event.Event) {
+		e.Pod.Name, e.Pod.UID, e.Reason = "pod-u1", "u1", "Evicted"
+		e.Attrs = map[string]string{event.AttrPhase: "Failed", event.AttrDisruption: "TerminationByKubelet",
+			event.AttrMessage: "The node was low on resource: memory."}
+	})
+	forEach(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		s, _ := b.open(t)
+		if err := s.Append(ctx, []event.Event{created, finished}); err != nil {
+			t.Fatal(err)
+		}
+		got, err := Events(ctx, s, Query{Kinds: []event.Kind{event.PodFinished}})
+		if err != nil || len(got) != 1 || !reflect.DeepEqual(got[0], finished) {
+			t.Fatalf("pod_finished read back as %+v, %v; want %+v", got, err, finished)
+		}
+		for _, c := range []struct {
+			at   time.Duration
+			want event.Event
+		}{{0, created}, {10 * time.Minute, finished}} {
+			st, err := s.StateAt(ctx, day0.Add(c.at).UnixNano(), "a")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(st) != 1 || st[0].ID != c.want.ID {
+				t.Errorf("state at %v: %v, want %s", c.at, kinds(st), c.want.Kind)
+			}
+		}
+	})
+}

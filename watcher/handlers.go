@@ -225,6 +225,8 @@ func stripPod(obj any) (any, error) {
 		Spec: corev1.PodSpec{NodeName: p.Spec.NodeName},
 		Status: corev1.PodStatus{
 			Phase: p.Status.Phase, PodIP: p.Status.PodIP, PodIPs: p.Status.PodIPs,
+			// Why a pod ended with no deletion (Evicted, Shutdown …).
+			Reason: p.Status.Reason, Message: p.Status.Message,
 		},
 	}
 	for _, c := range p.Status.Conditions {

@@ -1201,6 +1201,54 @@ func TestIntegrationEviction(t *testing.T) {
 	}
 }
 
+// TestIntegrationNodePressureEviction: the kubelet's node-pressure
+// eviction leaves the pod object in place, failed, with no deletion: the
+// watcher records its end from the status the kubelet writes
+// (k8s.io/kubernetes pkg/kubelet/eviction), as the API serves it back.
+func TestIntegrationNodePressureEviction(t *testing.T) {
+	cp := controlPlane(t)
+	ns := "pressure"
+	k := setup(t, cp, ns)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	_, c := startWatcher(t, cp.Config(), ns)
+	p := k.start(ctx, "hungry", "web", "10.244.0.41")
+	const msg = "The node was low on resource: memory. Threshold quantity: 100Mi, available: 82Mi. Container app was using 900Mi, request is 0, has larger consumption of memory. "
+	now := metav1.Now()
+	for i := range p.Status.Conditions {
+		if cd := &p.Status.Conditions[i]; cd.Type == corev1.PodReady || cd.Type == corev1.ContainersReady {
+			cd.Status, cd.LastTransitionTime = corev1.ConditionFalse, now
+		}
+	}
+	p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue,
+		Reason: corev1.PodReasonTerminationByKubelet, Message: msg, LastTransitionTime: now})
+	p.Status.Phase, p.Status.Reason, p.Status.Message = corev1.PodFailed, "Evicted", msg
+	cs := &p.Status.ContainerStatuses[0]
+	cs.Ready, cs.Started = false, ptr.To(false)
+	cs.State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "Error",
+		StartedAt: cs.State.Running.StartedAt, FinishedAt: now, ContainerID: cs.ContainerID}}
+	if _, err := cp.Client().CoreV1().Pods(ns).UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	evs := ofPod(c.waitFor(t, time.Minute, "the pod's end", func(evs []event.Event) bool {
+		return first(ofPod(evs, "hungry"), event.ContainerTerminated) != nil
+	}), "hungry")
+	e := first(evs, event.PodFinished)
+	if e == nil {
+		t.Fatalf("no pod_finished:\n%s", describe(evs))
+	}
+	if e.Reason != "Evicted" || e.Attrs[event.AttrPhase] != "Failed" || e.Attrs[event.AttrMessage] != msg ||
+		e.Attrs[event.AttrDisruption] != corev1.PodReasonTerminationByKubelet || e.Flags != 0 {
+		t.Errorf("pod_finished: reason %q attrs %v flags %b", e.Reason, e.Attrs, e.Flags)
+	}
+	if n := count(evs, event.PodFinished); n != 1 {
+		t.Errorf("%d pod_finished, want 1", n)
+	}
+	if d := first(evs, event.PodDeletion); d != nil {
+		t.Errorf("pod_deletion recorded, yet nothing deleted the pod")
+	}
+}
+
 // TestIntegrationStatefulSetWorkload: a StatefulSet's template change,
 // scale and deletion are recorded as a Deployment's are.
 func TestIntegrationStatefulSetWorkload(t *testing.T) {

@@ -1,6 +1,7 @@
 package watcher
 
 import (
+	"cmp"
 	"hash/fnv"
 	"net/netip"
 	"slices"
@@ -24,7 +25,7 @@ const (
 	AttrFinishedAt     = "finished_at"         // container_terminated
 	AttrContainerID    = event.AttrContainerID // container_started, container_terminated: without the runtime:// prefix
 	AttrRestartCount   = "restart_count"       // container_started, container_terminated: the instance's restartCount
-	AttrMessage        = "message"             // container_terminated: the runtime's message, when any
+	AttrMessage        = event.AttrMessage     // container_terminated: the runtime's message, when any
 )
 
 // PodLookup resolves a pod seen by the kernel (by its UID, taken from the
@@ -54,6 +55,10 @@ type podState struct {
 	// the pod is being deleted): both for re-observations.
 	readySince int64
 	del        *deletionInfo
+	// fin is what the pod's end said when it ended with no deletion
+	// requested (phase Failed or Succeeded): nil until then, and for
+	// re-observations.
+	fin *finishInfo
 	// terminations recorded per container, so each is reported once:
 	// the terminationKey of its last few.
 	terminated map[string][]uint64
@@ -67,6 +72,11 @@ type deletionInfo struct {
 	grace      int64 // ns
 	timestamp  string
 	disruption string
+}
+
+// finishInfo is what a pod_finished event carries.
+type finishInfo struct {
+	reason, phase, message, disruption string
 }
 
 // containerRun is one running container instance as the kubelet reported it.
@@ -198,6 +208,17 @@ func (t *podTracker) apply(p *corev1.Pod, flags event.Flags, silent bool) {
 			t.emitDeletion(st, flags)
 		}
 	}
+	// A pod can end with no deletion: the kubelet's node-pressure
+	// eviction, a node's graceful shutdown or a pod that ran to
+	// completion leave the object in place, its phase final. A pod being
+	// deleted ends too, but its deletion says why.
+	if st.fin == nil && !st.deleting && (p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded) {
+		st.fin = &finishInfo{reason: cmp.Or(p.Status.Reason, string(p.Status.Phase)), phase: string(p.Status.Phase),
+			message: p.Status.Message, disruption: disruptionReason(p)}
+		if !silent {
+			t.emitFinished(t.at, st, flags)
+		}
+	}
 	ready, since := podReady(p)
 	st.readySince = 0
 	if !since.IsZero() {
@@ -249,8 +270,9 @@ func (t *podTracker) emitStarted(at time.Time, st *podState, name string, run co
 }
 
 // observe reports every pod's state as it is now, flagged FlagObserved:
-// its readiness (with its address), its deletion when it is being deleted,
-// and each running container instance. A walk of the tracker's own state;
+// its readiness (with its address), its end when it ended with no
+// deletion, its deletion when it is being deleted (after the end: the
+// newest is the pod's state), and each running container instance. A walk of the tracker's own state;
 // nothing is read from the API.
 func (t *podTracker) observe(at time.Time) {
 	t.mu.RLock()
@@ -261,6 +283,9 @@ func (t *podTracker) observe(at time.Time) {
 	t.mu.RUnlock()
 	for _, st := range pods {
 		t.emitReadiness(at, st, event.FlagObserved)
+		if st.fin != nil {
+			t.emitFinished(at, st, event.FlagObserved)
+		}
 		if st.deleting {
 			t.emitDeletionAt(at, st, event.FlagObserved)
 		}
@@ -373,10 +398,25 @@ func (t *podTracker) emitDeletionAt(at time.Time, st *podState, flags event.Flag
 	}, flags)
 }
 
+func (t *podTracker) emitFinished(at time.Time, st *podState, flags event.Flags) {
+	f := st.fin
+	t.emit(at, event.PodFinished, st, func(e *event.Event) {
+		e.Reason = f.reason
+		e.Attrs = map[string]string{event.AttrPhase: f.phase}
+		if f.message != "" {
+			e.Attrs[event.AttrMessage] = f.message
+		}
+		if f.disruption != "" {
+			e.Attrs[event.AttrDisruption] = f.disruption
+		}
+	}, flags)
+}
+
 // disruptionReason is the reason of the pod's DisruptionTarget condition,
 // which the eviction API, the scheduler's preemption, the taint manager and
-// the kubelet's node-pressure eviction set before they delete the pod; ""
-// for a plain deletion (kubectl delete, a controller scaling down).
+// the kubelet's node-pressure eviction set before they delete the pod (the
+// kubelet before it fails it: TerminationByKubelet); "" for a plain
+// deletion (kubectl delete, a controller scaling down).
 func disruptionReason(p *corev1.Pod) string {
 	for _, c := range p.Status.Conditions {
 		if c.Type == corev1.DisruptionTarget && c.Status == corev1.ConditionTrue {

@@ -304,3 +304,156 @@ func TestStaticPods(t *testing.T) {
 		t.Error("PodByUID found a missing pod")
 	}
 }
+
+// stripped is p as the informer hands it over.
+func stripped(t *testing.T, p *corev1.Pod) *corev1.Pod {
+	t.Helper()
+	s, err := stripPod(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.(*corev1.Pod)
+}
+
+// finish returns p at resource version rv ended by the kubelet with no
+// deletion: phase, status reason and message, its container ended.
+func finish(p *corev1.Pod, rv string, phase corev1.PodPhase, reason, message string) *corev1.Pod {
+	p = p.DeepCopy()
+	p.ResourceVersion = rv
+	p.Status.Phase, p.Status.Reason, p.Status.Message = phase, reason, message
+	p.Status.Conditions[0].Status = corev1.ConditionFalse
+	p.Status.ContainerStatuses[0].State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+		ExitCode: 137, Reason: "Error", ContainerID: p.Status.ContainerStatuses[0].ContainerID}}
+	return p
+}
+
+// TestPodTrackerFinished: a pod whose phase turns Failed or Succeeded
+// with no deletion (the kubelet's node-pressure eviction, a node's
+// shutdown, a pod run to completion) is recorded ended once, with why.
+func TestPodTrackerFinished(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	tr, got := newTestPodTracker(&now)
+	tr.replaceAll([]*corev1.Pod{pod("evicted", "1", "10.244.0.2", true), pod("shutdown", "1", "10.244.0.3", true),
+		pod("done", "1", "10.244.0.4", true), pod("deleted", "1", "10.244.0.5", true)}, event.FlagRelist, true)
+
+	// The kubelet evicts a pod for memory pressure: the pod object stays.
+	const evictMsg = "The node was low on resource: memory. Threshold quantity: 100Mi, available: 80Mi."
+	ev := finish(pod("evicted", "2", "10.244.0.2", true), "2", corev1.PodFailed, "Evicted", evictMsg)
+	tr.apply(stripped(t, ev), 0, false)
+	if g := kinds(*got); !equalKinds(g, []event.Kind{event.PodFinished, event.PodNotReady, event.ContainerTerminated}) {
+		t.Fatalf("eviction recorded %v", g)
+	}
+	if e := (*got)[0].e; e.Reason != "Evicted" || e.Attrs[event.AttrPhase] != "Failed" || e.Attrs[event.AttrMessage] != evictMsg ||
+		e.Pod.Name != "evicted" || e.Flags != 0 {
+		t.Errorf("eviction: %+v", e)
+	} else if d, ok := e.Attrs[event.AttrDisruption]; ok {
+		t.Errorf("eviction without a DisruptionTarget condition: disruption %q", d)
+	}
+	// Later updates of the ended pod report its end no more.
+	*got = nil
+	again := ev.DeepCopy()
+	again.ResourceVersion = "3"
+	again.Status.Message += " Container app was using 120Mi."
+	tr.apply(stripped(t, again), 0, false)
+	if len(*got) != 0 {
+		t.Errorf("an update of the ended pod recorded %v", kinds(*got))
+	}
+
+	// A node's graceful shutdown: the kubelet marks the pod a disruption
+	// target before it fails it.
+	*got = nil
+	sd := finish(pod("shutdown", "2", "10.244.0.3", true), "2", corev1.PodFailed, "Terminated", "Pod was terminated in response to imminent node shutdown.")
+	sd.Status.Conditions = append(sd.Status.Conditions, corev1.PodCondition{
+		Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue, Reason: "TerminationByKubelet"})
+	tr.apply(stripped(t, sd), 0, false)
+	if e := first(podEvents(*got), event.PodFinished); e == nil || e.Reason != "Terminated" || e.Attrs[event.AttrDisruption] != "TerminationByKubelet" {
+		t.Errorf("shutdown: %+v", e)
+	}
+
+	// Run to completion, no reason given: the phase is the reason.
+	*got = nil
+	tr.apply(stripped(t, finish(pod("done", "2", "10.244.0.4", true), "2", corev1.PodSucceeded, "", "")), 0, false)
+	if e := first(podEvents(*got), event.PodFinished); e == nil || e.Reason != "Succeeded" || e.Attrs[event.AttrPhase] != "Succeeded" {
+		t.Errorf("completion: %+v", e)
+	} else if _, ok := e.Attrs[event.AttrMessage]; ok {
+		t.Errorf("completion with no message: attrs %v", e.Attrs)
+	}
+
+	// Deleted, then ended: the deletion is the end recorded.
+	*got = nil
+	del := pod("deleted", "2", "10.244.0.5", true)
+	del.DeletionTimestamp = &metav1.Time{Time: now}
+	tr.apply(stripped(t, del), 0, false)
+	tr.apply(stripped(t, finish(del, "3", corev1.PodSucceeded, "", "")), 0, false)
+	if first(podEvents(*got), event.PodFinished) != nil || first(podEvents(*got), event.PodDeletion) == nil {
+		t.Errorf("a deleted pod ending recorded %v, want its deletion only", kinds(*got))
+	}
+
+	// Each re-observation records the ended pods ended, and a pod both
+	// ended and deleted since ended first, deleted last: its state.
+	tr.apply(stripped(t, finish(pod("late", "4", "10.244.0.6", true), "4", corev1.PodFailed, "NodeAffinity", "")), 0, false)
+	gone := ev.DeepCopy()
+	gone.ResourceVersion = "5"
+	gone.DeletionTimestamp = &metav1.Time{Time: now}
+	tr.apply(stripped(t, gone), 0, false)
+	*got = nil
+	tr.observe(now)
+	byPod := map[string][]event.Kind{}
+	for _, r := range *got {
+		if r.kind == event.PodFinished || r.kind == event.PodDeletion {
+			byPod[r.e.Pod.Name] = append(byPod[r.e.Pod.Name], r.kind)
+			if r.flags != event.FlagObserved {
+				t.Errorf("observed %s of %s: flags %b", r.kind, r.e.Pod.Name, r.flags)
+			}
+		}
+	}
+	for name, want := range map[string][]event.Kind{
+		"evicted":  {event.PodFinished, event.PodDeletion},
+		"shutdown": {event.PodFinished},
+		"done":     {event.PodFinished},
+		"deleted":  {event.PodDeletion},
+		"late":     {event.PodFinished},
+	} {
+		if !equalKinds(byPod[name], want) {
+			t.Errorf("observed %s as %v, want %v", name, byPod[name], want)
+		}
+	}
+	if e := first(podEvents(*got), event.PodFinished); e == nil || e.Attrs[event.AttrPhase] == "" {
+		t.Errorf("observed end without its phase: %+v", e)
+	}
+}
+
+// TestPodTrackerFinishedAtList: a pod already ended when the watch
+// begins is not reported at the list (its end is not news) but is
+// observed; one that ended while the watch was down is recovered.
+func TestPodTrackerFinishedAtList(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	tr, got := newTestPodTracker(&now)
+	old := finish(pod("old", "1", "10.244.0.2", true), "1", corev1.PodFailed, "Evicted", "low on memory")
+	tr.replaceAll([]*corev1.Pod{stripped(t, old), pod("a", "1", "10.244.0.3", true)}, event.FlagRelist, true)
+	if len(*got) != 0 {
+		t.Fatalf("the list reported %v", kinds(*got))
+	}
+	tr.observe(now)
+	if e := first(podEvents(*got), event.PodFinished); e == nil || e.Reason != "Evicted" || e.Flags != event.FlagObserved {
+		t.Errorf("observed end at the list: %+v", e)
+	}
+	*got = nil
+	a := finish(pod("a", "2", "10.244.0.3", true), "2", corev1.PodFailed, "Evicted", "low on memory")
+	tr.replaceAll([]*corev1.Pod{stripped(t, old), stripped(t, a)}, event.FlagRelist, false)
+	if e := first(podEvents(*got), event.PodFinished); e == nil || e.Pod.Name != "a" || e.Flags != event.FlagRelist {
+		t.Errorf("end found on a relist: %+v (all %v)", e, kinds(*got))
+	}
+	if n := len(ofKind(podEvents(*got), event.PodFinished, nil)); n != 1 {
+		t.Errorf("relist recorded %d ends, want 1 (the old pod's was known)", n)
+	}
+}
+
+func podEvents(rs []podRec) []event.Event {
+	out := make([]event.Event, len(rs))
+	for i, r := range rs {
+		out[i] = r.e
+		out[i].Flags = r.flags
+	}
+	return out
+}
