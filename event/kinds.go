@@ -14,10 +14,11 @@ import "fmt"
 //	                       requested: a kubelet's node-pressure eviction, a node's shutdown, a pod run to completion
 //	pod_ready              Local (pod IP, port 0)
 //	pod_not_ready          Local
-//	container_started      Pod.Container, Attrs[container_id, started_at, restart_count]: the kubelet's status shows
-//	                       a new container instance running (a start or a restart); Flags(Observed) at a list or re-observation
+//	container_started      Pod.Container, Attrs[container_id, started_at, restart_count, role]: the kubelet's status shows
+//	                       a new container instance running (a start or a restart), init containers' too;
+//	                       Flags(Observed) at a list or re-observation
 //	container_terminated   Code (exit code), Signal, Reason (Completed, Error, OOMKilled …),
-//	                       Attrs[container_id, started_at, finished_at, restart_count, message]
+//	                       Attrs[container_id, started_at, finished_at, restart_count, message, role]
 //	endpoint_added         Local (endpoint address), Service, Slice, Attrs[conditions, last_change_trigger_time]
 //	endpoint_ready         as endpoint_added
 //	endpoint_not_ready     as endpoint_added
@@ -211,6 +212,7 @@ const (
 	AttrDisruption            = "disruption"    // pod_deletion, pod_finished: the reason of the pod's DisruptionTarget condition (EvictionByEvictionAPI, PreemptionByScheduler, TerminationByKubelet …)
 	AttrPhase                 = "phase"         // pod_finished: status.phase, Failed or Succeeded
 	AttrMessage               = "message"       // pod_finished: status.message; container_terminated: the runtime's message
+	AttrContainerRole         = "role"          // container_started, container_terminated: ContainerRoleApp, ContainerRoleSidecar or ContainerRoleInit
 	AttrServicePorts          = "service_ports" // service_changed: port/protocol, comma-separated
 	AttrServiceType           = "service_type"  // service_changed: ClusterIP, NodePort, LoadBalancer
 	AttrWorkloadUID           = "workload_uid"  // workload_changed: the workload's metadata.uid (an Event about it names it)
@@ -225,6 +227,16 @@ const (
 	// last. Absent when no rollout is in progress, and when the watcher
 	// did not see the rollout begin (it started during one).
 	AttrRolloutSince = "rollout_since"
+)
+
+// What a container is to its pod (Attrs[role] of the container kinds).
+const (
+	ContainerRoleApp = "app" // one of spec.containers
+	// ContainerRoleSidecar is a native sidecar: an init container with
+	// restartPolicy Always, which runs beside the app's containers (a
+	// service mesh's proxy) and is stopped after them.
+	ContainerRoleSidecar = "sidecar"
+	ContainerRoleInit    = "init" // an init container run to completion before the others start
 )
 
 // What changed a workload (Reason of workload_changed).

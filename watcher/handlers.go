@@ -241,17 +241,32 @@ func stripPod(obj any) (any, error) {
 				Type: c.Type, Status: c.Status, Reason: c.Reason})
 		}
 	}
-	if n := len(p.Status.ContainerStatuses); n > 0 {
-		out.Status.ContainerStatuses = make([]corev1.ContainerStatus, n)
-		for i, c := range p.Status.ContainerStatuses {
-			out.Status.ContainerStatuses[i] = corev1.ContainerStatus{
-				Name: c.Name, ContainerID: c.ContainerID, RestartCount: c.RestartCount, Ready: c.Ready,
-				State:                corev1.ContainerState{Terminated: c.State.Terminated, Running: c.State.Running},
-				LastTerminationState: corev1.ContainerState{Terminated: c.LastTerminationState.Terminated},
-			}
+	out.Status.InitContainerStatuses = stripStatuses(p.Status.InitContainerStatuses)
+	out.Status.ContainerStatuses = stripStatuses(p.Status.ContainerStatuses)
+	// Which init containers are sidecars: their names and restart policy.
+	if n := len(p.Spec.InitContainers); n > 0 {
+		out.Spec.InitContainers = make([]corev1.Container, n)
+		for i, c := range p.Spec.InitContainers {
+			out.Spec.InitContainers[i] = corev1.Container{Name: c.Name, RestartPolicy: c.RestartPolicy}
 		}
 	}
 	return out, nil
+}
+
+// stripStatuses keeps what the pod tracker reads of containers' statuses.
+func stripStatuses(list []corev1.ContainerStatus) []corev1.ContainerStatus {
+	if len(list) == 0 {
+		return nil
+	}
+	out := make([]corev1.ContainerStatus, len(list))
+	for i, c := range list {
+		out[i] = corev1.ContainerStatus{
+			Name: c.Name, ContainerID: c.ContainerID, RestartCount: c.RestartCount, Ready: c.Ready,
+			State:                corev1.ContainerState{Terminated: c.State.Terminated, Running: c.State.Running},
+			LastTerminationState: corev1.ContainerState{Terminated: c.LastTerminationState.Terminated},
+		}
+	}
+	return out
 }
 
 // stripSlice drops the managed fields and every annotation but the

@@ -84,6 +84,7 @@ type containerRun struct {
 	id        string // without the runtime prefix
 	startedAt int64  // Unix seconds, 0 when unknown
 	restarts  int32
+	role      containerRole
 }
 
 // podTracker turns Pod states into pod events and keeps the lookup tables.
@@ -183,11 +184,13 @@ func (t *podTracker) apply(p *corev1.Pod, flags event.Flags, silent bool) {
 	// The fields lookups read change under the write lock only.
 	t.mu.Lock()
 	st.ref, st.workload, st.ip, st.ips = ref, w, ip, ips
-	for i := range p.Status.ContainerStatuses {
-		if id := p.Status.ContainerStatuses[i].ContainerID; id != "" {
-			id = stripRuntime(id)
-			st.containers[id] = p.Status.ContainerStatuses[i].Name
-			t.byCID[id] = st
+	for _, list := range [][]corev1.ContainerStatus{p.Status.InitContainerStatuses, p.Status.ContainerStatuses} {
+		for i := range list {
+			if id := list[i].ContainerID; id != "" {
+				id = stripRuntime(id)
+				st.containers[id] = list[i].Name
+				t.byCID[id] = st
+			}
 		}
 	}
 	t.pods[uid] = st
@@ -230,24 +233,62 @@ func (t *podTracker) apply(p *corev1.Pod, flags event.Flags, silent bool) {
 			t.emitReadiness(t.at, st, flags)
 		}
 	}
-	for i := range p.Status.ContainerStatuses {
-		cs := &p.Status.ContainerStatuses[i]
-		// A termination the watcher missed (the container already
-		// restarted) is in lastState; the current one in state.
-		t.terminated(st, cs.Name, cs.LastTerminationState.Terminated, cs.RestartCount-1, flags, silent)
-		t.terminated(st, cs.Name, cs.State.Terminated, cs.RestartCount, flags, silent)
-		t.started(st, cs, flags, silent)
+	// The init containers first, as they start: a native sidecar (an init
+	// container restarted Always) runs beside the app's containers, and
+	// traffic through it (a service mesh's proxy) ends when it does.
+	for i := range p.Status.InitContainerStatuses {
+		cs := &p.Status.InitContainerStatuses[i]
+		t.container(st, cs, initRole(p, cs.Name), flags, silent)
 	}
+	for i := range p.Status.ContainerStatuses {
+		t.container(st, &p.Status.ContainerStatuses[i], roleApp, flags, silent)
+	}
+}
+
+// container reports what changed in one container's status.
+func (t *podTracker) container(st *podState, cs *corev1.ContainerStatus, role containerRole, flags event.Flags, silent bool) {
+	// A termination the watcher missed (the container already restarted)
+	// is in lastState; the current one in state.
+	t.terminated(st, cs.Name, role, cs.LastTerminationState.Terminated, cs.RestartCount-1, flags, silent)
+	t.terminated(st, cs.Name, role, cs.State.Terminated, cs.RestartCount, flags, silent)
+	t.started(st, cs, role, flags, silent)
+}
+
+// containerRole is what a container is to its pod (event.AttrContainerRole).
+type containerRole uint8
+
+const (
+	roleApp     containerRole = iota // one of spec.containers
+	roleInit                         // an init container, run to completion before the others start
+	roleSidecar                      // an init container restarted Always: it runs beside the others
+)
+
+var roleNames = [...]string{roleApp: event.ContainerRoleApp, roleInit: event.ContainerRoleInit, roleSidecar: event.ContainerRoleSidecar}
+
+func (r containerRole) String() string { return roleNames[r] }
+
+// initRole is the role of p's init container name: a sidecar when its spec
+// has it restarted Always.
+func initRole(p *corev1.Pod, name string) containerRole {
+	for i := range p.Spec.InitContainers {
+		if c := &p.Spec.InitContainers[i]; c.Name == name {
+			if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+				return roleSidecar
+			}
+			break
+		}
+	}
+	return roleInit
 }
 
 // started records the container's running instance and reports a new one
 // (a start or a restart: a container ID not seen running before).
-func (t *podTracker) started(st *podState, cs *corev1.ContainerStatus, flags event.Flags, silent bool) {
+func (t *podTracker) started(st *podState, cs *corev1.ContainerStatus, role containerRole, flags event.Flags, silent bool) {
 	if cs.State.Running == nil || cs.ContainerID == "" {
 		delete(st.running, cs.Name)
 		return
 	}
-	run := containerRun{id: stripRuntime(cs.ContainerID), restarts: cs.RestartCount}
+	run := containerRun{id: stripRuntime(cs.ContainerID), restarts: cs.RestartCount, role: role}
 	if !cs.State.Running.StartedAt.IsZero() {
 		run.startedAt = cs.State.Running.StartedAt.Unix()
 	}
@@ -262,7 +303,8 @@ func (t *podTracker) started(st *podState, cs *corev1.ContainerStatus, flags eve
 func (t *podTracker) emitStarted(at time.Time, st *podState, name string, run containerRun, flags event.Flags) {
 	t.emit(at, event.ContainerStarted, st, func(e *event.Event) {
 		e.Pod.Container = name
-		e.Attrs = map[string]string{AttrContainerID: run.id, AttrRestartCount: strconv.Itoa(int(run.restarts))}
+		e.Attrs = map[string]string{AttrContainerID: run.id, AttrRestartCount: strconv.Itoa(int(run.restarts)),
+			event.AttrContainerRole: run.role.String()}
 		if run.startedAt != 0 {
 			e.Attrs[AttrStartedAt] = time.Unix(run.startedAt, 0).UTC().Format(time.RFC3339)
 		}
@@ -311,7 +353,8 @@ func (t *podTracker) emitReadiness(at time.Time, st *podState, flags event.Flags
 	}, flags)
 }
 
-func (t *podTracker) terminated(st *podState, name string, term *corev1.ContainerStateTerminated, restarts int32, flags event.Flags, silent bool) {
+func (t *podTracker) terminated(st *podState, name string, role containerRole, term *corev1.ContainerStateTerminated, restarts int32,
+	flags event.Flags, silent bool) {
 	if term == nil {
 		return
 	}
@@ -332,7 +375,7 @@ func (t *podTracker) terminated(st *podState, name string, term *corev1.Containe
 		e.Code = term.ExitCode
 		e.Signal = term.Signal
 		e.Reason = term.Reason
-		e.Attrs = map[string]string{}
+		e.Attrs = map[string]string{event.AttrContainerRole: role.String()}
 		if s := rfc3339(term.StartedAt); s != "" {
 			e.Attrs[AttrStartedAt] = s
 		}

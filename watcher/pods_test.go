@@ -1,7 +1,10 @@
 package watcher
 
 import (
+	"maps"
 	"net/netip"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -456,4 +459,88 @@ func podEvents(rs []podRec) []event.Event {
 		out[i].Flags = r.flags
 	}
 	return out
+}
+
+// withInit returns p with an init container run to completion (migrate)
+// and a native sidecar (proxy, restarted Always) running.
+func withInit(p *corev1.Pod) *corev1.Pod {
+	p = p.DeepCopy()
+	p.Spec.InitContainers = []corev1.Container{
+		{Name: "migrate", Image: "migrate:1"},
+		{Name: "proxy", Image: "proxy:1", RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways)},
+	}
+	p.Spec.Containers = []corev1.Container{{Name: "app", Image: "app:1"}}
+	p.Status.InitContainerStatuses = []corev1.ContainerStatus{
+		{Name: "migrate", ContainerID: "containerd://migrate-" + p.Name, State: corev1.ContainerState{
+			Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed", ContainerID: "containerd://migrate-" + p.Name}}},
+		{Name: "proxy", ContainerID: "containerd://proxy-" + p.Name, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}},
+	}
+	return p
+}
+
+// TestPodTrackerInitContainers: init containers' statuses are read as the
+// app's are, each event saying which kind of container it is, and a
+// sidecar's container ID resolves to its pod.
+func TestPodTrackerInitContainers(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	tr, got := newTestPodTracker(&now)
+	tr.replaceAll(nil, event.FlagRelist, true)
+	p := withInit(pod("a", "1", "10.244.0.2", false))
+	tr.apply(stripped(t, p), 0, false)
+	type seen struct {
+		kind            event.Kind
+		container, role string
+	}
+	var evs []seen
+	for _, r := range *got {
+		if r.kind == event.ContainerStarted || r.kind == event.ContainerTerminated {
+			evs = append(evs, seen{r.kind, r.e.Pod.Container, r.e.Attrs[event.AttrContainerRole]})
+		}
+	}
+	want := []seen{
+		{event.ContainerTerminated, "migrate", event.ContainerRoleInit},
+		{event.ContainerStarted, "proxy", event.ContainerRoleSidecar},
+		{event.ContainerStarted, "app", event.ContainerRoleApp},
+	}
+	if !slices.Equal(evs, want) {
+		t.Fatalf("containers recorded %v, want %v", evs, want)
+	}
+	for _, id := range []string{"proxy-a", "containerd://migrate-a"} {
+		if ref, _, ok := tr.PodByContainerID(id); !ok || ref.Name != "a" || ref.Container != strings.Split(strings.TrimPrefix(id, "containerd://"), "-")[0] {
+			t.Errorf("PodByContainerID(%s) = %v, %v", id, ref, ok)
+		}
+	}
+	// Re-observed, the sidecar is a running container like the app's.
+	*got = nil
+	tr.observe(now)
+	roles := map[string]string{}
+	for _, r := range *got {
+		if r.kind == event.ContainerStarted {
+			roles[r.e.Pod.Container] = r.e.Attrs[event.AttrContainerRole]
+		}
+	}
+	if !maps.Equal(roles, map[string]string{"proxy": event.ContainerRoleSidecar, "app": event.ContainerRoleApp}) {
+		t.Errorf("observed running containers %v", roles)
+	}
+	// The pod is deleted: the app's container ends, then the sidecar.
+	*got = nil
+	end := p.DeepCopy()
+	end.ResourceVersion = "2"
+	end.DeletionTimestamp = &metav1.Time{Time: now}
+	end.Status.ContainerStatuses[0].State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, ContainerID: "containerd://c0ffee-a"}}
+	tr.apply(stripped(t, end), 0, false)
+	end = end.DeepCopy()
+	end.ResourceVersion = "3"
+	end.Status.InitContainerStatuses[1].State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 143, ContainerID: "containerd://proxy-a"}}
+	tr.apply(stripped(t, end), 0, false)
+	evs = nil
+	for _, r := range *got {
+		if r.kind == event.ContainerTerminated {
+			evs = append(evs, seen{r.kind, r.e.Pod.Container, r.e.Attrs[event.AttrContainerRole]})
+		}
+	}
+	want = []seen{{event.ContainerTerminated, "app", event.ContainerRoleApp}, {event.ContainerTerminated, "proxy", event.ContainerRoleSidecar}}
+	if !slices.Equal(evs, want) {
+		t.Errorf("terminations %v, want %v (the init container's was reported before, once)", evs, want)
+	}
 }
