@@ -14,9 +14,9 @@ import "fmt"
 //	                       requested: a kubelet's node-pressure eviction, a node's shutdown, a pod run to completion
 //	pod_ready              Local (pod IP, port 0)
 //	pod_not_ready          Local
-//	container_started      Pod.Container, Attrs[container_id, started_at, restart_count, role]: the kubelet's status shows
-//	                       a new container instance running (a start or a restart), init containers' too;
-//	                       Flags(Observed) at a list or re-observation
+//	container_started      Pod.Container, Attrs[container_id, started_at, restart_count, role, ports]: the kubelet's
+//	                       status shows a new container instance running (a start or a restart), an init container's
+//	                       too; Flags(Observed) at a list or re-observation
 //	container_terminated   Code (exit code), Signal, Reason (Completed, Error, OOMKilled …),
 //	                       Attrs[container_id, started_at, finished_at, restart_count, message, role]
 //	endpoint_added         Local (endpoint address), Service, Slice, Attrs[conditions, last_change_trigger_time]
@@ -227,6 +227,12 @@ const (
 	// last. Absent when no rollout is in progress, and when the watcher
 	// did not see the rollout begin (it started during one).
 	AttrRolloutSince = "rollout_since"
+	// AttrContainerPorts is on container_started: the ports the
+	// container's spec declares, port/PROTOCOL comma-separated
+	// ("8080/TCP,9090/TCP"); absent when it declares none (a declared
+	// port is documentation: a container may listen on others). The
+	// endpoint kinds use the same key for their slice's ports.
+	AttrContainerPorts = "ports"
 )
 
 // What a container is to its pod (Attrs[role] of the container kinds).

@@ -243,14 +243,30 @@ func stripPod(obj any) (any, error) {
 	}
 	out.Status.InitContainerStatuses = stripStatuses(p.Status.InitContainerStatuses)
 	out.Status.ContainerStatuses = stripStatuses(p.Status.ContainerStatuses)
-	// Which init containers are sidecars: their names and restart policy.
-	if n := len(p.Spec.InitContainers); n > 0 {
-		out.Spec.InitContainers = make([]corev1.Container, n)
-		for i, c := range p.Spec.InitContainers {
-			out.Spec.InitContainers[i] = corev1.Container{Name: c.Name, RestartPolicy: c.RestartPolicy}
+	// Which init containers are sidecars, and the ports each container
+	// declares.
+	out.Spec.InitContainers = stripContainers(p.Spec.InitContainers)
+	out.Spec.Containers = stripContainers(p.Spec.Containers)
+	return out, nil
+}
+
+// stripContainers keeps each container's name, restart policy and ports
+// (their number and protocol).
+func stripContainers(list []corev1.Container) []corev1.Container {
+	if len(list) == 0 {
+		return nil
+	}
+	out := make([]corev1.Container, len(list))
+	for i, c := range list {
+		out[i] = corev1.Container{Name: c.Name, RestartPolicy: c.RestartPolicy}
+		if len(c.Ports) > 0 {
+			out[i].Ports = make([]corev1.ContainerPort, len(c.Ports))
+			for j, p := range c.Ports {
+				out[i].Ports[j] = corev1.ContainerPort{ContainerPort: p.ContainerPort, Protocol: p.Protocol}
+			}
 		}
 	}
-	return out, nil
+	return out
 }
 
 // stripStatuses keeps what the pod tracker reads of containers' statuses.

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unique"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -85,6 +86,7 @@ type containerRun struct {
 	startedAt int64  // Unix seconds, 0 when unknown
 	restarts  int32
 	role      containerRole
+	ports     unique.Handle[string] // portsOf its spec
 }
 
 // podTracker turns Pod states into pod events and keeps the lookup tables.
@@ -238,20 +240,56 @@ func (t *podTracker) apply(p *corev1.Pod, flags event.Flags, silent bool) {
 	// traffic through it (a service mesh's proxy) ends when it does.
 	for i := range p.Status.InitContainerStatuses {
 		cs := &p.Status.InitContainerStatuses[i]
-		t.container(st, cs, initRole(p, cs.Name), flags, silent)
+		spec := specOf(p.Spec.InitContainers, cs.Name)
+		role := roleInit
+		if spec != nil && spec.RestartPolicy != nil && *spec.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+			role = roleSidecar
+		}
+		t.container(st, cs, spec, role, flags, silent)
 	}
 	for i := range p.Status.ContainerStatuses {
-		t.container(st, &p.Status.ContainerStatuses[i], roleApp, flags, silent)
+		cs := &p.Status.ContainerStatuses[i]
+		t.container(st, cs, specOf(p.Spec.Containers, cs.Name), roleApp, flags, silent)
 	}
 }
 
-// container reports what changed in one container's status.
-func (t *podTracker) container(st *podState, cs *corev1.ContainerStatus, role containerRole, flags event.Flags, silent bool) {
+// container reports what changed in one container's status; spec is the
+// container's in the pod's spec, nil when not found.
+func (t *podTracker) container(st *podState, cs *corev1.ContainerStatus, spec *corev1.Container, role containerRole, flags event.Flags, silent bool) {
 	// A termination the watcher missed (the container already restarted)
 	// is in lastState; the current one in state.
 	t.terminated(st, cs.Name, role, cs.LastTerminationState.Terminated, cs.RestartCount-1, flags, silent)
 	t.terminated(st, cs.Name, role, cs.State.Terminated, cs.RestartCount, flags, silent)
-	t.started(st, cs, role, flags, silent)
+	t.started(st, cs, spec, role, flags, silent)
+}
+
+func specOf(list []corev1.Container, name string) *corev1.Container {
+	for i := range list {
+		if list[i].Name == name {
+			return &list[i]
+		}
+	}
+	return nil
+}
+
+// portsOf is what the container declares it listens on, as
+// event.AttrContainerPorts writes it ("8080/TCP,9090/TCP"), interned: the
+// pods of one workload share one string. The zero Handle when it declares
+// none.
+func portsOf(c *corev1.Container) unique.Handle[string] {
+	if c == nil || len(c.Ports) == 0 {
+		return unique.Handle[string]{}
+	}
+	var b strings.Builder
+	for i, p := range c.Ports {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.Itoa(int(p.ContainerPort)))
+		b.WriteByte('/')
+		b.WriteString(string(cmp.Or(p.Protocol, corev1.ProtocolTCP))) // the API's default
+	}
+	return unique.Make(b.String())
 }
 
 // containerRole is what a container is to its pod (event.AttrContainerRole).
@@ -267,23 +305,9 @@ var roleNames = [...]string{roleApp: event.ContainerRoleApp, roleInit: event.Con
 
 func (r containerRole) String() string { return roleNames[r] }
 
-// initRole is the role of p's init container name: a sidecar when its spec
-// has it restarted Always.
-func initRole(p *corev1.Pod, name string) containerRole {
-	for i := range p.Spec.InitContainers {
-		if c := &p.Spec.InitContainers[i]; c.Name == name {
-			if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
-				return roleSidecar
-			}
-			break
-		}
-	}
-	return roleInit
-}
-
 // started records the container's running instance and reports a new one
 // (a start or a restart: a container ID not seen running before).
-func (t *podTracker) started(st *podState, cs *corev1.ContainerStatus, role containerRole, flags event.Flags, silent bool) {
+func (t *podTracker) started(st *podState, cs *corev1.ContainerStatus, spec *corev1.Container, role containerRole, flags event.Flags, silent bool) {
 	if cs.State.Running == nil || cs.ContainerID == "" {
 		delete(st.running, cs.Name)
 		return
@@ -293,11 +317,16 @@ func (t *podTracker) started(st *podState, cs *corev1.ContainerStatus, role cont
 		run.startedAt = cs.State.Running.StartedAt.Unix()
 	}
 	was, ok := st.running[cs.Name]
-	st.running[cs.Name] = run
-	if silent || ok && was.id == run.id {
+	if ok && was.id == run.id {
+		run.ports = was.ports // a container's ports cannot change
+		st.running[cs.Name] = run
 		return
 	}
-	t.emitStarted(t.at, st, cs.Name, run, flags)
+	run.ports = portsOf(spec)
+	st.running[cs.Name] = run
+	if !silent {
+		t.emitStarted(t.at, st, cs.Name, run, flags)
+	}
 }
 
 func (t *podTracker) emitStarted(at time.Time, st *podState, name string, run containerRun, flags event.Flags) {
@@ -308,14 +337,17 @@ func (t *podTracker) emitStarted(at time.Time, st *podState, name string, run co
 		if run.startedAt != 0 {
 			e.Attrs[AttrStartedAt] = time.Unix(run.startedAt, 0).UTC().Format(time.RFC3339)
 		}
+		if run.ports != (unique.Handle[string]{}) {
+			e.Attrs[event.AttrContainerPorts] = run.ports.Value()
+		}
 	}, flags)
 }
 
 // observe reports every pod's state as it is now, flagged FlagObserved:
 // its readiness (with its address), its end when it ended with no
 // deletion, its deletion when it is being deleted (after the end: the
-// newest is the pod's state), and each running container instance. A walk of the tracker's own state;
-// nothing is read from the API.
+// newest is the pod's state), and each running container instance. A walk
+// of the tracker's own state; nothing is read from the API.
 func (t *podTracker) observe(at time.Time) {
 	t.mu.RLock()
 	pods := make([]*podState, 0, len(t.pods))

@@ -544,3 +544,49 @@ func TestPodTrackerInitContainers(t *testing.T) {
 		t.Errorf("terminations %v, want %v (the init container's was reported before, once)", evs, want)
 	}
 }
+
+// TestPodTrackerContainerPorts: container_started carries the ports the
+// container's spec declares, also when re-observed, and none when it
+// declares none.
+func TestPodTrackerContainerPorts(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	tr, got := newTestPodTracker(&now)
+	tr.replaceAll(nil, event.FlagRelist, true)
+	p := withInit(pod("a", "1", "10.244.0.2", true))
+	p.Spec.Containers[0].Ports = []corev1.ContainerPort{
+		{Name: "http", ContainerPort: 8080, Protocol: corev1.ProtocolTCP}, {Name: "metrics", ContainerPort: 9090},
+		{Name: "dns", ContainerPort: 5353, Protocol: corev1.ProtocolUDP}}
+	p.Spec.InitContainers[1].Ports = []corev1.ContainerPort{{ContainerPort: 15001, Protocol: corev1.ProtocolTCP}}
+	p.Status.ContainerStatuses = append(p.Status.ContainerStatuses, corev1.ContainerStatus{
+		Name: "log", ContainerID: "containerd://log-a", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}})
+	p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: "log", Image: "log:1"})
+	want := map[string]string{"app": "8080/TCP,9090/TCP,5353/UDP", "proxy": "15001/TCP", "log": ""}
+	check := func(what string) {
+		t.Helper()
+		n := 0
+		for _, r := range *got {
+			if r.kind != event.ContainerStarted {
+				continue
+			}
+			n++
+			ports, ok := r.e.Attrs[event.AttrContainerPorts]
+			if ports != want[r.e.Pod.Container] || ok && ports == "" {
+				t.Errorf("%s: %s ports %q (present %v), want %q", what, r.e.Pod.Container, ports, ok, want[r.e.Pod.Container])
+			}
+		}
+		if n != len(want) {
+			t.Errorf("%s: %d containers started, want %d", what, n, len(want))
+		}
+	}
+	tr.apply(stripped(t, p), 0, false)
+	check("started")
+	// An update that starts nothing keeps them for the re-observation.
+	*got = nil
+	p2 := p.DeepCopy()
+	p2.ResourceVersion = "2"
+	p2.Status.Conditions[0].Status = corev1.ConditionFalse
+	tr.apply(stripped(t, p2), 0, false)
+	*got = nil
+	tr.observe(now)
+	check("observed")
+}
