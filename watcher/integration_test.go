@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/netip"
@@ -1246,6 +1247,54 @@ func TestIntegrationNodePressureEviction(t *testing.T) {
 	}
 	if d := first(evs, event.PodDeletion); d != nil {
 		t.Errorf("pod_deletion recorded, yet nothing deleted the pod")
+	}
+}
+
+// TestIntegrationSidecar: a native sidecar (an init container restarted
+// Always) is read from the API's initContainerStatuses as the app's
+// container is from containerStatuses: its start, its role, its ports,
+// and its container ID resolves to the pod.
+func TestIntegrationSidecar(t *testing.T) {
+	cp := controlPlane(t)
+	ns := "sidecar"
+	k := setup(t, cp, ns)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	w, c := startWatcher(t, cp.Config(), ns)
+	spec := k.podSpec("meshed", "web", "10.244.0.51")
+	spec.Spec.InitContainers = []corev1.Container{{Name: "proxy", Image: "drainscope.invalid/proxy:1",
+		RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways),
+		Ports:         []corev1.ContainerPort{{ContainerPort: 15001}, {ContainerPort: 15090, Protocol: corev1.ProtocolTCP}}}}
+	p, err := cp.Client().CoreV1().Pods(ns).Create(ctx, spec, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := metav1.Now()
+	running := func(name string) corev1.ContainerStatus {
+		return corev1.ContainerStatus{Name: name, Image: "drainscope.invalid/" + name + ":1", ImageID: "drainscope.invalid/" + name + "@sha256:0",
+			ContainerID: "containerd://" + string(p.UID)[:8] + "-" + name, Ready: true, Started: ptr.To(true),
+			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}}}
+	}
+	p.Status = corev1.PodStatus{Phase: corev1.PodRunning, HostIP: "10.244.0.1", PodIP: "10.244.0.51",
+		PodIPs: []corev1.PodIP{{IP: "10.244.0.51"}}, StartTime: &now,
+		InitContainerStatuses: []corev1.ContainerStatus{running("proxy")},
+		ContainerStatuses:     []corev1.ContainerStatus{running("app")}}
+	if _, err := cp.Client().CoreV1().Pods(ns).UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	evs := c.waitKind(t, 2, "both containers' starts", func(evs []event.Event) []event.Event {
+		return ofKind(ofPod(evs, "meshed"), event.ContainerStarted, func(e *event.Event) bool { return !e.Flags.Has(event.FlagObserved) })
+	})
+	got := map[string][2]string{}
+	for _, e := range evs {
+		got[e.Pod.Container] = [2]string{e.Attrs[event.AttrContainerRole], e.Attrs[event.AttrContainerPorts]}
+	}
+	want := map[string][2]string{"proxy": {event.ContainerRoleSidecar, "15001/TCP,15090/TCP"}, "app": {event.ContainerRoleApp, "8080/TCP"}}
+	if !maps.Equal(got, want) {
+		t.Errorf("containers started (role, ports): %v, want %v", got, want)
+	}
+	if ref, _, ok := w.Pods().PodByContainerID(string(p.UID)[:8] + "-proxy"); !ok || ref.Name != "meshed" || ref.Container != "proxy" {
+		t.Errorf("the sidecar's container ID resolves to %v, %v", ref, ok)
 	}
 }
 
