@@ -47,18 +47,6 @@ type Change struct {
 	Rollback bool `json:"rollback,omitempty"`
 }
 
-// Workload change reasons the account reads beside the triggers'. The
-// watcher records them from the workload's spec and status.
-const (
-	changePaused   = "paused"
-	changeResumed  = "resumed"
-	changeComplete = "complete"
-	changeCreated  = "created"
-	// Attributes of workload_changed.
-	attrRolloutSince = "rollout_since" // UTC ns of the template change that began the rollout in progress
-	attrRollback     = "rollback"      // "true": a template change back to an earlier template
-)
-
 // podEnd is one pod life's end as the account groups it.
 type podEnd struct {
 	tl         *PodTimeline
@@ -242,16 +230,16 @@ func groupWorkload(k wlKey, changes []*event.Event, ends []podEnd) []*group {
 		}
 	}
 	attach := func(g *group, c *event.Event) {
-		g.d.Changes = append(g.d.Changes, Change{Time: c.Time, Reason: c.Reason, Rollback: c.Attrs[attrRollback] == "true"})
+		g.d.Changes = append(g.d.Changes, Change{Time: c.Time, Reason: c.Reason, Rollback: c.Attrs[event.AttrRollback] == "true"})
 		g.last = max(g.last, c.Time)
-		if c.Attrs[attrRolloutSince] != "" || c.Reason == changeComplete {
+		if c.Attrs[event.AttrRolloutSince] != "" || c.Reason == event.ChangeComplete {
 			g.statusKnown = true
 		}
 	}
 	// rolloutSince is when the watcher says the rollout in progress at
 	// c began, 0 when it does not say.
 	rolloutSince := func(c *event.Event) int64 {
-		v, err := strconv.ParseInt(c.Attrs[attrRolloutSince], 10, 64)
+		v, err := strconv.ParseInt(c.Attrs[event.AttrRolloutSince], 10, 64)
 		if err != nil || v <= 0 || v > c.Time {
 			return 0
 		}
@@ -271,7 +259,7 @@ func groupWorkload(k wlKey, changes []*event.Event, ends []podEnd) []*group {
 			// where the workload's status shows it had not completed;
 			// where its status was not recorded, a template change
 			// begins a rollout of its own (a second rollout restart).
-			if rollOpen(c.Time) && (roll.statusKnown || c.Attrs[attrRolloutSince] != "") {
+			if rollOpen(c.Time) && (roll.statusKnown || c.Attrs[event.AttrRolloutSince] != "") {
 				attach(roll, c)
 			} else {
 				closeAt(c.Time, nil)
@@ -284,7 +272,7 @@ func groupWorkload(k wlKey, changes []*event.Event, ends []podEnd) []*group {
 				attach(roll, c)
 			}
 			roll.latestTemplate = c.Time
-		case changePaused, changeResumed, changeComplete:
+		case event.ChangePaused, event.ChangeResumed, event.ChangeComplete:
 			if !rollOpen(c.Time) {
 				s := rolloutSince(c)
 				if s == 0 {
@@ -296,7 +284,7 @@ func groupWorkload(k wlKey, changes []*event.Event, ends []podEnd) []*group {
 				roll.latestTemplate = s
 			}
 			attach(roll, c)
-			if c.Reason == changeComplete {
+			if c.Reason == event.ChangeComplete {
 				roll.complete = c.Time
 				roll.d.Until = max(roll.d.Until, c.Time)
 			}
@@ -319,7 +307,7 @@ func groupWorkload(k wlKey, changes []*event.Event, ends []podEnd) []*group {
 			del.d.TriggerAt = c.Time
 			attach(del, c)
 			roll = nil
-		case changeCreated:
+		case event.ChangeCreated:
 			// A workload made again under the same name: nothing of the
 			// old one goes on.
 			closeAt(c.Time, nil)

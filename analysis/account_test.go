@@ -26,8 +26,8 @@ const minute = int64(time.Minute)
 func (r *rec) status(d int64, wl event.Workload, reason string, since int64, attrs ...string) {
 	e := event.Event{Time: r.at(d), Kind: event.WorkloadChanged, Node: r.nodes[0], Source: event.SourceWatcher,
 		Pod: event.PodRef{Namespace: "default"}, Workload: wl, Reason: reason, Attrs: map[string]string{}}
-	if since != 0 || reason != changeComplete {
-		e.Attrs[attrRolloutSince] = strconv.FormatInt(r.at(since), 10)
+	if since != 0 || reason != event.ChangeComplete {
+		e.Attrs[event.AttrRolloutSince] = strconv.FormatInt(r.at(since), 10)
 	}
 	for i := 0; i+1 < len(attrs); i += 2 {
 		e.Attrs[attrs[i]] = attrs[i+1]
@@ -113,7 +113,7 @@ func TestAccount(t *testing.T) {
 				r.status(0, web, "template", 0)
 				r.replace(a, a2, 1*s)
 				r.replace(b, b2, 10*s)
-				r.status(20*s, web, changeComplete, 0)
+				r.status(20*s, web, event.ChangeComplete, 0)
 				r.oomKill(b2, 5*minute)
 			},
 			want: []wantDisruption{{TriggerRollout, []string{"web-a", "web-b"}, 0}, {TriggerOOM, []string{"web-b2"}, 5 * minute}},
@@ -140,7 +140,7 @@ func TestAccount(t *testing.T) {
 					old := r.running(fmt.Sprintf("web-%d", i), fmt.Sprintf("10.244.0.%d", 10+i))
 					r.replace(old, r.pod(fmt.Sprintf("web-new-%d", i), fmt.Sprintf("10.244.0.%d", 30+i)), int64(i)*170*s+s)
 				}
-				r.status(5*170*s, web, changeComplete, 0)
+				r.status(5*170*s, web, event.ChangeComplete, 0)
 			},
 			want: []wantDisruption{{TriggerRollout, []string{"web-0", "web-1", "web-2", "web-3", "web-4"}, 0}},
 		},
@@ -161,10 +161,10 @@ func TestAccount(t *testing.T) {
 				a, b := r.running("web-a", "10.244.0.10"), r.running("web-b", "10.244.0.11")
 				r.status(0, web, "template", 0)
 				r.replace(a, r.pod("web-a2", "10.244.0.20"), s)
-				r.status(5*s, web, changePaused, 0)
-				r.status(5*s+12*minute, web, changeResumed, 0)
+				r.status(5*s, web, event.ChangePaused, 0)
+				r.status(5*s+12*minute, web, event.ChangeResumed, 0)
 				r.replace(b, r.pod("web-b2", "10.244.0.21"), 6*s+12*minute)
-				r.status(20*s+12*minute, web, changeComplete, 0)
+				r.status(20*s+12*minute, web, event.ChangeComplete, 0)
 			},
 			want: []wantDisruption{{TriggerRollout, []string{"web-a", "web-b"}, 0}},
 		},
@@ -174,8 +174,8 @@ func TestAccount(t *testing.T) {
 			name: "a paused rollout read from its pause on",
 			build: func(r *rec) {
 				b := r.running("web-b", "10.244.0.11")
-				r.status(5*s, web, changePaused, -1*minute)
-				r.status(5*s+12*minute, web, changeResumed, -1*minute)
+				r.status(5*s, web, event.ChangePaused, -1*minute)
+				r.status(5*s+12*minute, web, event.ChangeResumed, -1*minute)
 				r.replace(b, r.pod("web-b2", "10.244.0.21"), 6*s+12*minute)
 			},
 			want: []wantDisruption{{TriggerRollout, []string{"web-b"}, -1 * minute}},
@@ -189,9 +189,9 @@ func TestAccount(t *testing.T) {
 				r.replace(a, a2, s)
 				// The new template fails; kubectl rollout undo deletes the
 				// new pod and brings the old template back.
-				r.status(30*s, web, "template", 0, attrRollback, "true")
+				r.status(30*s, web, "template", 0, event.AttrRollback, "true")
 				r.replace(a2, r.pod("web-a3", "10.244.0.22"), 31*s)
-				r.status(40*s, web, changeComplete, 0)
+				r.status(40*s, web, event.ChangeComplete, 0)
 				_ = b
 			},
 			want: []wantDisruption{{TriggerRollout, []string{"web-a", "web-a2"}, 0}},
@@ -262,7 +262,7 @@ func TestAccount(t *testing.T) {
 				b := r.pod("web-b", "10.244.0.11")
 				r.status(0, web, "template", 0)
 				r.replace(a, b, s)
-				r.status(5*s, web, changeComplete, 0)
+				r.status(5*s, web, event.ChangeComplete, 0)
 				r.change(8*s, web, "deleted")
 				r.end(b, 8*s+10*ms)
 			},
@@ -287,7 +287,7 @@ func TestAccount(t *testing.T) {
 				r.replace(a, r.pod("web-a2", "10.244.0.20"), s)
 				r.workloadChange(a, 3*s, "scale", 2, 3)
 				r.replace(b, r.pod("web-b2", "10.244.0.21"), 6*s)
-				r.status(20*s, web, changeComplete, 0)
+				r.status(20*s, web, event.ChangeComplete, 0)
 			},
 			want: []wantDisruption{{TriggerRollout, []string{"web-a", "web-b"}, 0}},
 		},

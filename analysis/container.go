@@ -22,13 +22,6 @@ import (
 // which pods' lives ended: the kernel's connection records would tell the
 // app sooner, on a pod that declares no port, but only to the analysis.
 
-// Attributes of container_started and container_terminated that say what
-// a container is (the watcher reads them from the pod's spec).
-const (
-	attrContainerPorts = "ports" // declared ports, "8080/TCP,9090/TCP"
-	attrContainerRole  = "role"  // app, sidecar (a native sidecar), init
-)
-
 // ctrLife is one container of the pod as far as its own events tell: its
 // identity, whether it serves the Service's port, and its signals, exits,
 // listener and termination, kept so that the app's account can be made
@@ -108,10 +101,10 @@ func (p *podState) learnContainer(e *event.Event) {
 	if c == nil {
 		return
 	}
-	if r := e.Attrs[attrContainerRole]; r != "" {
+	if r := e.Attrs[event.AttrContainerRole]; r != "" {
 		c.role = r
 	}
-	if v := e.Attrs[attrContainerPorts]; v != "" && c.ports == nil {
+	if v := e.Attrs[event.AttrContainerPorts]; v != "" && c.ports == nil {
 		for _, f := range strings.Split(v, ",") {
 			num, _, _ := strings.Cut(strings.TrimSpace(f), "/")
 			if n, err := strconv.ParseUint(num, 10, 16); err == nil {

@@ -112,9 +112,9 @@ func (r *rec) twoContainers(name, ip string) twoContainers {
 	}{{app, "app", "8080/TCP"}, {&shipper, "log-shipper", ""}} {
 		e := r.podEvent(c.p, -2*time.Hour.Nanoseconds()+500*ms, event.ContainerStarted)
 		e.Pod.Container = c.name
-		e.Attrs = map[string]string{event.AttrContainerID: c.p.ref.Container, attrContainerRole: "app"}
+		e.Attrs = map[string]string{event.AttrContainerID: c.p.ref.Container, event.AttrContainerRole: "app"}
 		if c.port != "" {
-			e.Attrs[attrContainerPorts] = c.port
+			e.Attrs[event.AttrContainerPorts] = c.port
 		}
 		r.add(e)
 	}
@@ -186,7 +186,7 @@ func TestCrashLoopingSidecarBesideAHealthyApp(t *testing.T) {
 		r.add(x)
 		e := r.podEvent(pc.shipper, i*20*s+10*s, event.ContainerStarted)
 		e.Pod.Container = "log-shipper"
-		e.Attrs = map[string]string{event.AttrContainerID: "cid-log-" + string(rune('b'+i)), attrContainerRole: "app"}
+		e.Attrs = map[string]string{event.AttrContainerID: "cid-log-" + string(rune('b'+i)), event.AttrContainerRole: "app"}
 		r.add(e)
 	}
 	r.failure(25*s, client(1), event.FailTimeout, backend(pc.app), took(2*time.Second))
