@@ -133,7 +133,7 @@ func Held(e *event.Event) bool {
 // process (or an exit by a signal), or a listener closed.
 func Trigger(e *event.Event) bool {
 	switch e.Kind {
-	case event.PodDeletion, event.PodNotReady, event.ContainerTerminated,
+	case event.PodDeletion, event.PodFinished, event.PodNotReady, event.ContainerTerminated,
 		event.EndpointNotReady, event.EndpointTerminating, event.EndpointRemoved,
 		event.ListenerClosed:
 		return true

@@ -126,6 +126,16 @@ func TestRecorder(t *testing.T) {
 			total: flight.Counts{Held: 2, Persisted: 2},
 		},
 		{
+			// The kubelet's eviction keeps the pod object: no deletion.
+			name: "a pod finished without a deletion is a trigger",
+			steps: []step{
+				{0, conn("a", web, 1), false},
+				{time.Second, ev("evicted", event.PodFinished, web), false},
+			},
+			want:  []string{"a", "evicted"},
+			total: flight.Counts{Held: 1, Persisted: 1},
+		},
+		{
 			name: "no triggers: an exec probe's exit, SIGCHLD, an endpoint becoming ready, a re-observed ready pod",
 			steps: []step{
 				{0, conn("a", web, 1), false},
