@@ -604,6 +604,13 @@ const termReportLag = 30 * time.Second
 // (ebpf's signal results).
 const signalIgnored = "ignored"
 
+// IgnoredSignal reports whether e is a signal nothing acted on: a process
+// sends SIGKILL to its own threads as it exits, and PID 1 of a container
+// ignores its own. It killed nothing, and a timeline shows it as nothing.
+func IgnoredSignal(e *event.Event) bool {
+	return e.Kind == event.Signal && e.Reason == signalIgnored
+}
+
 // sandboxEvent reports whether e is about a container of the pod that got
 // no SIGTERM while another did: on a real node, the sandbox (pause)
 // container the runtime stops, with SIGKILL, after the app containers.

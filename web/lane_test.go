@@ -39,3 +39,34 @@ func TestLaneKeepsOneSignalPerDelivery(t *testing.T) {
 		t.Errorf("%d SIGTERM marks, want 2 (the kubelet's two kills, not the process's own repeats)", n)
 	}
 }
+
+// A container's main process sends itself SIGKILL as it starts, and the
+// kernel ignores it (PID 1 of its namespace): on the lab node every pod
+// does, within a second of its start. Its lane shows no SIGKILL, as the
+// analysis counts none; a SIGKILL the kernel delivered still shows.
+func TestLaneLeavesOutAnIgnoredSignal(t *testing.T) {
+	pod := event.PodRef{Namespace: "shop", Name: "web-1", UID: "uid-1"}
+	wl := event.Workload{Kind: "Deployment", Name: "web"}
+	t0 := time.Date(2026, 3, 14, 12, 0, 0, 0, time.UTC).UnixNano()
+	r := &analysis.Disruption{Namespace: "shop", Kind: wl.Kind, Name: wl.Name, From: t0, To: t0 + int64(time.Minute)}
+	c := newCapture(r, event.Window{From: t0 - int64(time.Minute), To: t0 + int64(time.Minute)}, 100*time.Millisecond)
+	kill := func(off time.Duration, result string) *event.Event {
+		return &event.Event{Time: t0 + int64(off), Kind: event.Signal, Pod: pod, Workload: wl, PID: 42, PeerPID: 42, Signal: 9, Reason: result}
+	}
+	c.add(&event.Event{Time: t0, Kind: event.PodCreated, Pod: pod, Workload: wl})
+	c.add(kill(20*time.Millisecond, "ignored"))
+	c.add(kill(30*time.Second, "delivered"))
+	l := c.find(pod)
+	if l == nil {
+		t.Fatal("no lane for the pod")
+	}
+	var kills []int64
+	for _, m := range l.marks {
+		if m.kind == event.Signal {
+			kills = append(kills, m.t-t0)
+		}
+	}
+	if len(kills) != 1 || kills[0] != int64(30*time.Second) {
+		t.Errorf("SIGKILL marks at %v, want only the delivered one at +30 s", kills)
+	}
+}

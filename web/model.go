@@ -252,7 +252,7 @@ func (c *capture) add(e *event.Event) {
 		l.node = e.Node
 	}
 	if e.Kind == event.Signal {
-		if analysis.RepeatsSignal(&l.lastSig, e, c.slack) {
+		if analysis.IgnoredSignal(e) || analysis.RepeatsSignal(&l.lastSig, e, c.slack) {
 			return
 		}
 		l.lastSig = *e
