@@ -269,6 +269,26 @@ func TestAccount(t *testing.T) {
 			want: []wantDisruption{{TriggerRollout, []string{"web-a"}, 0}, {TriggerDeleted, []string{"web-b"}, 8 * s}},
 		},
 		{
+			// Held: a node drain evicts a pod of another Deployment while
+			// web rolls out: two disruptions, each its workload's.
+			name: "a node drain during another Deployment's rollout",
+			build: func(r *rec) {
+				a, b := r.running("web-a", "10.244.0.10"), r.running("web-b", "10.244.0.11")
+				api := r.pod("api-a", "10.244.0.30")
+				api.wl, api.svc = event.Workload{Kind: "Deployment", Name: "api"}, "api"
+				r.created(api, -time.Hour.Nanoseconds())
+				r.ready(api, -time.Hour.Nanoseconds()+s)
+				r.status(0, web, "template", 0)
+				r.replace(a, r.pod("web-a2", "10.244.0.20"), s)
+				r.evicted(api, 3*s)
+				r.signal(api, 3*s+10*ms, 15)
+				r.exit(api, 3*s+20*ms, 0, 15)
+				r.replace(b, r.pod("web-b2", "10.244.0.21"), 6*s)
+				r.status(20*s, web, event.ChangeComplete, 0)
+			},
+			want: []wantDisruption{{TriggerRollout, []string{"web-a", "web-b"}, 0}, {TriggerEviction, []string{"api-a"}, 3 * s}},
+		},
+		{
 			// Held: a readiness flap on a healthy pod ends nothing.
 			name: "a readiness flap",
 			build: func(r *rec) {

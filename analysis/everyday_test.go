@@ -1,6 +1,7 @@
 package analysis
 
 import (
+	"net/netip"
 	"testing"
 	"time"
 
@@ -8,8 +9,9 @@ import (
 	"github.com/drainscope/drainscope/store"
 )
 
-// A pod's membership is per Service, and an address belongs to the pod
-// that held it when the request began.
+// What a cluster that has run for days does every day, a few events
+// each: a pod in two Services, an address reused, a sidecar beside the
+// app, a restart the watcher missed, a client whose clock is off.
 
 // TestLeavingOneServiceEndsNoPod: a pod backs two Services; one is
 // deleted, so its endpoint leaves that one. The pod runs on: five minutes
@@ -229,5 +231,44 @@ func TestRestartSeenOnlyByItsEndpoint(t *testing.T) {
 		if len(fs) != 1 || fs[0].Pod == nil || fs[0].Pod.Name != "web-a" || fs[0].Cause != CauseUnexplained {
 			t.Errorf("observed=%v: %+v, want one unexplained on web-a: the old life's end is not the new one's", observed, fs)
 		}
+	}
+}
+
+// TestClientClockSkew: held. A client's clock 300 ms off the nodes': its
+// refusal while the endpoint was still in rotation is the endpoint race
+// either way (likely, with its pod the one candidate, when the log is
+// late), and its EOF 300 ms late on a keep-alive connection the exit
+// cut is still that cut. (An EOF logged 300 ms before the exit that cut
+// it is left unexplained, as it was: the rules do not move a failure
+// past the exit by more than ExitBefore.)
+func TestClientClockSkew(t *testing.T) {
+	for _, skew := range []int64{-300 * ms, 300 * ms} {
+		r := newRec("node-a", "node-b")
+		a := r.running("web-a", "10.244.0.10")
+		r.deletion(a, 0, 30*time.Second)
+		r.leave(a, 5*ms, 1500*ms) // node-b lags 1.5 s
+		r.signal(a, 10*ms, 15)
+		r.listenerClosed(a, 11*ms)
+		r.exit(a, 20*ms, 0, 15)
+		r.refused(a, 800*ms, client(1))
+		r.failure(800*ms+1*ms+skew, client(1), event.FailRefused)
+		r.removed(a, 2*s, ms)
+		fs := clientFailures(analyzeAll(t, r))
+		// Logged late, the kernel's refusal is older than a new
+		// connection's start allows: the same race, named likely, with
+		// web-a its candidate.
+		ok := len(fs) == 1 && (fs[0].Cause == CauseEndpointRace && fs[0].Pod != nil && fs[0].Pod.Name == "web-a" ||
+			fs[0].Cause == CauseEndpointRaceLikely && len(fs[0].Candidates) == 1 && fs[0].Candidates[0].Name == "web-a")
+		if !ok {
+			t.Errorf("refusal, skew %v: %+v, want one endpoint race on web-a", time.Duration(skew), fs)
+		}
+	}
+	r := newRec()
+	a := r.running("web-a", "10.244.0.10")
+	exit := r.gracefulPreStop(a, 0, []netip.AddrPort{client(1)})
+	r.failure(exit+2*ms+300*ms, client(1), event.FailEOF)
+	fs := clientFailures(analyzeAll(t, r))
+	if len(fs) != 1 || fs[0].Cause != CauseKeepAliveAtExit || fs[0].Pod == nil || fs[0].Pod.Name != "web-a" {
+		t.Errorf("EOF 300 ms late: %+v, want one keep-alive cut at exit on web-a", fs)
 	}
 }
