@@ -83,9 +83,6 @@ func (m *memStore) Scan(ctx context.Context, q store.Query, fn func(*event.Event
 	return nil
 }
 
-func (m *memStore) EndingPods(ctx context.Context, q store.Query) ([]string, error) {
-	return nil, nil
-}
 func (m *memStore) StateAt(ctx context.Context, at int64, namespace string) ([]event.Event, error) {
 	return nil, nil
 }

@@ -111,9 +111,6 @@ var errWriteOnly = errors.New("the agent's store is the server's endpoint: it ta
 func (c *Client) Scan(context.Context, store.Query, func(*event.Event) error) error {
 	return errWriteOnly
 }
-func (c *Client) EndingPods(context.Context, store.Query) ([]string, error) {
-	return nil, errWriteOnly
-}
 func (c *Client) StateAt(context.Context, int64, string) ([]event.Event, error) {
 	return nil, errWriteOnly
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"path/filepath"
 	"reflect"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -169,6 +168,18 @@ func TestContractQueries(t *testing.T) {
 			{"pod in window of kind", Query{PodUIDs: []string{pod}, Kinds: []event.Kind{event.ConnClosed}, Window: event.Window{From: a[0].Time, To: mid}},
 				func(e *event.Event) bool { return e.Pod.UID == pod && e.Kind == event.ConnClosed && e.Time < mid }},
 			{"node", Query{Node: "node-b"}, func(e *event.Event) bool { return e.Node == "node-b" }},
+			{"lifecycle", Query{Lifecycle: true}, func(e *event.Event) bool { return IsLifecycle(e.Kind) && LifecycleRow(e) }},
+			{"lifecycle of a window", Query{Lifecycle: true, Window: event.Window{From: a[100].Time, To: mid}}, func(e *event.Event) bool {
+				return e.Time >= a[100].Time && e.Time < mid && IsLifecycle(e.Kind) && LifecycleRow(e)
+			}},
+			{"lifecycle of a pod", Query{Lifecycle: true, PodUIDs: []string{pod}},
+				func(e *event.Event) bool {
+					return e.Pod.UID == pod && IsLifecycle(e.Kind) && LifecycleRow(e)
+				}},
+			{"lifecycle of kinds", Query{Lifecycle: true, Kinds: []event.Kind{event.Signal, event.EndpointReady}},
+				func(e *event.Event) bool {
+					return (e.Kind == event.Signal || e.Kind == event.EndpointReady) && LifecycleRow(e)
+				}},
 		}
 		for _, tc := range cases {
 			if w := want(tc.f); w == 0 {
@@ -279,55 +290,6 @@ func TestContractRejectsInvalidEvents(t *testing.T) {
 	})
 }
 
-// TestContractEndingPods: the pods that may have ended in a window are
-// listed, each once, and no pod of another window or namespace is.
-func TestContractEndingPods(t *testing.T) {
-	forEach(t, func(t *testing.T, b backend) {
-		ctx := context.Background()
-		s, _ := b.open(t)
-		first := eventgen.Rollout(600, day0, 7, "checkout")
-		later := eventgen.Rollout(600, day0.Add(3*time.Hour), 8, "checkout")
-		if err := s.Append(ctx, append(append([]event.Event(nil), first...), later...)); err != nil {
-			t.Fatal(err)
-		}
-		deleted := map[string]bool{}
-		for _, e := range first {
-			if e.Kind == event.PodDeletion {
-				deleted[e.Pod.UID] = true
-			}
-		}
-		hour := event.Window{From: day0.UnixNano(), To: day0.Add(time.Hour).UnixNano()}
-		uids, err := s.EndingPods(ctx, Query{Window: hour})
-		if err != nil {
-			t.Fatal(err)
-		}
-		listed := map[string]bool{}
-		for _, u := range uids {
-			if listed[u] {
-				t.Errorf("pod %s listed twice", u)
-			}
-			listed[u] = true
-		}
-		for u := range deleted {
-			if !listed[u] {
-				t.Errorf("pod %s was deleted in the hour and is not listed", u)
-			}
-		}
-		for _, e := range later {
-			if listed[e.Pod.UID] {
-				t.Fatalf("pod %s of three hours later is listed", e.Pod.UID)
-			}
-		}
-		if !slices.IsSorted(uids) {
-			t.Errorf("the UIDs are not in order")
-		}
-		none, err := s.EndingPods(ctx, Query{Window: hour, Namespace: "elsewhere"})
-		if err != nil || len(none) != 0 {
-			t.Errorf("another namespace: %d pods, %v; want none", len(none), err)
-		}
-	})
-}
-
 func TestContractPrune(t *testing.T) {
 	forEach(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
@@ -363,50 +325,6 @@ func TestContractPrune(t *testing.T) {
 		// Writing into a pruned day works again.
 		if err := s.Append(ctx, all[:10]); err != nil {
 			t.Fatal(err)
-		}
-	})
-}
-
-// TestContractEndingPodsMainProcess: a pod whose capture marks main
-// processes and that only ran exec probes is not listed where the backend
-// keeps the mark (Postgres); the replaced pod always is.
-func TestContractEndingPodsMainProcess(t *testing.T) {
-	forEach(t, func(t *testing.T, b backend) {
-		ctx := context.Background()
-		s, _ := b.open(t)
-		at := func(d time.Duration) int64 { return day0.Add(d).UnixNano() }
-		pod := func(name string) event.PodRef {
-			return event.PodRef{Namespace: "shop", Name: name, UID: "uid-" + name, Container: "app"}
-		}
-		wl := event.Workload{Kind: "Deployment", Name: "checkout"}
-		ev := func(d time.Duration, k event.Kind, p event.PodRef, sig int32, f event.Flags, pid int32) event.Event {
-			e := event.Event{Time: at(d), Kind: k, Node: "n1", Source: event.SourceKernel, Pod: p, Workload: wl, Signal: sig, Flags: f, PID: pid}
-			e.Seal()
-			return e
-		}
-		probed, replaced := pod("probed"), pod("replaced")
-		del := event.Event{Time: at(10 * time.Second), Kind: event.PodDeletion, Node: "n1", Source: event.SourceWatcher, Pod: replaced, Workload: wl}
-		del.Seal()
-		batch := []event.Event{
-			ev(2*time.Second, event.ProcessExit, probed, 0, 0, 30), // an exec probe
-			ev(3*time.Second, event.Signal, probed, 0, event.FlagMain, 1),
-			del,
-			ev(11*time.Second, event.Signal, replaced, 15, event.FlagMain, 1),
-			ev(12*time.Second, event.ProcessExit, replaced, 0, event.FlagMain, 1),
-		}
-		if err := s.Append(ctx, batch); err != nil {
-			t.Fatal(err)
-		}
-		uids, err := s.EndingPods(ctx, Query{Window: event.Window{From: at(0), To: at(time.Minute)}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		want := []string{"uid-replaced"}
-		if b.name == "sqlite" {
-			want = []string{"uid-probed", "uid-replaced"} // the mark is packed: every exit counts
-		}
-		if !slices.Equal(uids, want) {
-			t.Errorf("pods %q, want %q", uids, want)
 		}
 	})
 }

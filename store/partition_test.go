@@ -72,7 +72,7 @@ func TestPostgresPartitionBounds(t *testing.T) {
 	if n := countPartitions(t, s); n != base+3 {
 		t.Errorf("%d partitions, want %d", n, base+3)
 	}
-	if _, err := s.EndingPods(ctx, Query{}); err != nil {
+	if err := s.Scan(ctx, Query{Lifecycle: true}, func(*event.Event) error { return nil }); err != nil {
 		t.Errorf("reading after the refusals: %v", err)
 	}
 	got, err := Events(ctx, s, Query{})

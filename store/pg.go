@@ -375,17 +375,6 @@ func (s *Postgres) Scan(ctx context.Context, q Query, fn func(*event.Event) erro
 	return nil
 }
 
-// EndingPods implements Store.
-func (s *Postgres) EndingPods(ctx context.Context, q Query) ([]string, error) {
-	query, args := selectEndingPods(q, pgPlaceholder, fmt.Sprintf("(flags & %d) <> 0", event.FlagMain))
-	rows, err := s.pool.Query(ctx, query, args...)
-	if err != nil {
-		return nil, fmt.Errorf("store %s: querying the pods that ended: %s", s.name, oneLine(err))
-	}
-	defer rows.Close()
-	return collectUIDs(rows, s.name)
-}
-
 // pgPruneChunk is how many rows one pruning DELETE removes. A DELETE takes
 // no lock a writer waits for, but a short one keeps each transaction and
 // its WAL small.

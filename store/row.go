@@ -128,20 +128,3 @@ type scanRows interface {
 	Scan(dest ...any) error
 	Err() error
 }
-
-// collectUIDs reads the rows of selectEndingPods; name is the store's,
-// for errors.
-func collectUIDs(rows scanRows, name string) ([]string, error) {
-	var out []string
-	for rows.Next() {
-		var uid string
-		if err := rows.Scan(&uid); err != nil {
-			return nil, fmt.Errorf("store %s: reading the pods that ended: %w", name, err)
-		}
-		out = append(out, uid)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("store %s: reading the pods that ended: %s", name, oneLine(err))
-	}
-	return out, nil
-}

@@ -52,12 +52,19 @@ func where(q Query, ph placeholder) (string, []any) {
 	if q.Window.To != 0 {
 		add("ts < ?", q.Window.To)
 	}
-	if len(q.Kinds) > 0 {
-		vals := make([]any, len(q.Kinds))
-		for i, k := range q.Kinds {
-			vals[i] = string(k)
+	if q.Lifecycle {
+		// Literal, not bound: a partial index is used only where the
+		// query's own terms imply its predicate (see 0006_lifecycle.sql).
+		add("kind NOT IN (" + kindList(notLifecycle) + ")")
+		if ph(1) != "?" {
+			// Postgres keeps the flags in a column (the embedded store
+			// filters the decoded rows: SQLite.Scan).
+			add(fmt.Sprintf("((flags & %d) = 0 OR kind IN (%s)) AND (kind <> '%s' OR (flags & %d) <> 0)",
+				event.FlagObserved, kindList(lifecycleObserved), event.ProcessExit, event.FlagMain))
 		}
-		add(in("kind", len(vals)), vals...)
+	}
+	if len(q.Kinds) > 0 {
+		add("kind IN (" + kindList(q.Kinds) + ")")
 	}
 	if len(q.PodUIDs) > 0 {
 		vals := make([]any, len(q.PodUIDs))
@@ -99,27 +106,37 @@ func selectEvents(q Query, cols []string, ph placeholder) (string, []any) {
 	return s, args
 }
 
-// selectEndingPods renders the query of the pods that may have ended in
-// q's window: those with a deletion, a finish, a container's
-// termination, a SIGTERM or SIGKILL, or an exit. It is a superset: the
-// analysis decides from their events what ended (an exec probe's exit,
-// a worker's signal end nothing). mainExit is the SQL test that an exit
-// is a container's main process's (event.FlagMain), where the flags are
-// a column (Postgres); the embedded store packs them and passes "true".
-func selectEndingPods(q Query, ph placeholder, mainExit string) (string, []any) {
-	q.Kinds = nil
-	w, args := where(q, ph)
-	if w == "" {
-		w = " WHERE pod_uid <> ''"
-	} else {
-		w += " AND pod_uid <> ''"
+// notLifecycle are the kinds a lifecycle read (Query.Lifecycle) leaves
+// out, the bulk of the rows: a connection's end and a client's failure. A
+// short list to compare, not the long one of every other kind: the index
+// of the rest evaluates it on every row written (0006_lifecycle.sql).
+var notLifecycle = []event.Kind{event.ConnClosed, event.RSTSent, event.RSTReceived, event.ConnRefused, event.ClientFailure}
+
+// IsLifecycle reports whether events of kind k are in a lifecycle read:
+// every kind but a connection's and a client's failure.
+func IsLifecycle(k event.Kind) bool { return !slices.Contains(notLifecycle, k) }
+
+// lifecycleObserved are the kinds whose re-observed states a lifecycle
+// read keeps: a deletion or a finish found at a list.
+var lifecycleObserved = []event.Kind{event.PodDeletion, event.PodFinished}
+
+// LifecycleRow reports whether a lifecycle read (Query.Lifecycle) takes e
+// (of a kind IsLifecycle): the embedded store's filter of the flags it
+// packs, the same as the Postgres predicate.
+func LifecycleRow(e *event.Event) bool {
+	if e.Flags.Has(event.FlagObserved) && !slices.Contains(lifecycleObserved, e.Kind) {
+		return false
 	}
-	const sigterm, sigkill = 15, 9
-	s := fmt.Sprintf(`SELECT DISTINCT pod_uid FROM events%[1]s AND (kind IN ('%[2]s', '%[3]s', '%[4]s')
-	OR (kind = '%[5]s' AND signal IN (%[6]d, %[7]d)) OR (kind = '%[8]s' AND %[9]s))
-ORDER BY pod_uid`,
-		w, event.PodDeletion, event.PodFinished, event.ContainerTerminated, event.Signal, sigterm, sigkill, event.ProcessExit, mainExit)
-	return s, args
+	return e.Kind != event.ProcessExit || e.Flags.Has(event.FlagMain)
+}
+
+// kindList renders kinds as SQL string literals, "'a', 'b'".
+func kindList(kinds []event.Kind) string {
+	parts := make([]string, len(kinds))
+	for i, k := range kinds {
+		parts[i] = "'" + strings.ReplaceAll(string(k), "'", "''") + "'"
+	}
+	return strings.Join(parts, ", ")
 }
 
 // oneLine folds a driver error onto one line: some servers' messages carry

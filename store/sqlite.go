@@ -261,8 +261,9 @@ func sqliteInsert(rows int) string {
 func (s *SQLite) Scan(ctx context.Context, q Query, fn func(*event.Event) error) error {
 	// The flags live in the packed detail: ObservedOnlyIn filters the
 	// decoded events, and so counts Limit itself.
-	observedIn, limit, kept := q.ObservedOnlyIn, q.Limit, 0
-	if observedIn != "" {
+	observedIn, lifecycle, limit, kept := q.ObservedOnlyIn, q.Lifecycle, q.Limit, 0
+	filtered := observedIn != "" || lifecycle
+	if filtered {
 		q.ObservedOnlyIn, q.Limit = "", 0
 	}
 	query, args := selectEvents(q, sqliteColumns, sqlitePlaceholder)
@@ -288,8 +289,11 @@ func (s *SQLite) Scan(ctx context.Context, q Query, fn func(*event.Event) error)
 		if err := unpackDetail(detail, &e); err != nil {
 			return fmt.Errorf("store sqlite:%s: event %s at %d: %w", s.path, e.ID, e.Time, err)
 		}
-		if observedIn != "" {
-			if e.Flags.Has(event.FlagObserved) && e.Pod.Namespace != observedIn && e.Pod.Namespace != "" {
+		if filtered {
+			if observedIn != "" && e.Flags.Has(event.FlagObserved) && e.Pod.Namespace != observedIn && e.Pod.Namespace != "" {
+				continue
+			}
+			if lifecycle && !LifecycleRow(&e) {
 				continue
 			}
 			if limit > 0 && kept == limit {
@@ -302,18 +306,6 @@ func (s *SQLite) Scan(ctx context.Context, q Query, fn func(*event.Event) error)
 		}
 	}
 	return rows.Err()
-}
-
-// EndingPods implements Store. The flags are packed in the detail, so
-// every exit counts: the pods of an embedded store are few.
-func (s *SQLite) EndingPods(ctx context.Context, q Query) ([]string, error) {
-	query, args := selectEndingPods(q, sqlitePlaceholder, "1")
-	rows, err := s.db.QueryContext(ctx, query, args...)
-	if err != nil {
-		return nil, fmt.Errorf("store sqlite:%s: querying the pods that ended: %s", s.path, oneLine(err))
-	}
-	defer rows.Close()
-	return collectUIDs(rows, "sqlite:"+s.path)
 }
 
 // sqlitePruneChunk is how many rows one pruning statement deletes: each

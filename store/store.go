@@ -26,12 +26,6 @@ type Store interface {
 	// holding all of them in memory. fn must not keep the pointer, and
 	// must not write to the event's Attrs: events may share one map.
 	Scan(ctx context.Context, q Query, fn func(*event.Event) error) error
-	// EndingPods lists the UIDs of the pods with an event in q's window
-	// that may mark an end: a deletion, a finish, a container's
-	// termination, a SIGTERM or SIGKILL, a main process's exit (every exit
-	// where the backend does not keep the mark). The analysis decides from
-	// their events which ended (analysis.FindDisruptions).
-	EndingPods(ctx context.Context, q Query) ([]string, error)
 	// StateAt returns, for every entity (an endpoint, a pod's readiness or
 	// lifecycle, a container, a Service, a workload, a node proxy's
 	// endpoint: see event.Event.Entity), its newest state event at or
@@ -66,7 +60,17 @@ type Query struct {
 	// the watcher's periodic re-observation of the rest of the cluster
 	// (63 % of a 5,000-node read's rows; docs/scale.md).
 	ObservedOnlyIn string
-	Limit          int // at most this many events; 0 means no limit
+	// Lifecycle narrows the read to the lifecycle the account of
+	// disruptions reads (analysis.FindDisruptions): every kind but a
+	// connection's and a client's failure (IsLifecycle; Kinds narrows them
+	// further), without the re-observed states
+	// (event.FlagObserved) but a pod's deletion or finish, and without
+	// the exits of processes that are not their container's main one
+	// (event.FlagMain): no connection, no exec probe's exit
+	// (LifecycleRow). A partial index holds these rows alone (migration
+	// 0006), so the read does not walk the window's connections.
+	Lifecycle bool
+	Limit     int // at most this many events; 0 means no limit
 }
 
 // Events collects the events matching q.

@@ -28,10 +28,6 @@ type brokenStore struct {
 	err error
 }
 
-func (b brokenStore) EndingPods(context.Context, store.Query) ([]string, error) {
-	return nil, b.err
-}
-
 func (b brokenStore) Scan(context.Context, store.Query, func(*event.Event) error) error { return b.err }
 
 // syncBuffer is a log sink the server's goroutines may share.
