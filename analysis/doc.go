@@ -18,7 +18,7 @@
 //     explanation, evidence and nearest events), Totals. All JSON-tagged.
 //   - AnalyzeEvents does the same on a slice of events in memory.
 //   - FindDisruptions lists the disruptions of a window as the analysis
-//     would group them, reading only the pods that ended; AnalyzeDisruption
+//     groups them, reading only the lifecycle rows; AnalyzeDisruption
 //     fills one in.
 //   - NewAligner is the streaming core both use: feed events in time order
 //     with Add, get a Decision per failure and a PodTimeline per pod through
@@ -61,8 +61,8 @@
 //     scale-down, a deletion) or what the pods show.
 //   - trigger.go: Trigger and the trigger table (Triggers): what began a
 //     disruption, its words and advice.
-//   - find.go: FindDisruptions, the account read from a store for a
-//     list, without analysing the failures.
+//   - find.go: FindDisruptions, the account read from a store's
+//     lifecycle rows for a list, without analysing the failures.
 //   - rollouts.go: each disruption of a Result, filled in with its
 //     failures and new pods.
 //   - histogram.go: offset histograms (hist, Histogram).
