@@ -196,7 +196,7 @@ type timelineData struct {
 	Unanalysed bool
 }
 
-func (d timelineData) Title() string { return workloadTitle(d.S) + " rollout" }
+func (d timelineData) Title() string { return workloadTitle(d.S) + " " + d.S.What }
 
 type laneRow struct {
 	Name, Namespace, Role, Node string

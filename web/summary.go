@@ -16,9 +16,15 @@ type RolloutSummary struct {
 	Live         bool   `json:"live"` // the last termination is recent: the rollout may still grow
 	// Trigger is the workload change that began it (template, scale,
 	// deleted), empty when none was recorded; From is then its time.
-	Trigger      analysis.Trigger `json:"trigger,omitempty"`
-	PodsReplaced int              `json:"pods_replaced"`
-	Events       int              `json:"events"` // events of the replaced pods, as the store counts them
+	Trigger analysis.Trigger `json:"trigger,omitempty"`
+	// What names the disruption by its trigger, for people: "rollout (new
+	// pod template)", "OOM kill", "node-pressure eviction".
+	What string `json:"what"`
+	// Changes are the workload's changes that belong to it: the one that
+	// began it, then pauses, resumes, rollbacks and its completion.
+	Changes      []analysis.Change `json:"changes,omitempty"`
+	PodsReplaced int               `json:"pods_replaced"`
+	Events       int               `json:"events"` // events of the replaced pods, as the store counts them
 
 	Analysed        bool                   `json:"analysed"`
 	Lanes           int                    `json:"lanes,omitempty"`
@@ -54,7 +60,8 @@ func linksFor(k analysis.DisruptionKey) Links {
 func summaryOf(d *analysis.Disruption, live bool) RolloutSummary {
 	return RolloutSummary{
 		ID: d.ID, Namespace: d.Namespace, WorkloadKind: d.Kind, WorkloadName: d.Name,
-		From: d.From, To: d.To, Live: live, Trigger: d.Trigger, PodsReplaced: d.Terminations, Events: d.Events,
+		From: d.From, To: d.To, Live: live, Trigger: d.Trigger, What: d.Words().Heading, Changes: d.Changes,
+		PodsReplaced: d.Terminations, Events: d.Events,
 		NewPods: len(d.NewPods), Failures: d.Failures, ByCause: d.ByCause,
 		Inferred: d.Inferred, InferredByCause: d.InferredByCause, Unattributed: d.Unattributed,
 		WorstGap: d.WorstSigtermAfterRotation, LongestExitWait: d.LongestExitAfterSigterm,
