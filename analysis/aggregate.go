@@ -174,7 +174,7 @@ func (c *collector) failure(d *Decision) {
 	}
 	acc.count++
 	if !d.Pod.IsZero() {
-		k := podKey(d.Pod.UID, d.Pod.Namespace, d.Pod.Name)
+		k := lifeKey(d.Pod.UID, d.Pod.Namespace, d.Pod.Name, d.Life)
 		acc.pods[k]++
 		acc.podNames[k] = d.Pod.String()
 	}

@@ -2,6 +2,7 @@ package analysis
 
 import (
 	"net/netip"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -601,4 +602,35 @@ func total(m map[string]int) int {
 		n += v
 	}
 	return n
+}
+
+// TestEveryRuleIsWhole: a cause is one row of the cause table, which
+// holds everything said of it: a title, an explanation and a summary, a
+// fix (but unexplained's), and a colour of its own that the web UI, its
+// legend and its stylesheet take (web.causeColor, causes.css). Adding a
+// cause without one of them fails here; the README's causes table is
+// checked against the same rows by internal/repocheck.
+func TestEveryRuleIsWhole(t *testing.T) {
+	seen := map[string]Cause{}
+	hex := regexp.MustCompile(`^#[0-9A-Fa-f]{6}$`)
+	for _, r := range Rules {
+		if r.Title == "" || r.Explain == "" || r.Summary == "" {
+			t.Errorf("%s: title %q, explanation %q, summary %q: want all three", r.Cause, r.Title, r.Explain, r.Summary)
+		}
+		if r.Fix == "" && r.Cause != CauseUnexplained {
+			t.Errorf("%s has no fix", r.Cause)
+		}
+		if !hex.MatchString(r.Color) {
+			t.Errorf("%s: colour %q, want #RRGGBB", r.Cause, r.Color)
+			continue
+		}
+		c := strings.ToUpper(r.Color)
+		if other, ok := seen[c]; ok && other != r.Cause {
+			t.Errorf("%s and %s share the colour %s", other, r.Cause, c)
+		}
+		seen[c] = r.Cause
+	}
+	if unexplained.Color != Rules[len(Rules)-1].Color {
+		t.Errorf("the unexplained rule's colour %q differs from the table's last row's %q", unexplained.Color, Rules[len(Rules)-1].Color)
+	}
 }

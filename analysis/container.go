@@ -29,11 +29,15 @@ import (
 type ctrLife struct {
 	id, name string // the runtime's container ID (as the cgroup names it), the spec's name
 	role     string
-	ports    []uint16     // declared in the spec
-	serves   bool         // the kernel saw its listener on a port the endpoints name close
-	events   int          // lifecycle events it had
-	sigterm  *event.Event // its first SIGTERM
-	exit     *event.Event // its main process's last exit
+	ports    []uint16 // declared in the spec
+	serves   bool     // the kernel saw its listener on a port the endpoints name close
+	// inbound: the kernel saw its sockets hold connections from outside
+	// the pod while another container is the app: a proxy on the data
+	// path (a mesh's sidecar, its inbound redirected to it).
+	inbound bool
+	events  int          // lifecycle events it had
+	sigterm *event.Event // its first SIGTERM
+	exit    *event.Event // its main process's last exit
 }
 
 // lifeRec is one lifecycle event of the pod (a signal, an exit, a
@@ -228,6 +232,9 @@ type ContainerView struct {
 	Name string `json:"name,omitempty"`
 	ID   string `json:"id,omitempty"`
 	Role string `json:"role,omitempty"` // app, sidecar, init, as the pod's spec says
+	// Inbound: it held the pod's connections from outside the pod while
+	// another container was the app: a proxy on the data path.
+	Inbound bool `json:"inbound,omitempty"`
 	// App: the container that served the Service's port, whose end is the
 	// pod's in the timeline.
 	App     bool      `json:"app"`
@@ -243,7 +250,7 @@ func (p *podState) containerViews() []ContainerView {
 		if c.name == "" && c.sigterm == nil && len(p.termed) > 0 && !p.termedID(c.id) {
 			continue // the sandbox
 		}
-		v := ContainerView{Name: c.name, ID: c.id, Role: c.role, App: c == p.app}
+		v := ContainerView{Name: c.name, ID: c.id, Role: c.role, App: c == p.app, Inbound: c.inbound}
 		if c.sigterm != nil {
 			v.Sigterm = c.sigterm.Time
 		}
@@ -266,4 +273,41 @@ func (p *podState) termedID(id string) bool {
 		}
 	}
 	return false
+}
+
+// learnInbound records that the container of a kernel connection event
+// from outside the pod, other than the app, carried the pod's inbound
+// connections.
+func (p *podState) learnInbound(e *event.Event) {
+	if p.app == nil || len(p.ctrs) < 2 {
+		return
+	}
+	if r := e.Remote.Addr(); !r.IsValid() || r.IsLoopback() || r.Unmap().IsLoopback() {
+		return
+	}
+	if c := p.container(e, false); c != nil && c != p.app && !c.inbound {
+		c.inbound = true
+	}
+}
+
+// inboundProxy is the container other than the app that carried the
+// pod's inbound connections, nil when none did.
+func (p *podState) inboundProxy() *ctrLife {
+	for _, c := range p.ctrs {
+		if c.inbound && c != p.app {
+			return c
+		}
+	}
+	return nil
+}
+
+// proxyName names a container for people: its spec's name, else its ID.
+func (c *ctrLife) proxyName() string {
+	if c.name != "" {
+		return c.name
+	}
+	if len(c.id) > 12 {
+		return c.id[:12]
+	}
+	return c.id
 }

@@ -105,7 +105,7 @@ func (d *Decision) Nearest() (before, after *event.Event) {
 
 // unexplained is the decision when no rule holds; its Missing list says
 // what each rule lacked.
-var unexplained = Rule{Cause: CauseUnexplained, Title: "unexplained"}
+var unexplained = Rule{Cause: CauseUnexplained, Title: "unexplained", Color: "#7F7F7F"}
 
 func (a *Aligner) decide(pf *pending) {
 	f := &pf.ev

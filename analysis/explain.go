@@ -2,6 +2,7 @@ package analysis
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -36,6 +37,11 @@ type ExplainData struct {
 	// "default/web-1 and default/web-2"; CandidateCount counts them.
 	Candidates     string
 	CandidateCount int
+	// Proxy names the container beside the app that held the client's
+	// connection and exited first (CauseSidecarExit); ProxyExitAfterSigterm
+	// is its exit after its SIGTERM, AppExitAfterProxy how much longer the
+	// app ran.
+	Proxy, ProxyExitAfterSigterm, AppExitAfterProxy string
 }
 
 // SummaryData is what a rule's Summary and Fix templates see about all the
@@ -64,6 +70,15 @@ type SummaryData struct {
 	Forced int
 	// Evicted counts the pods the kubelet evicted for node pressure.
 	Evicted int
+	// Proxies names the containers beside the apps that carried their
+	// inbound connections (CauseSidecarExit); ProxyExitAfterSigterm and
+	// AppExitAfterProxy are medians over the pods. Mesh is the mesh their
+	// names show ("istio", "linkerd", "" for another proxy), NativeSidecar
+	// whether one was a native sidecar already.
+	Proxies                                  string
+	ProxyExitAfterSigterm, AppExitAfterProxy string
+	Mesh                                     string
+	NativeSidecar                            bool
 }
 
 var (
@@ -265,8 +280,15 @@ func (d *Decision) explainData(o Offsets, before, after *event.Event) ExplainDat
 	}
 	var cands []string
 	for _, p := range d.Evidence {
-		if p.Role == candidateRole {
+		switch p.Role {
+		case candidateRole:
 			cands = append(cands, p.Event.Pod.String())
+		case roleProxyExit:
+			x.proxyExit(d.facts.pod, p.Event)
+		case roleAppExitLater:
+			if px := proxyExitIn(d.Evidence); px != nil {
+				x.AppExitAfterProxy = fmtDur(p.Event.Time - px.Time)
+			}
 		}
 	}
 	x.CandidateCount = len(cands)
@@ -302,6 +324,48 @@ func NodeName(n string) string {
 }
 
 // summaryData gathers the per-cause figures from the pods involved.
+// The roles of ProxyExitedFirst's evidence.
+const (
+	roleProxyExit    = "the proxy container exited while the app ran"
+	roleAppExitLater = "the app exited later"
+)
+
+// proxyExit fills in the proxy that exited first, from its exit.
+func (x *ExplainData) proxyExit(p *podState, exit *event.Event) {
+	if p == nil {
+		return
+	}
+	c := p.container(exit, false)
+	if c == nil {
+		return
+	}
+	x.Proxy = c.proxyName()
+	if c.sigterm != nil && c.sigterm.Time <= exit.Time {
+		x.ProxyExitAfterSigterm = fmtDur(exit.Time - c.sigterm.Time)
+	}
+}
+
+func proxyExitIn(ev []Piece) *event.Event {
+	for _, p := range ev {
+		if p.Role == roleProxyExit {
+			return p.Event
+		}
+	}
+	return nil
+}
+
+// meshOf names the mesh a proxy container's name shows: Istio's and
+// Linkerd's inject theirs under these names.
+func meshOf(name string) string {
+	switch name {
+	case "istio-proxy":
+		return "istio"
+	case "linkerd-proxy":
+		return "linkerd"
+	}
+	return ""
+}
+
 func summaryData(c *causeAcc, tls map[string]*PodTimeline) SummaryData {
 	s := SummaryData{Count: c.count, PodCount: len(c.pods)}
 	keys := make([]string, 0, len(c.pods))
@@ -309,7 +373,8 @@ func summaryData(c *causeAcc, tls map[string]*PodTimeline) SummaryData {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
-	var exitGaps, kills, graces, rot []int64
+	var exitGaps, kills, graces, rot, proxyGaps, appGaps []int64
+	var proxies []string
 	var prop int64 = -1
 	wls := map[string]bool{}
 	var names []string
@@ -341,6 +406,24 @@ func summaryData(c *causeAcc, tls map[string]*PodTimeline) SummaryData {
 		if g := tl.Gaps.SigtermAfterRotation; g != nil {
 			rot = append(rot, *g)
 		}
+		for _, cv := range tl.Containers {
+			if !cv.Inbound || cv.App {
+				continue
+			}
+			if !slices.Contains(proxies, cv.Name) {
+				proxies = append(proxies, cv.Name)
+			}
+			if m := meshOf(cv.Name); m != "" {
+				s.Mesh = m
+			}
+			s.NativeSidecar = s.NativeSidecar || cv.Role == event.ContainerRoleSidecar
+			if cv.Exit != nil && cv.Sigterm != 0 && cv.Exit.Time >= cv.Sigterm {
+				proxyGaps = append(proxyGaps, cv.Exit.Time-cv.Sigterm)
+			}
+			if cv.Exit != nil && tl.Exit != nil && tl.Exit.Time > cv.Exit.Time {
+				appGaps = append(appGaps, tl.Exit.Time-cv.Exit.Time)
+			}
+		}
 		if g := tl.Gaps.Propagation; g != nil && *g > prop {
 			prop = *g
 		}
@@ -359,6 +442,13 @@ func summaryData(c *causeAcc, tls map[string]*PodTimeline) SummaryData {
 	}
 	if m, ok := median(exitGaps); ok {
 		s.ExitAfterSigterm = fmtDur(m)
+	}
+	s.Proxies = joinAnd(proxies)
+	if m, ok := median(proxyGaps); ok {
+		s.ProxyExitAfterSigterm = fmtDur(m)
+	}
+	if m, ok := median(appGaps); ok {
+		s.AppExitAfterProxy = fmtDur(m)
 	}
 	if m, ok := median(kills); ok {
 		s.KillAfterDeletion = fmtDur(m)

@@ -12,9 +12,10 @@ import (
 
 // dangling finds what a template leaves when a value it expected is
 // empty: a preposition or article with nothing after it ("a grace period
-// of ", "of ;"), or two spaces where a word was. (After and before end
+// of ", "of ;"), or two spaces where a word was. The word stands alone: a
+// pod named web-a, before a colon, is no article. (After and before end
 // phrases as adverbs: "exited 3 ms before, while".)
-var dangling = regexp.MustCompile(`(?i)\b(of|with|at|on|to|from|by|for|than|in|the|a|an|now)\s*($|[,;:.)])|\S  +\S`)
+var dangling = regexp.MustCompile(`(?i)(^|\s)(of|with|at|on|to|from|by|for|than|in|the|a|an|now)\s*($|[,;:.)])|\S  +\S`)
 
 // checkProse fails t for each explanation, summary or fix in res that
 // ends in, or holds, an empty template value.
@@ -163,6 +164,7 @@ func TestDanglingCatchesAnEmptyValue(t *testing.T) {
 	}
 	for _, good := range []string{
 		"eof on default/web-1 at SIGKILL +2 ms; the kill came 5 ms after deletion with a grace period of 10.0 s",
+		"eof on default/web-a: the client's connection went through the container proxy", // a pod's name, not an article
 		"raise terminationGracePeriodSeconds above preStop + drain + a margin (now 10.0 s), or shorten preStop and the drain",
 	} {
 		if m := dangling.FindString(good); m != "" {

@@ -26,6 +26,7 @@ var proxyLagRule = Rule{
 	Explain: `{{.Class}} on a new connection to {{.Pod}}: {{.Terminating}}, while {{.Rotation}}; the EndpointSlice had already taken it out, so the ingress or load balancer that sent it there lagged the API`,
 	Summary: `these {{.Count}} {{plural .Count "failure" "failures"}} were new connections an ingress or load balancer sent to {{.PodsPhrase}} after the EndpointSlice had removed {{plural .PodCount "it" "them"}}, because its own backend list still held {{plural .PodCount "it" "them"}}{{if .RotationLag}} for up to {{.RotationLag}}{{end}}`,
 	Fix:     `make the preStop sleep longer than that proxy's lag from the EndpointSlice change to its own removal{{if .DataplaneLag}} (measured: {{.DataplaneLag}}; the sleep must exceed that p99){{end}}, and keep the listener open until then; behind an AWS ALB: deregistration delay < preStop sleep < terminationGracePeriodSeconds`,
+	Color:   "#6A3D9A",
 }
 
 // ProxyStillRouted holds when a failure came through a proxy or load

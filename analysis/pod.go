@@ -420,6 +420,10 @@ func (p *podState) ingest(k *keeper, opts *Options) bool {
 			p.learnListener(e)
 		}
 	}
+	switch e.Kind {
+	case event.ConnClosed, event.RSTSent, event.RSTReceived:
+		p.learnInbound(e)
+	}
 	if e.Kind.IsEndpoint() {
 		p.endpoint(k)
 		if p.app == nil && len(p.ctrs) > 0 {

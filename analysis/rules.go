@@ -31,6 +31,10 @@ const (
 	CauseDiedLikely       Cause = "died_in_rotation_likely"
 	CauseNoReadyEndpoints Cause = "no_ready_endpoints"
 	CauseUnexplained      Cause = "unexplained"
+	// CauseSidecarExit is a connection cut or refused by a proxy beside
+	// the app (a mesh's sidecar) that exited before the app: its exit, not
+	// the app's drain, ended what it carried.
+	CauseSidecarExit Cause = "sidecar_exit"
 )
 
 // Rule is one row of the cause table: the cause it names, the evidence it
@@ -51,6 +55,9 @@ type Rule struct {
 	// Likely: the rule names a cause no record ties to one pod (its
 	// evidence lists the candidates); the report says "likely".
 	Likely bool `json:"likely,omitempty"`
+	// Color is the cause's colour on the timeline, the histograms and the
+	// chips: "#RRGGBB", told apart from every other rule's.
+	Color string `json:"color"`
 }
 
 // Requirement is one piece of evidence a rule needs. Find appends the events
@@ -73,6 +80,14 @@ type Piece struct {
 // (Evicted): its own grace period was not what ran out. The rule's own
 // fix follows in an {{else}} branch.
 const evictionFix = `{{if .Evicted}}the kubelet evicted the pod when the node crossed an eviction threshold: a hard one (evictionHard) kills at once and a soft one (evictionSoft) gives at most evictionMaxPodGracePeriod, whatever terminationGracePeriodSeconds says; requests that cover the pod's use keep it off the eviction list, and an evictionMaxPodGracePeriod above preStop + drain lets it drain`
+
+// sidecarFix says how to keep a proxy sidecar up until its app has
+// drained, for the mesh the pod shows (SummaryData.Mesh) and whether the
+// proxy already is a native sidecar.
+const sidecarFix = `{{if eq .Mesh "istio"}}let istio-proxy drain until the app has: terminationDrainDuration longer than the app's preStop and drain, or EXIT_ON_ZERO_ACTIVE_CONNECTIONS=true with a MINIMUM_DRAIN_DURATION above the app's preStop (proxy.istio.io/config), or run it as a native sidecar (ENABLE_NATIVE_SIDECARS, Istio's default from 1.27 on Kubernetes 1.33+), which the kubelet stops after the app` +
+	`{{else if eq .Mesh "linkerd"}}keep linkerd-proxy up until the app has drained: config.alpha.linkerd.io/proxy-wait-before-exit-seconds longer than the app's preStop and drain, or config.beta.linkerd.io/proxy-enable-native-sidecar: "true" (Kubernetes 1.29+), which the kubelet stops after the app` +
+	`{{else if .NativeSidecar}}the proxy is a native sidecar, which the kubelet stops only after the app: it began its own shutdown at SIGTERM anyway; have it keep serving on SIGTERM until its connections end (a preStop on it longer than the app's preStop and drain)` +
+	`{{else}}make the proxy a native sidecar (an initContainer with restartPolicy: Always, Kubernetes 1.29+ on the API server and the nodes), which the kubelet stops after the app; or have it keep serving on SIGTERM until the app has exited (a preStop on the proxy longer than the app's preStop and drain){{end}}`
 
 // Rules is the cause table, in the order the rules are tried. The order
 // matters where evidence overlaps: a connection cut when SIGKILL ended the
@@ -101,6 +116,7 @@ var Rules = []Rule{
 		Fix: evictionFix + `{{else if and .Forced (not .Grace)}}the forced deletion (--grace-period=0) overrode the grace period, so raising it changes nothing: do not force-delete serving pods; delete them normally, or drain the node with the Eviction API` +
 			`{{else}}raise terminationGracePeriodSeconds above preStop + drain + a margin{{if .Grace}} (now {{.Grace}}){{end}}, or shorten preStop and the drain` +
 			`{{if .Forced}}; and do not force-delete serving pods: --grace-period=0 overrode the grace period of {{.Forced}} of them{{end}}{{end}}`,
+		Color: "#7B1E1E",
 	},
 	{
 		Cause: CauseKilled,
@@ -113,7 +129,20 @@ var Rules = []Rule{
 			`{{if .Evicted}}the kubelet evicted the pod for node pressure and killed it with no SIGTERM (a hard eviction threshold){{else}}the container was killed with no SIGTERM before it (the kernel's OOM killer){{end}}, cutting its connections`,
 		Summary: `these {{.Count}} {{plural .Count "failure" "failures"}} happened because {{.PodsPhrase}} {{plural .PodCount "was" "were"}} killed with no SIGTERM before ` +
 			`{{if .Evicted}}({{.Evicted}} by the kubelet's hard eviction for node pressure){{else}}(the kernel's OOM killer){{end}}: nothing drains a container killed so`,
-		Fix: evictionFix + `{{else}}raise the container's memory limit or find what outgrows it; the kubelet's report names OOMKilled{{end}}`,
+		Fix:   evictionFix + `{{else}}raise the container's memory limit or find what outgrows it; the kubelet's report names OOMKilled{{end}}`,
+		Color: "#56B4E9",
+	},
+	{
+		Cause: CauseSidecarExit,
+		Title: "proxy sidecar exited before its app",
+		Requires: []Requirement{
+			{"the connection was cut (EOF, reset or gateway error) or refused", AnyOf(ConnectionCut, Refused)},
+			{"a container of the pod other than the app, holding the client's connection (a proxy on the data path), exited while the app still ran", ProxyExitedFirst},
+		},
+		Explain: `{{.Class}} on {{.Pod}}: the client's connection went through the container {{.Proxy}}, which exited{{if .ProxyExitAfterSigterm}} {{.ProxyExitAfterSigterm}} after its SIGTERM{{end}}{{if .AppExitAfterProxy}} while the app ran {{.AppExitAfterProxy}} longer{{else}} while the app still ran{{end}}`,
+		Summary: `these {{.Count}} {{plural .Count "failure" "failures"}} happened because the proxy beside the app ({{.Proxies}}) exited{{if .ProxyExitAfterSigterm}} {{.ProxyExitAfterSigterm}} after SIGTERM{{end}}{{if .AppExitAfterProxy}}, {{.AppExitAfterProxy}} before the app did{{else}} before the app{{end}} ({{.PodsPhrase}}): whatever the app does to drain, the connections went through the proxy`,
+		Fix:     sidecarFix,
+		Color:   "#8C510A",
 	},
 	{
 		Cause: CauseInFlight,
@@ -125,6 +154,7 @@ var Rules = []Rule{
 		Explain: `{{.Class}} on {{.Pod}}: a request{{if .Duration}} of {{.Duration}}{{end}} was in progress when the connection was cut{{if .FromExit}} (exit {{.FromExit}}{{if .ExitAfterSigterm}}, which came {{.ExitAfterSigterm}} after SIGTERM{{end}}){{end}}`,
 		Summary: `these {{.Count}} {{plural .Count "failure" "failures"}} were requests still in progress when {{.PodsPhrase}} {{if .ExitAfterSigterm}}exited {{.ExitAfterSigterm}} after SIGTERM{{else}}closed their connections{{end}}: the shutdown ended before the requests did`,
 		Fix:     "make the shutdown timeout longer than the longest request (and the grace period longer than preStop plus that timeout)",
+		Color:   "#CC79A7",
 	},
 	{
 		Cause: CauseKeepAliveAtExit,
@@ -136,6 +166,7 @@ var Rules = []Rule{
 		Explain: `{{.Class}} on {{.Pod}}{{if .FromExit}} at exit {{.FromExit}}{{if .ExitAfterSigterm}} (the exit came {{.ExitAfterSigterm}} after SIGTERM){{end}}{{end}}: the client used a keep-alive connection the exit closed`,
 		Summary: `these {{.Count}} {{plural .Count "failure" "failures"}} happened because the process exited{{if .ExitAfterSigterm}} {{.ExitAfterSigterm}} after SIGTERM{{end}}{{if .ConnsAtExit}} with {{.ConnsAtExit}} keep-alive {{plural .ConnsAtExit "connection" "connections"}} still open{{end}} ({{.PodsPhrase}}){{if .OffsetFromExit}}; the failures came {{.OffsetFromExit}} the exit (median){{end}}`,
 		Fix:     "while draining, answer with `Connection: close` (HTTP/1.1) or send GOAWAY (HTTP/2), and exit only after the connection pool has drained; closing the listener and preStop do nothing for established connections",
+		Color:   "#D55E00",
 	},
 	proxyLagRule, // ingress.go
 	{
@@ -148,6 +179,7 @@ var Rules = []Rule{
 		Explain: `{{.Class}} on a new connection to {{.Pod}}: {{.Terminating}} with no SIGTERM or deletion before (an OOM kill or a crash), while {{.Rotation}}`,
 		Summary: `these {{.Count}} {{plural .Count "failure" "failures"}} were new connections sent to {{.PodsPhrase}} after {{plural .PodCount "its container" "their containers"}} died with no SIGTERM or deletion (an OOM kill or a crash), while the endpoint stayed in rotation until the readiness probe failed{{if .RotationLag}} (up to {{.RotationLag}}){{end}}`,
 		Fix:     diedFix,
+		Color:   "#009E73",
 	},
 	{
 		Cause: CauseEndpointRace,
@@ -160,6 +192,7 @@ var Rules = []Rule{
 		Explain: `{{.Class}} on a new connection to {{.Pod}}: {{.Terminating}}, while {{.Rotation}}`,
 		Summary: `these {{.Count}} {{plural .Count "failure" "failures"}} were new connections sent to {{.PodsPhrase}} after {{plural .PodCount "it" "they"}} stopped accepting (refused, or never answered once the process had exited){{if .RotationLag}} while the endpoint was still in rotation for up to {{.RotationLag}}{{end}}{{if .SigtermAfterRotation}}; SIGTERM came {{.SigtermAfterRotation}} the endpoint left rotation on the last node{{end}}`,
 		Fix:     `make the preStop delay longer than the observed propagation{{if .Propagation}} ({{.Propagation}} from deletion to the last node){{end}}{{if .DataplaneLag}} and than the measured lag from the endpoint change to each node's proxy rules ({{.DataplaneLag}}): the sleep must exceed that p99{{end}}, and keep the listener open until the endpoint is removed everywhere`,
+		Color:   "#E69F00",
 	},
 	{
 		Cause: CauseEndpointRaceLikely,
@@ -172,6 +205,7 @@ var Rules = []Rule{
 		Explain: `{{.Class}} on a new connection to the Service while {{.Candidates}} had exited and {{plural .CandidateCount "its endpoint was" "their endpoints were"}} still in rotation: likely sent to {{plural .CandidateCount "it" "one of them"}} (no record names the pod)`,
 		Summary: `these {{.Count}} {{plural .Count "failure" "failures"}} were new connections the proxies likely still sent to pods that had exited (no record names the pod; the candidates are listed){{if .RotationLag}}, in rotation for up to {{.RotationLag}}{{end}}`,
 		Fix:     `make the preStop delay longer than the observed propagation{{if .Propagation}} ({{.Propagation}} from deletion to the last node){{end}}{{if .DataplaneLag}} and than the measured lag from the endpoint change to each node's proxy rules ({{.DataplaneLag}}){{end}}, so that no proxy sends to a pod after its process exits`,
+		Color:   "#F0E442",
 	},
 	{
 		Cause: CauseDiedLikely,
@@ -184,6 +218,7 @@ var Rules = []Rule{
 		Explain: `{{.Class}} on a new connection to the Service while the container of {{.Candidates}} had died with no SIGTERM or deletion (an OOM kill or a crash) and {{plural .CandidateCount "its endpoint was" "their endpoints were"}} still in rotation: likely sent to {{plural .CandidateCount "it" "one of them"}} (no record names the pod)`,
 		Summary: `these {{.Count}} {{plural .Count "failure" "failures"}} were new connections the proxies likely still sent to pods whose containers had died (an OOM kill or a crash; no record names the pod, the candidates are listed){{if .RotationLag}}, in rotation for up to {{.RotationLag}}{{end}}`,
 		Fix:     diedFix,
+		Color:   "#7FCEB9",
 	},
 	{
 		Cause: CauseNoReadyEndpoints,
@@ -196,12 +231,14 @@ var Rules = []Rule{
 		Explain: `{{.Class}}{{if .Service}}: {{.Service}} had no ready endpoint{{else}}: the Service had no ready endpoint{{end}}`,
 		Summary: `these {{.Count}} {{plural .Count "failure" "failures"}} happened while the Service had no ready endpoint`,
 		Fix:     "keep ready endpoints through the rollout: readiness probes that pass only when serving, maxUnavailable 0 with maxSurge ≥ 1",
+		Color:   "#0072B2",
 	},
 	{
 		Cause:   CauseUnexplained,
 		Title:   "unexplained",
 		Explain: `{{.Class}}{{if .Pod}} on {{.Pod}}{{end}}{{if .FromSigterm}} at SIGTERM {{.FromSigterm}}{{end}}: {{if .Unjudged}}{{.Unjudged}}{{else}}no rule's evidence is complete{{end}}{{if .Nearest}}; nearest events: {{.Nearest}}{{end}}`,
 		Summary: `these {{.Count}} {{plural .Count "failure" "failures"}} match no rule; each lists its nearest events and what evidence was missing`,
+		Color:   "#7F7F7F",
 	},
 }
 
@@ -418,6 +455,9 @@ func ClosedAtExit(f *Facts, dst []Piece) []Piece {
 		if k.Kind != event.ConnClosed || k.Reason == "peer" || k.Time > t+int64(f.opts.ExitBefore) {
 			continue
 		}
+		if f.pod != nil && f.pod.otherContainer(f.pod.container(k, false)) {
+			continue // closed by another container's exit: not the app's (ProxyExitedFirst)
+		}
 		// The exit path closes sockets just after the exit event; a runtime
 		// tearing down closes them just before it (within ExitSlack).
 		var x *event.Event
@@ -439,6 +479,44 @@ func ClosedAtExit(f *Facts, dst []Piece) []Piece {
 		if x != nil {
 			out = append(out, piece("process exited", x))
 		}
+	}
+	return out
+}
+
+// ProxyExitedFirst holds when a container of the pod other than the app
+// held the client's connection (a proxy on the data path: the pod-side
+// record of the connection is its socket; for a refusal, which no process
+// holds, the pod's container that held its inbound connections) and that
+// container exited at or before the failure, while the app still ran.
+func ProxyExitedFirst(f *Facts, dst []Piece) []Piece {
+	p := f.pod
+	if p == nil || p.app == nil {
+		return dst
+	}
+	t := f.Failure.Time
+	var c *ctrLife
+	var held *event.Event
+	for _, k := range f.Kernel {
+		if kc := p.container(k, false); kc != nil && kc != p.app {
+			c, held = kc, k
+		}
+	}
+	if c == nil && f.Class == event.FailRefused {
+		c = p.inboundProxy()
+	}
+	if c == nil || c.exit == nil || c.exit.Time > t+int64(f.opts.ExitBefore) {
+		return dst
+	}
+	app := p.lastMainExit()
+	if app != nil && app.Time <= c.exit.Time+int64(f.opts.ExitSlack) {
+		return dst // the app ended with it or before: the app's own end
+	}
+	out := append(dst, piece(roleProxyExit, c.exit))
+	if held != nil {
+		out = append(out, piece("the proxy container held the client's connection", held))
+	}
+	if app != nil {
+		out = append(out, piece(roleAppExitLater, app))
 	}
 	return out
 }

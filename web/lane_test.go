@@ -1,6 +1,7 @@
 package web
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -68,5 +69,25 @@ func TestLaneLeavesOutAnIgnoredSignal(t *testing.T) {
 	}
 	if len(kills) != 1 || kills[0] != int64(30*time.Second) {
 		t.Errorf("SIGKILL marks at %v, want only the delivered one at +30 s", kills)
+	}
+}
+
+// TestCauseColorsAreTheRules: every cause's colour on the timeline and
+// in the stylesheet is its rule's, and a cause no rule names gets a grey
+// that is no cause's own (it once fell back to the OOM kill's blue).
+func TestCauseColorsAreTheRules(t *testing.T) {
+	css := string(causesCSS(analysis.Rules))
+	for _, r := range analysis.Rules {
+		if got := causeColor(r.Cause); got != r.Color {
+			t.Errorf("%s: timeline colour %s, rule's %s", r.Cause, got, r.Color)
+		}
+		for _, want := range []string{"--c-" + string(r.Cause) + ": " + r.Color + ";", ".cause-" + string(r.Cause) + " { background: var(--c-" + string(r.Cause) + "); }"} {
+			if !strings.Contains(css, want) {
+				t.Errorf("causes.css lacks %q", want)
+			}
+		}
+		if r.Color == causeColor("no-such-cause") {
+			t.Errorf("an unknown cause takes %s's colour %s", r.Cause, r.Color)
+		}
 	}
 }

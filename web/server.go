@@ -198,7 +198,7 @@ func New(opts Options) *Server {
 		models: map[analysis.DisruptionKey]*cached{}, flight: map[analysis.DisruptionKey]*flight{},
 		sums: map[analysis.DisruptionKey]keptSummary{}, lists: map[listFilter]*listEntry{},
 		queued: map[analysis.DisruptionKey]bool{}, builds: make(chan struct{}, 1), digests: digestsOf(opts),
-		statics: loadStatics(), failures: opts.AuthFailures, streamsBy: map[string]int{},
+		statics: loadStatics(opts.Analysis.WithDefaults().Rules), failures: opts.AuthFailures, streamsBy: map[string]int{},
 	}
 	s.pages = mustTemplates(s.staticVersion)
 	s.ctx, s.cancel = context.WithCancel(opts.Context)

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
+
+	"github.com/drainscope/drainscope/analysis"
 )
 
 //go:embed static templates
@@ -23,8 +25,17 @@ type staticFile struct {
 	ctype string
 }
 
-func loadStatics() map[string]staticFile {
+func loadStatics(rules []analysis.Rule) map[string]staticFile {
 	out := map[string]staticFile{}
+	add := func(name string, b []byte) {
+		sum := sha256.Sum256(b)
+		ct := mime.TypeByExtension(path.Ext(name))
+		if ct == "" {
+			ct = "application/octet-stream"
+		}
+		out[name] = staticFile{body: b, etag: `"` + hex.EncodeToString(sum[:8]) + `"`, ctype: ct}
+	}
+	add("causes.css", causesCSS(rules))
 	entries, err := fs.ReadDir(assets, "static")
 	if err != nil {
 		panic(err)
@@ -34,12 +45,7 @@ func loadStatics() map[string]staticFile {
 		if err != nil {
 			panic(err)
 		}
-		sum := sha256.Sum256(b)
-		ct := mime.TypeByExtension(path.Ext(e.Name()))
-		if ct == "" {
-			ct = "application/octet-stream"
-		}
-		out[e.Name()] = staticFile{body: b, etag: `"` + hex.EncodeToString(sum[:8]) + `"`, ctype: ct}
+		add(e.Name(), b)
 	}
 	return out
 }

@@ -1,9 +1,11 @@
 package web
 
 import (
+	"fmt"
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 
 	"github.com/drainscope/drainscope/analysis"
 )
@@ -196,26 +198,62 @@ type CauseInfo struct {
 	Fix   string `json:"fix,omitempty"`
 }
 
-// causeColors are the timeline's and the histograms' colours, chosen to be
-// told apart by colour-blind readers too (Okabe–Ito).
-var causeColors = map[analysis.Cause]string{
-	analysis.CauseEndpointRace:       "#E69F00",
-	analysis.CauseEndpointRaceLikely: "#F0E442",
-	analysis.CauseKeepAliveAtExit:    "#D55E00",
-	analysis.CauseInFlight:           "#CC79A7",
-	analysis.CauseSIGKILL:            "#7B1E1E",
-	analysis.CauseKilled:             "#56B4E9",
-	analysis.CauseDied:               "#009E73",
-	analysis.CauseDiedLikely:         "#7FCEB9", // #009E73 at half strength
-	analysis.CauseNoReadyEndpoints:   "#0072B2",
-	analysis.CauseUnexplained:        "#7F7F7F",
-}
-
+// causeColor is a cause's colour on the timeline, the histograms and the
+// chips: its rule's (analysis.Rule.Color, one row of the cause table), and
+// for a cause no rule of the default table names (a custom rule without
+// one) a grey that is no cause's own.
 func causeColor(c analysis.Cause) string {
 	if v, ok := causeColors[c]; ok {
 		return v
 	}
-	return "#56B4E9"
+	return unknownCauseColor
+}
+
+const unknownCauseColor = "#B8B8B8"
+
+var causeColors = func() map[analysis.Cause]string {
+	m := map[analysis.Cause]string{}
+	for _, r := range analysis.DefaultOptions().WithDefaults().Rules {
+		if r.Color != "" {
+			m[r.Cause] = r.Color
+		}
+	}
+	return m
+}()
+
+// causesCSS is the stylesheet of the causes' colours (causes.css): a
+// variable and a class a cause, from the rule table, so that the pages'
+// chips and swatches and the timeline's marks cannot disagree.
+func causesCSS(rules []analysis.Rule) []byte {
+	var b strings.Builder
+	b.WriteString("/* drainscope: the causes' colours, made from the rule table (analysis.Rules). */\n:root {")
+	for _, r := range rules {
+		fmt.Fprintf(&b, " --c-%s: %s;", cssName(r.Cause), colorOf(r))
+	}
+	b.WriteString(" }\n")
+	for _, r := range rules {
+		fmt.Fprintf(&b, ".cause-%s { background: var(--c-%s); }\n", cssName(r.Cause), cssName(r.Cause))
+	}
+	return []byte(b.String())
+}
+
+// cssName keeps of a cause's name what a CSS identifier may hold, as the
+// pages' class names do (a custom rule's cause is any string).
+func cssName(c analysis.Cause) string {
+	return strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-' {
+			return r
+		}
+		return -1
+	}, string(c))
+}
+
+// colorOf is a rule's colour, or causeColor's for one without.
+func colorOf(r analysis.Rule) string {
+	if r.Color != "" {
+		return r.Color
+	}
+	return causeColor(r.Cause)
 }
 
 func (m *model) causeInfos() []CauseInfo {

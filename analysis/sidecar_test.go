@@ -1,0 +1,164 @@
+package analysis
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/drainscope/drainscope/event"
+)
+
+// A pod with a proxy beside the app, as a mesh injects it: inbound
+// connections to the Service's port are redirected (iptables in the pod's
+// network namespace) to the proxy's port 15006; the proxy connects to the
+// app on loopback. The kernel's records of the clients' connections are
+// the proxy container's sockets.
+type meshedPod struct {
+	app, proxy *tpod
+}
+
+func (r *rec) meshedPod(name, ip, proxyName, proxyRole string) meshedPod {
+	app := r.running(name, ip)
+	app.ref.Container = "cid-app"
+	proxy := *app
+	proxy.ref.Container, proxy.pid, proxy.port = "cid-proxy", 6161, 15006
+	for _, c := range []struct {
+		p                *tpod
+		name, role, port string
+	}{{app, "app", event.ContainerRoleApp, "8080/TCP"}, {&proxy, proxyName, proxyRole, "15090/TCP"}} {
+		e := r.podEvent(c.p, -2*time.Hour.Nanoseconds()+500*ms, event.ContainerStarted)
+		e.Pod.Container = c.name
+		e.Attrs = map[string]string{event.AttrContainerID: c.p.ref.Container, event.AttrContainerRole: c.role, event.AttrContainerPorts: c.port}
+		r.add(e)
+	}
+	// Serving: a client's connection, held by the proxy, closes; the
+	// proxy's own connection to the app closes on the app's side.
+	r.connClosed(&proxy, -30*s, client(99), "peer", 0)
+	side := r.kernel(app, -30*s, event.ConnClosed)
+	side.Local, side.Remote, side.Reason = app.addr(), netip.MustParseAddrPort("127.0.0.6:41000"), "peer"
+	r.add(side)
+	return meshedPod{app, &proxy}
+}
+
+// sidecarExitsFirst: the pod is deleted; both containers get SIGTERM; the
+// proxy exits at once, cutting the clients' keep-alive connections it
+// held, while the app drains behind a 5 s preStop and exits at 10 s.
+// Meanwhile some node still sends new connections, which meet no
+// listener on 15006.
+func (r *rec) sidecarExitsFirst(m meshedPod, clients int) {
+	a := m.app
+	r.deletion(a, 0, 30*time.Second)
+	r.leave(a, 400*ms, 0)
+	r.signal(m.proxy, 10*ms, 15)
+	r.exit(m.proxy, 42*ms, 0, 0)
+	for i := 0; i < clients; i++ {
+		c := client(i)
+		r.connClosed(m.proxy, 42*ms+int64(i)*100_000, c, "local", event.FlagAtExit)
+		r.rst(m.proxy, 60*ms+int64(i)*ms, c, "NO_SOCKET", 0)
+		r.failure(61*ms+int64(i)*ms, c, event.FailEOF)
+	}
+	refusal := client(50)
+	e := r.kernel(m.proxy, 200*ms, event.ConnRefused)
+	e.PID, e.Comm, e.Pod.Container = 0, "", ""
+	e.Local, e.Remote = netip.AddrPortFrom(a.ip, 15006), refusal
+	r.add(e)
+	r.failure(201*ms, refusal, event.FailRefused)
+	r.signal(a, 5*s, 15)
+	r.exit(a, 10*s, 0, 0)
+	r.removed(a, 10*s+50*ms, 0)
+}
+
+// TestProxySidecarExitsBeforeItsApp: the clients' failures are the
+// proxy's exit before its app, naming the proxy container, with the fix
+// for what the pod is: a classic sidecar of no known mesh, Istio's,
+// Linkerd's, or a native sidecar already.
+func TestProxySidecarExitsBeforeItsApp(t *testing.T) {
+	for _, tc := range []struct {
+		name, proxy, role string
+		fix               []string
+	}{
+		{"a classic sidecar", "proxy", event.ContainerRoleApp, []string{"make the proxy a native sidecar", "restartPolicy: Always", "1.29"}},
+		{"Istio's", "istio-proxy", event.ContainerRoleApp, []string{"terminationDrainDuration", "EXIT_ON_ZERO_ACTIVE_CONNECTIONS", "ENABLE_NATIVE_SIDECARS"}},
+		{"Linkerd's", "linkerd-proxy", event.ContainerRoleApp, []string{"proxy-wait-before-exit-seconds", "proxy-enable-native-sidecar"}},
+		{"a native sidecar", "proxy", event.ContainerRoleSidecar, []string{"native sidecar, which the kubelet stops only after the app"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRec()
+			m := r.meshedPod("web-a", "10.244.0.10", tc.proxy, tc.role)
+			r.sidecarExitsFirst(m, 3)
+			res := analyzeAll(t, r)
+			checkProse(t, res)
+			fs := clientFailures(res)
+			if len(fs) != 4 {
+				t.Fatalf("%d failures, want 4", len(fs))
+			}
+			for _, f := range fs {
+				if f.Cause != CauseSidecarExit || f.Pod == nil || f.Pod.Name != "web-a" {
+					t.Errorf("%s: %s on %v (%s), want the proxy's exit on web-a", f.Failure.Reason, f.Cause, f.Pod, f.Explanation)
+					continue
+				}
+				// Decided 2 s after the failure, when the app had not
+				// exited yet.
+				for _, w := range []string{"container " + tc.proxy, "exited 32 ms after its SIGTERM", "while the app still ran"} {
+					if !strings.Contains(f.Explanation, w) {
+						t.Errorf("explanation %q lacks %q", f.Explanation, w)
+					}
+				}
+			}
+			var cs *CauseSummary
+			for i := range res.Causes {
+				if res.Causes[i].Cause == CauseSidecarExit {
+					cs = &res.Causes[i]
+				}
+			}
+			if cs == nil {
+				t.Fatal("no summary of the proxy's exit")
+			}
+			if !strings.Contains(cs.Explanation, "("+tc.proxy+")") || !strings.Contains(cs.Explanation, "9.958 s before the app did") {
+				t.Errorf("summary %q: want the proxy named and the app's 9.958 s", cs.Explanation)
+			}
+			for _, w := range tc.fix {
+				if !strings.Contains(cs.Fix, w) {
+					t.Errorf("fix %q lacks %q", cs.Fix, w)
+				}
+			}
+			// The app drained as it should: no keep-alive cut is named.
+			for _, c := range res.Causes {
+				if c.Cause == CauseKeepAliveAtExit || c.Cause == CauseEndpointRace || c.Cause == CauseEndpointRaceLikely {
+					t.Errorf("%d failures named %s: the app's drain was not what failed", c.Count, c.Cause)
+				}
+			}
+			var tl *PodTimeline
+			for i := range res.Timelines {
+				if res.Timelines[i].Pod.Name == "web-a" {
+					tl = &res.Timelines[i]
+				}
+			}
+			if tl == nil || tl.Exit == nil || tl.Exit.Time != r.at(10*s) || len(tl.Containers) != 2 || !tl.Containers[0].App || !tl.Containers[1].Inbound {
+				t.Errorf("timeline: exit %+v, containers %+v; want the app's exit at +10 s, the app and the inbound proxy", tl.Exit, tl.Containers)
+			}
+		})
+	}
+}
+
+// TestProxyThatOutlivesItsAppIsNoCause: a native sidecar the kubelet
+// stops after the app: the app's own keep-alive cut at its exit is the
+// app's, and the proxy's later exit names nothing.
+func TestProxyThatOutlivesItsAppIsNoCause(t *testing.T) {
+	r := newRec()
+	m := r.meshedPod("web-a", "10.244.0.10", "proxy", event.ContainerRoleSidecar)
+	a := m.app
+	r.deletion(a, 0, 30*time.Second)
+	r.leave(a, 400*ms, 0)
+	r.signal(a, 10*ms, 15)
+	r.exit(a, 3*s, 0, 0)
+	r.signal(m.proxy, 3*s+10*ms, 15)
+	r.exit(m.proxy, 3*s+40*ms, 0, 0)
+	r.connClosed(m.proxy, 3*s+40*ms, client(1), "local", event.FlagAtExit)
+	r.failure(3*s+50*ms, client(1), event.FailEOF)
+	fs := clientFailures(analyzeAll(t, r))
+	if len(fs) != 1 || fs[0].Cause == CauseSidecarExit {
+		t.Errorf("%+v: want no proxy exit named, the app exited first", fs)
+	}
+}
