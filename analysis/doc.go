@@ -56,6 +56,9 @@
 //     Inference, ...), and WriteJSON.
 //   - aggregate.go: the collector that groups decisions by cause and
 //     counts them into a Result.
+//   - container.go: which container of a pod is the app (its declared
+//     port, its listener), which is a proxy on the data path (its inbound
+//     connections), and each container's own signals and exits.
 //   - account.go: the account — grouping pod lives' ends into
 //     disruptions by the workload changes (a rollout until complete, a
 //     scale-down, a deletion) or what the pods show.
