@@ -1,9 +1,11 @@
 package analysis
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -72,6 +74,20 @@ func (r *rec) oomKill(p *tpod, d int64) {
 	e.Pod.Container = "app"
 	r.add(e)
 	r.ready(p, d+5*s)
+}
+
+// markMain marks the apps' signals and exits as their containers' main
+// process's, as the agent's capture does on every kernel it loads on
+// (event.FlagMain): the list reads no other process's (store.LifecycleRow).
+func markMain(r *rec) {
+	for i := range r.events {
+		e := &r.events[i]
+		if (e.Kind == event.Signal || e.Kind == event.ProcessExit) && e.PID == 4242 {
+			e.Flags |= event.FlagMain
+			e.Seal()
+		}
+	}
+	slices.SortStableFunc(r.events, func(a, b event.Event) int { return cmp.Compare(a.Time, b.Time) })
 }
 
 type wantDisruption struct {
@@ -314,7 +330,9 @@ func TestAccount(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newRec()
+			r.capabilities("lab", -3*time.Hour.Nanoseconds(), FeatureMainProcess)
 			tc.build(r)
+			markMain(r)
 			res, err := AnalyzeEvents(r.events, store.Query{}, Options{MaxFailures: -1})
 			if err != nil {
 				t.Fatal(err)

@@ -120,6 +120,12 @@ func TestContractQueries(t *testing.T) {
 		ctx := context.Background()
 		s, _ := b.open(t)
 		a := eventgen.Rollout(3000, day0, 2, "checkout")
+		for i := range a { // half the processes' signals and exits their container's main one's
+			if (a[i].Kind == event.Signal || a[i].Kind == event.ProcessExit) && i%2 == 0 {
+				a[i].Flags |= event.FlagMain
+				a[i].Seal()
+			}
+		}
 		c := eventgen.Rollout(1000, day0.Add(time.Hour), 3, "cart")
 		for i := range c { // the cart rollout ran on another node
 			c[i].Node = "node-b"

@@ -59,8 +59,8 @@ func where(q Query, ph placeholder) (string, []any) {
 		if ph(1) != "?" {
 			// Postgres keeps the flags in a column (the embedded store
 			// filters the decoded rows: SQLite.Scan).
-			add(fmt.Sprintf("((flags & %d) = 0 OR kind IN (%s)) AND (kind <> '%s' OR (flags & %d) <> 0)",
-				event.FlagObserved, kindList(lifecycleObserved), event.ProcessExit, event.FlagMain))
+			add(fmt.Sprintf("((flags & %d) = 0 OR kind IN (%s)) AND (kind NOT IN (%s) OR (flags & %d) <> 0)",
+				event.FlagObserved, kindList(lifecycleObserved), kindList(mainOnly), event.FlagMain))
 		}
 	}
 	if len(q.Kinds) > 0 {
@@ -117,8 +117,17 @@ var notLifecycle = []event.Kind{event.ConnClosed, event.RSTSent, event.RSTReceiv
 func IsLifecycle(k event.Kind) bool { return !slices.Contains(notLifecycle, k) }
 
 // lifecycleObserved are the kinds whose re-observed states a lifecycle
-// read keeps: a deletion or a finish found at a list.
-var lifecycleObserved = []event.Kind{event.PodDeletion, event.PodFinished}
+// read keeps: a deletion or a finish found at a list, and the running
+// containers, which say which is the app (their declared ports).
+var lifecycleObserved = []event.Kind{event.PodDeletion, event.PodFinished, event.ContainerStarted}
+
+// mainOnly are the kinds a lifecycle read keeps of a container's main
+// process alone (event.FlagMain): an exec probe's exit, every few seconds
+// in every pod that has one, ends no pod. Signals are kept whoever got
+// them (they are few): a node's kernel_capabilities, in the read too,
+// says whether its capture marks main processes, and the account ignores
+// a worker's where it does.
+var mainOnly = []event.Kind{event.ProcessExit}
 
 // LifecycleRow reports whether a lifecycle read (Query.Lifecycle) takes e
 // (of a kind IsLifecycle): the embedded store's filter of the flags it
@@ -127,7 +136,7 @@ func LifecycleRow(e *event.Event) bool {
 	if e.Flags.Has(event.FlagObserved) && !slices.Contains(lifecycleObserved, e.Kind) {
 		return false
 	}
-	return e.Kind != event.ProcessExit || e.Flags.Has(event.FlagMain)
+	return !slices.Contains(mainOnly, e.Kind) || e.Flags.Has(event.FlagMain)
 }
 
 // kindList renders kinds as SQL string literals, "'a', 'b'".

@@ -63,12 +63,12 @@ type Query struct {
 	// Lifecycle narrows the read to the lifecycle the account of
 	// disruptions reads (analysis.FindDisruptions): every kind but a
 	// connection's and a client's failure (IsLifecycle; Kinds narrows them
-	// further), without the re-observed states
-	// (event.FlagObserved) but a pod's deletion or finish, and without
-	// the exits of processes that are not their container's main one
-	// (event.FlagMain): no connection, no exec probe's exit
-	// (LifecycleRow). A partial index holds these rows alone (migration
-	// 0006), so the read does not walk the window's connections.
+	// further), without the re-observed states (event.FlagObserved) but a
+	// pod's deletion or finish and its running containers, and without the
+	// exits of processes that are not their container's main one
+	// (event.FlagMain): no connection, no exec probe's exit (LifecycleRow). A partial index holds these
+	// rows alone (migration 0006), so the read does not walk the window's
+	// connections.
 	Lifecycle bool
 	Limit     int // at most this many events; 0 means no limit
 }
