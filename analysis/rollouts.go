@@ -26,7 +26,9 @@ const RolloutLead = time.Minute
 // the rules and the causes' fixes as rendered.
 func (c *collector) disruptions(r *Result) []Disruption {
 	out := []Disruption{}
-	for _, g := range c.acct.disruptions() {
+	groups := c.acct.disruptions()
+	newPodOwner := c.newPodOwners(groups)
+	for _, g := range groups {
 		d := g.d
 		if c.q.Window.To != 0 && d.From >= c.q.Window.To || d.Until < c.q.Window.From {
 			continue
@@ -47,20 +49,22 @@ func (c *collector) disruptions(r *Result) []Disruption {
 			}
 			d.keepWorst(tl.Gaps.SigtermAfterRotation, tl.Gaps.ExitAfterSigterm)
 		}
-		for _, tl := range c.order {
-			if tl.Pod.Namespace != d.Namespace || tl.Kind != d.Kind || tl.Name != d.Name || d.has(PodView{Namespace: tl.Pod.Namespace, Name: tl.Pod.Name, UID: tl.Pod.UID, Life: tl.Since}) {
-				continue
+		if d.Trigger.Info().Replaced {
+			for _, tl := range c.order {
+				if tl.Pod.Namespace != d.Namespace || tl.Kind != d.Kind || tl.Name != d.Name || d.has(PodView{Namespace: tl.Pod.Namespace, Name: tl.Pod.Name, UID: tl.Pod.UID, Life: tl.Since}) {
+					continue
+				}
+				if !newPodOf(d, tl) || newPodOwner[tl] != g {
+					continue
+				}
+				np := NewPod{Pod: tl.Pod, Created: tl.Created, Ready: tl.Ready}
+				if tl.Created != 0 && tl.Ready >= tl.Created {
+					np.ReadyAfter = tl.Ready - tl.Created
+				}
+				d.NewPods = append(d.NewPods, np)
+				// The disruption ends when its last new pod is ready too.
+				d.Until = max(d.Until, tl.Ready)
 			}
-			if !newPodOf(d, tl) {
-				continue
-			}
-			np := NewPod{Pod: tl.Pod, Created: tl.Created, Ready: tl.Ready}
-			if tl.Created != 0 && tl.Ready >= tl.Created {
-				np.ReadyAfter = tl.Ready - tl.Created
-			}
-			d.NewPods = append(d.NewPods, np)
-			// The disruption ends when its last new pod is ready too.
-			d.Until = max(d.Until, tl.Ready)
 		}
 		for sec, n := range c.unattr {
 			if sec*1e9 >= d.From-1e9 && sec*1e9 <= d.To+int64(c.opts.ExitAfter) {
@@ -71,6 +75,39 @@ func (c *collector) disruptions(r *Result) []Disruption {
 		out = append(out, *d)
 	}
 	return out
+}
+
+// newPodOwners gives each pod that could be a new pod of several
+// disruptions of its workload to one: the latest that began before it was
+// created (or ready) among those whose trigger replaces pods. A pod made
+// for an eviction is not also a scale-down's before it, nor a restart's.
+func (c *collector) newPodOwners(groups []*group) map[*PodTimeline]*group {
+	owner := map[*PodTimeline]*group{}
+	for _, g := range groups {
+		d := g.d
+		d.next = g.next
+		if !d.Trigger.Info().Replaced {
+			continue
+		}
+		for _, tl := range c.order {
+			if tl.Pod.Namespace != d.Namespace || tl.Kind != d.Kind || tl.Name != d.Name || !newPodOf(d, tl) {
+				continue
+			}
+			if o := owner[tl]; o == nil || o.d.From < d.From && d.From <= bornAt(tl)+triggerSlack {
+				owner[tl] = g
+			}
+		}
+	}
+	return owner
+}
+
+// bornAt is when a pod came to be as far as it was seen: its creation,
+// else its readiness.
+func bornAt(tl *PodTimeline) int64 {
+	if tl.Created != 0 {
+		return tl.Created
+	}
+	return tl.Ready
 }
 
 // triggerSlack allows for the clocks of the nodes that saw a workload change

@@ -42,30 +42,34 @@ type TriggerInfo struct {
 	// Advice is what to do about the trigger itself, where it was not
 	// what someone meant to do; "" for a change made on purpose.
 	Advice string `json:"advice,omitempty"`
+	// Replaced: the pods it ends get replacements, the disruption's new
+	// pods (a rollout's, an eviction's); not a scale-down's, a deletion's
+	// or a container's restart in its own pod.
+	Replaced bool `json:"replaced"`
 }
 
 // Triggers is the trigger table. Every Trigger constant has one row
 // (TestTriggerTableComplete).
 var Triggers = []TriggerInfo{
-	{Trigger: TriggerRollout, Change: "template", Noun: "rollout", Heading: "rollout (new pod template)", BegunBy: "a pod template change"},
+	{Trigger: TriggerRollout, Replaced: true, Change: "template", Noun: "rollout", Heading: "rollout (new pod template)", BegunBy: "a pod template change"},
 	{Trigger: TriggerScale, Change: "scale", Noun: "scale-down", Heading: "scale-down (change of replicas)", BegunBy: "a change of replicas"},
 	{Trigger: TriggerDeleted, Change: "deleted", Noun: "deletion", Heading: "deletion of the workload", BegunBy: "the workload's deletion"},
-	{Trigger: TriggerEviction, Disruption: []string{"EvictionByEvictionAPI"}, Noun: "eviction", Heading: "eviction",
+	{Trigger: TriggerEviction, Replaced: true, Disruption: []string{"EvictionByEvictionAPI"}, Noun: "eviction", Heading: "eviction",
 		BegunBy: "an eviction (a node drain, or the Eviction API)",
 		Advice:  "a PodDisruptionBudget bounds how many pods a drain evicts at once; each evicted pod ends as in a rollout, with the same preStop and grace period"},
-	{Trigger: TriggerPreemption, Disruption: []string{"PreemptionByScheduler"}, Noun: "preemption", Heading: "preemption",
+	{Trigger: TriggerPreemption, Replaced: true, Disruption: []string{"PreemptionByScheduler"}, Noun: "preemption", Heading: "preemption",
 		BegunBy: "the scheduler's preemption",
 		Advice:  "a higher priority pod took the node's room: give this workload a PriorityClass as high, or room of its own"},
-	{Trigger: TriggerTaint, Disruption: []string{"DeletionByTaintManager"}, Noun: "taint eviction", Heading: "taint eviction",
+	{Trigger: TriggerTaint, Replaced: true, Disruption: []string{"DeletionByTaintManager"}, Noun: "taint eviction", Heading: "taint eviction",
 		BegunBy: "a NoExecute taint",
 		Advice:  "a NoExecute taint on the node evicted the pod: tolerationSeconds for the taint keeps it while the node recovers"},
-	{Trigger: TriggerNodePressure, Disruption: []string{"TerminationByKubelet"}, Finished: []string{"Evicted"}, Noun: "node-pressure eviction", Heading: "node-pressure eviction",
+	{Trigger: TriggerNodePressure, Replaced: true, Disruption: []string{"TerminationByKubelet"}, Finished: []string{"Evicted"}, Noun: "node-pressure eviction", Heading: "node-pressure eviction",
 		BegunBy: "the kubelet's node-pressure eviction",
 		Advice:  "the kubelet evicted the pod when the node crossed an eviction threshold (evictionHard or evictionSoft): requests that cover the pod's use keep it off the list; a hard threshold kills at once, with no grace period"},
-	{Trigger: TriggerNodeShutdown, Finished: []string{"Shutdown", "Terminated"}, Noun: "node shutdown", Heading: "node shutdown",
+	{Trigger: TriggerNodeShutdown, Replaced: true, Finished: []string{"Shutdown", "Terminated"}, Noun: "node shutdown", Heading: "node shutdown",
 		BegunBy: "the node's shutdown",
 		Advice:  "the kubelet's graceful node shutdown ended the pod: shutdownGracePeriod and shutdownGracePeriodCriticalPods bound its drain"},
-	{Trigger: TriggerPodDeleted, Noun: "pod deletion", Heading: "pod deletion", BegunBy: "the pods' deletion (kubectl delete, or a controller)"},
+	{Trigger: TriggerPodDeleted, Replaced: true, Noun: "pod deletion", Heading: "pod deletion", BegunBy: "the pods' deletion (kubectl delete, or a controller)"},
 	{Trigger: TriggerOOM, Noun: "OOM kill", Heading: "OOM kill", BegunBy: "an OOM kill",
 		Advice: "raise the container's memory limit or find what outgrows it"},
 	{Trigger: TriggerRestart, Noun: "container restart", Heading: "container restart",
