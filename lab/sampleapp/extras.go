@@ -4,7 +4,8 @@ package sampleapp
 // longlived profile: a worker process that the main process recycles, as
 // gunicorn and php-fpm recycle theirs; a check subcommand for an exec
 // readiness probe; and an admin port (which no Service selects) on which
-// the service can be made to run out of memory or to crash.
+// the service can be made to run out of memory, to crash or to fill its
+// local disk.
 
 import (
 	"context"
@@ -29,6 +30,17 @@ const (
 	PathOOM = "/admin/oom"
 	// PathCrash makes the service exit with ExitCrash at once.
 	PathCrash = "/admin/crash"
+	// PathFill makes the service write a file of ?mib= MiB (FillMiB when
+	// not given) into its fill directory (--fill-dir), as a service that
+	// caches or logs to local disk does, and answer once it is on disk.
+	// Past the pod's ephemeral-storage limit the kubelet evicts the pod.
+	PathFill = "/admin/fill"
+)
+
+// FillMiB is what PathFill writes when not told; MaxFillMiB bounds it.
+const (
+	FillMiB    = 64
+	MaxFillMiB = 1024
 )
 
 // Exit codes of the admin paths.
@@ -119,8 +131,9 @@ func pidOf(c *exec.Cmd) int {
 // ballast holds what PathOOM allocated, so the collector frees none of it.
 var ballast [][]byte
 
-// serveAdmin serves the admin paths on ln until it is closed.
-func serveAdmin(ln net.Listener, oomMax int64, log *slog.Logger) {
+// serveAdmin serves the admin paths on ln until it is closed; PathFill
+// writes into fillDir ("": refused).
+func serveAdmin(ln net.Listener, oomMax int64, fillDir string, log *slog.Logger) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST "+PathCrash, func(w http.ResponseWriter, _ *http.Request) {
 		log.Warn("crashing on request", "exit_code", ExitCrash)
@@ -143,6 +156,30 @@ func serveAdmin(ln net.Listener, oomMax int64, log *slog.Logger) {
 		}
 		go allocate(oomMax, log)
 	})
+	mux.HandleFunc("POST "+PathFill, func(w http.ResponseWriter, r *http.Request) {
+		if fillDir == "" {
+			http.Error(w, "no fill directory (--fill-dir)", http.StatusConflict)
+			return
+		}
+		mib := FillMiB
+		if v := r.URL.Query().Get("mib"); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 || n > MaxFillMiB {
+				http.Error(w, fmt.Sprintf("mib=%q: want 1 to %d", v, MaxFillMiB), http.StatusBadRequest)
+				return
+			}
+			mib = n
+		}
+		path, err := fill(fillDir, mib)
+		if err != nil {
+			log.Error("filling the disk", "dir", fillDir, "mib", mib, "err", err)
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		log.Warn("filled the disk on request", "path", path, "mib", mib)
+		w.WriteHeader(http.StatusAccepted)
+		_, _ = fmt.Fprintf(w, "wrote %d MiB to %s\n", mib, path)
+	})
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	_ = srv.Serve(ln)
 }
@@ -161,4 +198,29 @@ func allocate(max int64, log *slog.Logger) {
 	}
 	log.Error("allocated without being killed: no memory limit? exiting instead", "bytes", strconv.FormatInt(max, 10), "exit_code", ExitNoOOM)
 	os.Exit(ExitNoOOM)
+}
+
+// fill writes a new file of mib MiB into dir and syncs it, so that the
+// blocks are allocated before it answers: what the kubelet measures is the
+// space the files take.
+func fill(dir string, mib int) (path string, err error) {
+	f, err := os.CreateTemp(dir, "fill-*.bin")
+	if err != nil {
+		return "", err
+	}
+	defer func() {
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}()
+	chunk := make([]byte, 1<<20)
+	for i := range chunk {
+		chunk[i] = byte(i) | 1 // no zeros: nothing a file system could leave sparse
+	}
+	for range mib {
+		if _, err := f.Write(chunk); err != nil {
+			return f.Name(), err
+		}
+	}
+	return f.Name(), f.Sync()
 }

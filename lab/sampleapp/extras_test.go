@@ -159,3 +159,51 @@ func TestAdminCrashAndOOM(t *testing.T) {
 		}
 	}
 }
+
+// TestAdminFill checks that PathFill writes the file it is asked for into
+// the fill directory, and that it is refused without one or past its
+// bounds; the service keeps running.
+func TestAdminFill(t *testing.T) {
+	dir := t.TempDir()
+	cmd, addr, admin := startWithAdmin(t, "-fill-dir", dir)
+	post := func(admin, query string) int {
+		resp, err := http.Post("http://"+admin+sampleapp.PathFill+query, "text/plain", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := post(admin, "?mib=3"); code != http.StatusAccepted {
+		t.Fatalf("fill 3 MiB: HTTP %d, want 202", code)
+	}
+	files, _ := os.ReadDir(dir)
+	if len(files) != 1 {
+		t.Fatalf("%d files in the fill directory, want 1", len(files))
+	}
+	fi, err := files[0].Info()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Size() != 3<<20 {
+		t.Errorf("file of %d bytes, want %d", fi.Size(), 3<<20)
+	}
+	for _, q := range []string{"?mib=0", "?mib=x", "?mib=100000"} {
+		if code := post(admin, q); code != http.StatusBadRequest {
+			t.Errorf("fill %s: HTTP %d, want 400", q, code)
+		}
+	}
+	if resp, err := http.Get("http://" + addr + sampleapp.PathHealth); err != nil || resp.StatusCode != http.StatusOK {
+		t.Errorf("the service after filling: %v %v, want it serving", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	if cmd.ProcessState != nil {
+		t.Error("the service exited")
+	}
+
+	_, _, bare := startWithAdmin(t)
+	if code := post(bare, ""); code != http.StatusConflict {
+		t.Errorf("fill without a fill directory: HTTP %d, want 409", code)
+	}
+}

@@ -316,7 +316,8 @@ func Main(args []string, stderr io.Writer) int {
 	checkURL := fs.String("check", "", "ask this URL once and exit 0 if it answers 2xx, 1 otherwise (an exec readiness probe)")
 	isWorker := fs.Bool("worker", false, "run as the recycled worker process: serve nothing, exit at SIGTERM or when the parent is gone")
 	workerEvery := fs.Duration("worker-every", 0, "keep a worker process (this program with --worker) and replace it this often (0: none)")
-	admin := fs.String("admin-listen", "", "serve "+PathOOM+" and "+PathCrash+" (POST) on this address (empty: none)")
+	admin := fs.String("admin-listen", "", "serve "+PathOOM+", "+PathCrash+" and "+PathFill+" (POST) on this address (empty: none)")
+	fillDir := fs.String("fill-dir", "", "the directory "+PathFill+" writes into (empty: it is refused)")
 	oomMax := fs.Int64("oom-max", 1<<30, "bytes "+PathOOM+" allocates at most before it exits instead of being killed")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -364,7 +365,7 @@ func Main(args []string, stderr io.Writer) int {
 			return 1
 		}
 		cfg.Log.Info("admin listening", "addr", aln.Addr().String())
-		go serveAdmin(aln, *oomMax, cfg.Log)
+		go serveAdmin(aln, *oomMax, *fillDir, cfg.Log)
 	}
 	if *workerEvery > 0 {
 		exe, err := os.Executable()
