@@ -326,7 +326,54 @@ func (c *Cluster) startKernel(ctx context.Context, pods ebpf.PodLookup) error {
 		// the event may keep it.
 		c.kernelCh <- k.Run(context.WithoutCancel(ctx), func(e *event.Event) { c.rec.Add(*e) })
 	}()
+	c.recordCapabilities(k)
 	return nil
+}
+
+// capabilitiesEvery is how often the lab records its capture's
+// kernel_capabilities again, as the agent does (agent.capabilitiesEvery):
+// more often than a report reads history before its window
+// (analysis.Options.Lead), so that a long run's report sees one.
+const capabilitiesEvery = 10 * time.Minute
+
+// recordCapabilities records, now and every capabilitiesEvery until Down,
+// the kernel_capabilities event the agent records for its capture: the
+// node's kernel, the features the programs use, the evidence it cannot
+// see, and that the programs mark containers' main processes. Without it
+// a reader that reads the pods' lifecycle but not their connections (the
+// web API's list, FindDisruptions) cannot tell a worker's SIGTERM and
+// exit, unmarked, from the app's, and ends the pod there.
+func (c *Cluster) recordCapabilities(k *ebpf.Collector) {
+	var feats []string
+	for _, f := range k.Features() {
+		feats = append(feats, string(f))
+	}
+	feats = append(feats, event.FeatureMainProcess)
+	attrs := map[string]string{
+		event.AttrKernelRelease:  k.KernelRelease(),
+		event.AttrKernelFeatures: strings.Join(feats, ","),
+	}
+	missing := strings.Join(ebpf.MissingEvidence(k.Evidence()), ",")
+	record := func() {
+		c.Record(event.Event{Time: time.Now().UnixNano(), Kind: event.KernelCapabilities, Node: NodeName,
+			Source: event.SourceKernel, Reason: missing, Attrs: attrs})
+	}
+	record()
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(capabilitiesEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				record()
+			}
+		}
+	}()
+	c.watchers = append(c.watchers, func() { close(stop); <-done })
 }
 
 // Record stores an event observed by the lab itself.

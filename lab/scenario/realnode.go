@@ -146,6 +146,7 @@ func (c *Cluster) startKernelReal(ctx context.Context) error {
 	go func() {
 		c.kernelCh <- k.Run(context.WithoutCancel(ctx), func(e *event.Event) { c.rec.Add(*e) })
 	}()
+	c.recordCapabilities(k)
 	return nil
 }
 
