@@ -16,6 +16,7 @@ packages=(
 	chromium          # the web UI's browser test
 	python3           # the lab's end-to-end test loads it with an independent client (http.client)
 	containerd runc containernetworking-plugins # the lab's real node (drainscope lab --node kubelet)
+	busybox-static    # the real node's log-shipper image (drainscope lab --profile longlived)
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -36,6 +36,9 @@ const (
 	// AppImage is the sample service's image name; the lab node runs
 	// Options.AppCommand for it.
 	AppImage = "drainscope.dev/sampleapp:lab"
+	// ShipperImage is the long-lived pods' log shipper's: a shell
+	// (shipperEntrypoint) that runs the script its container's args give.
+	ShipperImage = "drainscope.dev/log-shipper:lab"
 	// KubeletPort is where the lab node serves the kubelet's
 	// port-forward endpoint, on the bridge's address.
 	KubeletPort = 10250

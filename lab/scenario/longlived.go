@@ -25,7 +25,7 @@ import (
 
 // LongLivedRun is the long-lived profile's one Deployment: the sample
 // service exiting at SIGTERM, with an exec readiness probe, a recycled
-// worker process and an admin port.
+// worker process, an admin port and a log shipper beside it.
 var LongLivedRun = Run{Name: "longlived", Behaviour: sampleapp.Exit, Rollout: true,
 	What: "settle under load, then a rollout, a scale-down, an eviction and an OOM kill or crash"}
 
@@ -41,6 +41,20 @@ const (
 	// MemoryLimit is the app container's memory limit on the real node,
 	// which PathOOM's allocation exceeds.
 	MemoryLimit = "128Mi"
+	// ShipperName is the log shipper's container, beside the app's.
+	ShipperName = "log-shipper"
+)
+
+// shipperEntrypoint is the log shipper image's program on both nodes (on
+// the real node busybox as /bin/sh, on the process node the host's shell),
+// and shipperScript what it runs: a loop that touches nothing of the
+// app's, woken every second as a shipper polling its files is, and that
+// exits 0 at once at SIGTERM. The sleep runs in the background so that
+// the trap runs as the signal comes, not when the sleep ends; the pid
+// namespace's end takes the last sleep with it.
+var (
+	shipperEntrypoint = []string{"/bin/sh"}
+	shipperScript     = `trap "exit 0" TERM; while :; do sleep 1 & wait $!; done`
 )
 
 // Step names, in the order RunLongLived takes them.
@@ -223,7 +237,7 @@ func (c *Cluster) appCommand() []string { return c.Node.AppCommand() }
 // longLivedDeployment is deployment() with what a service that has run for
 // days does besides: a worker recycled every WorkerEvery, an exec
 // readiness probe (the image's own binary asking the app), an admin port,
-// and on the real node a memory limit.
+// a log shipper beside the app, and on the real node a memory limit.
 func (c *Cluster) longLivedDeployment(name string, r Run, p Profile) *appsv1.Deployment {
 	d := deployment(name, r, p)
 	ctr := &d.Spec.Template.Spec.Containers[0]
@@ -240,6 +254,18 @@ func (c *Cluster) longLivedDeployment(name string, r Run, p Profile) *appsv1.Dep
 	if c.Node.MemoryLimits() {
 		ctr.Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse(MemoryLimit)}
 	}
+	// A second container whose SIGTERM and exit come with the app's at
+	// every pod end, and which declares no port: the analysis must take
+	// none of them for the app's.
+	d.Spec.Template.Spec.Containers = append(d.Spec.Template.Spec.Containers, corev1.Container{
+		Name:  ShipperName,
+		Image: ShipperImage,
+		Args:  []string{"-c", shipperScript},
+		Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
+			corev1.ResourceCPU:    resource.MustParse("5m"),
+			corev1.ResourceMemory: resource.MustParse("8Mi"),
+		}},
+	})
 	return d
 }
 

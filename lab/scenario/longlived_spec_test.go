@@ -11,8 +11,9 @@ import (
 
 // TestLongLivedDeployment checks the long-lived pod spec on both nodes: the
 // exec readiness probe runs the node's own sample service command every
-// 2 s, the worker is recycled, the admin port is declared, and only the
-// real node gets the memory limit the OOM step exceeds.
+// 2 s, the worker is recycled, the admin port is declared, a log shipper
+// that declares no port runs beside the app, and only the real node gets
+// the memory limit the OOM step exceeds.
 func TestLongLivedDeployment(t *testing.T) {
 	p := Profiles["longlived"]
 	for _, tc := range []struct {
@@ -43,6 +44,14 @@ func TestLongLivedDeployment(t *testing.T) {
 		lim, ok := ctr.Resources.Limits[corev1.ResourceMemory]
 		if real := tc.node == NodeKubelet; ok != real || (real && lim.String() != MemoryLimit) {
 			t.Errorf("%s node: memory limit %v (set %v), want %s on the real node only", tc.node, lim.String(), ok, MemoryLimit)
+		}
+		if !slices.ContainsFunc(ctr.Ports, func(p corev1.ContainerPort) bool { return p.Name == "http" && p.ContainerPort == 8080 }) {
+			t.Errorf("%s node: ports %+v, want 8080 named http", tc.node, ctr.Ports)
+		}
+		if cs := d.Spec.Template.Spec.Containers; len(cs) != 2 || cs[0].Name != "app" || cs[1].Name != ShipperName {
+			t.Errorf("%s node: containers %d, want app and %s", tc.node, len(cs), ShipperName)
+		} else if sh := cs[1]; sh.Image != ShipperImage || len(sh.Ports) != 0 || !slices.Equal(sh.Args, []string{"-c", shipperScript}) {
+			t.Errorf("%s node: the shipper runs %s %v with ports %v, want %s, the script and no port", tc.node, sh.Image, sh.Args, sh.Ports, ShipperImage)
 		}
 		if *d.Spec.Replicas != 4 || d.Spec.Strategy.RollingUpdate.MaxUnavailable.IntValue() != 0 {
 			t.Errorf("%s node: want the short profile's shape: 4 replicas, maxUnavailable 0", tc.node)

@@ -25,13 +25,14 @@ var (
 )
 
 // TestLabLongLived runs the long-lived sequence, shortened, on the real
-// kubelet: pods with an exec readiness probe every 2 s and a worker
-// replaced every 30 s settle under the load, then a rollout, a scale-down,
-// an eviction through the Eviction API and a container OOM kill follow.
-// Over a window that begins after the pods were ready, the analysis must
-// name the rollout's failures as it does the short profile's exit run,
-// name each later disruption by what it was, and name no cause for a
-// failure on a pod that was not terminating.
+// kubelet: pods with an exec readiness probe every 2 s, a worker replaced
+// every 30 s and a log shipper beside the app settle under the load, then
+// a rollout, a scale-down, an eviction through the Eviction API and a
+// container OOM kill follow. Over a window that begins after the pods
+// were ready, the analysis must name the rollout's failures as it does
+// the short profile's exit run, name each later disruption by what it
+// was, take none of the shipper's ends for the app's, and name no cause
+// for a failure on a pod that was not terminating.
 func TestLabLongLived(t *testing.T) {
 	requireRealNode(t, "the long-lived sequence takes about five minutes")
 	bin := buildStatic(t)
@@ -104,6 +105,7 @@ func TestLabLongLived(t *testing.T) {
 	checkLongLivedExtras(ctx, t, st, res)
 	checkLongLivedDisruptions(t, r, byName)
 	checkLongLivedRollout(ctx, t, st, r, byName[scenario.StepRollout])
+	checkShipper(ctx, t, st, w, r, res.Steps)
 	checkNoCauseOffTermination(t, r, res.Steps)
 }
 
@@ -218,6 +220,89 @@ func checkLongLivedDisruptions(t *testing.T, r *analysis.Result, steps map[strin
 	for name := range want {
 		if found[name] != 1 {
 			t.Errorf("the %s step is in %d disruptions, want 1", name, found[name])
+		}
+	}
+}
+
+// checkShipper checks that the log shipper's ends are never taken for the
+// app's: every ended life of a step's pod shows both containers with the
+// app marked, and no failure's explanation rests on the shipper's SIGTERM
+// or exit (as evidence, or as the exit it counts from).
+func checkShipper(ctx context.Context, t *testing.T, st store.Store, w event.Window, r *analysis.Result, steps []scenario.Step) {
+	t.Helper()
+	shipper := map[string]string{} // pod UID → the shipper's container ID
+	for _, s := range steps {
+		for _, p := range s.Pods {
+			if id := p.Containers[scenario.ShipperName]; id != "" {
+				shipper[p.UID] = id
+			} else {
+				t.Errorf("pod %s: no %s container in its status", p.Name, scenario.ShipperName)
+			}
+		}
+	}
+	isShipper := func(uid, ctr string) bool {
+		return ctr != "" && (ctr == scenario.ShipperName || ctr == shipper[uid])
+	}
+	events, err := store.Events(ctx, st, store.Query{Window: w, Kinds: []event.Kind{event.ProcessExit, event.Signal, event.ContainerTerminated}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	exits := map[string][]int64{} // pod UID → the shipper's main process's exits
+	for _, e := range events {
+		if e.Kind == event.ProcessExit && e.Flags.Has(event.FlagMain) && isShipper(e.Pod.UID, e.Pod.Container) {
+			exits[e.Pod.UID] = append(exits[e.Pod.UID], e.Time)
+		}
+	}
+	t.Logf("the shipper's main process exited in %d of the %d pods the steps ended", len(exits), len(shipper))
+	if len(exits) == 0 {
+		t.Errorf("no exit of the %s container's main process was recorded: the check below would see nothing", scenario.ShipperName)
+	}
+
+	ended := 0
+	for _, tl := range r.Timelines {
+		if _, ok := shipper[tl.Pod.UID]; !ok || !tl.Ended() {
+			continue
+		}
+		ended++
+		var app, ship, apps int
+		for _, cv := range tl.Containers {
+			if cv.App {
+				apps++
+			}
+			switch {
+			case cv.Name == "app" && cv.App:
+				app++
+			case cv.Name == scenario.ShipperName && !cv.App:
+				ship++
+			}
+		}
+		if app != 1 || ship != 1 || apps != 1 {
+			t.Errorf("timeline of %s (life since %d): containers %+v, want app (the app) and %s", tl.Pod.Name, tl.Since, tl.Containers, scenario.ShipperName)
+		}
+		if tl.Exit != nil && slices.Contains(exits[tl.Pod.UID], tl.Exit.Time) {
+			t.Errorf("timeline of %s: its exit at %d is the %s's", tl.Pod.Name, tl.Exit.Time, scenario.ShipperName)
+		}
+	}
+	if ended == 0 {
+		t.Error("no timeline of a pod a step ended")
+	}
+
+	for _, f := range r.Failures {
+		if f.Cause == analysis.CauseUnexplained || f.Pod == nil {
+			continue
+		}
+		if off, ok := f.Offsets["from_exit"]; ok && slices.Contains(exits[f.Pod.UID], f.Failure.Time-off) {
+			t.Errorf("failure %s on %s, %s: counts from the %s's exit: %s", describeFailure(f), f.Pod.Name, f.Cause, scenario.ShipperName, f.Explanation)
+		}
+		for _, ev := range f.Evidence {
+			switch ev.Event.Kind {
+			case event.ProcessExit, event.Signal, event.ContainerTerminated:
+			default:
+				continue
+			}
+			if ev.Event.Pod != nil && isShipper(ev.Event.Pod.UID, ev.Event.Pod.Container) {
+				t.Errorf("failure %s on %s, %s: its evidence %q (%s) is the %s's", describeFailure(f), f.Pod.Name, f.Cause, ev.Role, ev.Event.Summary, scenario.ShipperName)
+			}
 		}
 	}
 }

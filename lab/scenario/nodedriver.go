@@ -84,7 +84,9 @@ func (s *simNode) controlPlane(*Cluster) ([]string, []string) { return nil, nil 
 
 func (s *simNode) up(ctx context.Context, c *Cluster, start time.Time) error {
 	o := c.opts
-	images := map[string]simnode.Image{AppImage: {Entrypoint: o.AppCommand, Env: o.AppEnv}}
+	// The log shipper's shell is the host's: the process node runs every
+	// container's program from the host's file system.
+	images := map[string]simnode.Image{AppImage: {Entrypoint: o.AppCommand, Env: o.AppEnv}, ShipperImage: {Entrypoint: shipperEntrypoint}}
 	for name, img := range o.Images {
 		images[name] = img
 	}

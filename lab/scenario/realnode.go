@@ -27,6 +27,11 @@ const (
 	AgentImage = "drainscope.dev/drainscope:lab"
 )
 
+// busybox is Debian's busybox-static: the real node's ShipperImage is
+// this one static file as /bin/sh, whose shell runs its own applets
+// (sleep) without a file for each.
+const busybox = "/bin/busybox"
+
 var (
 	realDir = filepath.Join(lock.Dir, "node") // containerd, CNI and kubelet state
 	// realCgroupRoot is the kubelet's cgroupRoot: the lab's own cgroup, in
@@ -46,7 +51,13 @@ func PreflightKubelet(binDir, binary string) error {
 	if binary == "" {
 		return errors.New("scenario: the real node needs a static drainscope binary for its images (Options.Binary)")
 	}
-	return realnode.CheckStatic(binary)
+	if err := realnode.CheckStatic(binary); err != nil {
+		return err
+	}
+	if _, err := os.Stat(busybox); err != nil {
+		return fmt.Errorf("the real node's %s image needs %s (Debian package busybox-static): %w", ShipperImage, busybox, err)
+	}
+	return realnode.CheckStatic(busybox)
 }
 
 // appEntrypoint runs the sample service in its image.
@@ -55,7 +66,7 @@ var appEntrypoint = []string{"/drainscope", "lab", "sampleapp"}
 // Images are the real node's images: the sandbox, the sample service and
 // drainscope's own, each the one static binary on an empty base (as
 // deploy/Dockerfile builds drainscope's), with the CA bundle when the host
-// has one.
+// has one; and the log shipper's, busybox as /bin/sh.
 func Images(binary string) []realnode.Image {
 	files := []realnode.File{{Path: "/drainscope", From: binary, Mode: 0o755}}
 	if _, err := os.Stat("/etc/ssl/certs/ca-certificates.crt"); err == nil {
@@ -65,6 +76,7 @@ func Images(binary string) []realnode.Image {
 		{Ref: SandboxImage, Files: files, Entrypoint: []string{"/drainscope", "lab", "pause"}, User: "65535:65535"},
 		{Ref: AppImage, Files: files, Entrypoint: appEntrypoint, User: "65532:65532"},
 		{Ref: AgentImage, Files: files, Entrypoint: []string{"/drainscope"}, Cmd: []string{"serve", "--listen=0.0.0.0:8080"}, User: "65532:65532"},
+		{Ref: ShipperImage, Files: []realnode.File{{Path: "/bin/sh", From: busybox, Mode: 0o755}}, Entrypoint: shipperEntrypoint, User: "65532:65532"},
 	}
 }
 
