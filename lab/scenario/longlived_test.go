@@ -31,8 +31,9 @@ var (
 // container OOM kill follow. Over a window that begins after the pods
 // were ready, the analysis must name the rollout's failures as it does
 // the short profile's exit run, name each later disruption by what it
-// was, take none of the shipper's ends for the app's, and name no cause
-// for a failure on a pod that was not terminating.
+// was (the report and the web API's list alike), take none of the
+// shipper's ends for the app's, and name no cause for a failure on a pod
+// that was not terminating.
 func TestLabLongLived(t *testing.T) {
 	requireRealNode(t, "the long-lived sequence takes about five minutes")
 	bin := buildStatic(t)
@@ -104,6 +105,11 @@ func TestLabLongLived(t *testing.T) {
 	}
 	checkLongLivedExtras(ctx, t, st, res)
 	checkLongLivedDisruptions(t, r, byName)
+	list, err := analysis.FindDisruptions(ctx, st, store.Query{Window: w}, analysis.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkListMatchesReport(t, r.Disruptions, list)
 	checkLongLivedRollout(ctx, t, st, r, byName[scenario.StepRollout])
 	checkShipper(ctx, t, st, w, r, res.Steps)
 	checkNoCauseOffTermination(t, r, res.Steps)
@@ -171,14 +177,22 @@ func podSideRecords(ctx context.Context, st store.Store, f analysis.EventView) s
 		client, opts.KernelWindow, opts.Lookahead, strings.Join(own, "; "), strings.Join(other, "; "))
 }
 
-// stepOf names the step whose pods include uid.
-func stepOf(uid string, steps map[string]scenario.Step) string {
+// stepOf names the step that ended uid's life in a disruption that began
+// at at: the step whose pods include uid and whose time (its request, a
+// second before, to its end, 5 s after) holds at. A pod can be two steps'
+// (an OOM kill, the pod kept; then a rollout), each ending one of its
+// lives.
+func stepOf(uid string, at int64, steps map[string]scenario.Step) string {
 	for name, s := range steps {
-		if slices.ContainsFunc(s.Pods, func(p scenario.PodRecord) bool { return p.UID == uid }) {
+		if slices.ContainsFunc(s.Pods, func(p scenario.PodRecord) bool { return p.UID == uid }) && stepHolds(s, at) {
 			return name
 		}
 	}
 	return ""
+}
+
+func stepHolds(s scenario.Step, at int64) bool {
+	return at >= s.Start.Add(-time.Second).UnixNano() && at <= s.End.Add(5*time.Second).UnixNano()
 }
 
 // checkLongLivedDisruptions checks that each disruption the analysis found
@@ -198,11 +212,11 @@ func checkLongLivedDisruptions(t *testing.T, r *analysis.Result, steps map[strin
 		var pods, of []string
 		for _, p := range ro.Replaced {
 			pods = append(pods, p.Name)
-			if s := stepOf(p.UID, steps); s != "" && !slices.Contains(of, s) {
+			if s := stepOf(p.UID, ro.From, steps); s != "" && !slices.Contains(of, s) {
 				of = append(of, s)
 			}
 		}
-		desc := fmt.Sprintf("disruption %q of %s at %s, %d pods (%s)", ro.Trigger, ro.Workload(),
+		desc := fmt.Sprintf("disruption %s %q of %s at %s, %d pods (%s)", ro.ID, ro.Trigger, ro.Workload(),
 			time.Unix(0, ro.From).UTC().Format("15:04:05.000"), len(ro.Replaced), strings.Join(pods, ", "))
 		t.Logf("%s: steps %v, %d failures %v", desc, of, ro.Failures, ro.ByCause)
 		switch len(of) {
@@ -304,6 +318,33 @@ func checkShipper(ctx context.Context, t *testing.T, st store.Store, w event.Win
 				t.Errorf("failure %s on %s, %s: its evidence %q (%s) is the %s's", describeFailure(f), f.Pod.Name, f.Cause, ev.Role, ev.Event.Summary, scenario.ShipperName)
 			}
 		}
+	}
+}
+
+// checkListMatchesReport checks that the web API's list of disruptions
+// (FindDisruptions over the same store and window) gives the report's:
+// the same IDs, in the same order, each with the same trigger and pods.
+func checkListMatchesReport(t *testing.T, report []analysis.Disruption, list []*analysis.Disruption) {
+	t.Helper()
+	key := func(d *analysis.Disruption) string {
+		var pods []string
+		for _, p := range d.Replaced {
+			pods = append(pods, fmt.Sprintf("%s@%d", p.Name, p.Life))
+		}
+		slices.Sort(pods)
+		return fmt.Sprintf("%s %s [%s]", d.ID, d.Trigger, strings.Join(pods, " "))
+	}
+	var a, b []string
+	for i := range report {
+		a = append(a, key(&report[i]))
+	}
+	for _, d := range list {
+		b = append(b, key(d))
+		t.Logf("listed: %s", key(d))
+	}
+	if !slices.Equal(a, b) {
+		t.Errorf("the list (FindDisruptions) differs from the report:\n  report: %s\n  list:   %s",
+			strings.Join(a, "\n          "), strings.Join(b, "\n          "))
 	}
 }
 
