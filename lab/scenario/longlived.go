@@ -25,9 +25,10 @@ import (
 
 // LongLivedRun is the long-lived profile's one Deployment: the sample
 // service exiting at SIGTERM, with an exec readiness probe, a recycled
-// worker process, an admin port and a log shipper beside it.
+// worker process, an admin port and a log shipper beside it, behind two
+// Services.
 var LongLivedRun = Run{Name: "longlived", Behaviour: sampleapp.Exit, Rollout: true,
-	What: "settle under load, then a rollout, a scale-down, an eviction and an OOM kill or crash"}
+	What: "settle under load, then a rollout, a scale-down, an eviction, an OOM kill or crash and a second Service's deletion"}
 
 // The long-lived pods' extras.
 const (
@@ -64,7 +65,14 @@ const (
 	StepEviction  = "eviction"
 	StepOOM       = "oom"   // on the real node: the kernel's memory cgroup kills the app
 	StepCrash     = "crash" // on the process node, which sets no memory limit: the app exits 3
+	// StepServiceDelete deletes the second of the pods' two Services:
+	// their endpoints leave it, no pod ends.
+	StepServiceDelete = "svc-delete"
 )
+
+// CanaryService is the second Service of the long-lived Deployment's pods,
+// with the same selector, which StepServiceDelete deletes.
+func CanaryService(name string) string { return name + "-canary" }
 
 // Step is one disruption of the long-lived sequence.
 type Step struct {
@@ -81,6 +89,9 @@ type LongLivedResult struct {
 	Ready     time.Time // every replica ready and answering through the ClusterIP
 	SettleEnd time.Time // the first disruption's request
 	Steps     []Step
+	// Canary is the pods' second Service (namespace/name), deleted by
+	// StepServiceDelete.
+	Canary string
 }
 
 // ReportWindow is the window the long-lived report covers: from lead
@@ -100,13 +111,14 @@ func ReportLead(settle time.Duration) time.Duration {
 	return min(time.Minute, settle/2)
 }
 
-// RunLongLived deploys LongLivedRun with cfg.Profile's shape and loads its
-// Service from the moment every replica answers; lets it settle for
-// Profile.Settle; then rolls it out, scales it down by one, evicts a pod
-// through the Eviction API and ends one app container (OOM kill on the
-// real node, a crash on the process node), Profile.Gap between one step's
-// end and the next's start; and stops the load Gap/2 after the last. Its
-// Service and Deployment stay for the caller to analyse before Down.
+// RunLongLived deploys LongLivedRun with cfg.Profile's shape behind two
+// Services and loads the first from the moment every replica answers;
+// lets it settle for Profile.Settle; then rolls it out, scales it down by
+// one, evicts a pod through the Eviction API, ends one app container (OOM
+// kill on the real node, a crash on the process node) and deletes the
+// second Service, Profile.Gap between one step's end and the next's start;
+// and stops the load Gap/2 after the last. Its Service and Deployment stay
+// for the caller to analyse before Down.
 func RunLongLived(ctx context.Context, c *Cluster, cfg Config) (res LongLivedResult, err error) {
 	p := cfg.Profile
 	if err := p.Validate(); err != nil {
@@ -129,6 +141,18 @@ func RunLongLived(ctx context.Context, c *Cluster, cfg Config) (res LongLivedRes
 	}
 	res.ClusterIP = netip.AddrPortFrom(ip, 80)
 	c.opts.progress("  Service %s: %s (%s)", res.Service, res.ClusterIP, res.ServiceName())
+	// The second Service selects the same pods, as a canary's or an
+	// internal name does: each pod's endpoint is in both.
+	canary, err := cs.CoreV1().Services(Namespace).Create(ctx, service(CanaryService(name), r), metav1.CreateOptions{})
+	if err != nil {
+		return res, fmt.Errorf("creating the second Service: %w", err)
+	}
+	res.Canary = Namespace + "/" + canary.Name
+	canaryIP, err := netip.ParseAddr(canary.Spec.ClusterIP)
+	if err != nil {
+		return res, fmt.Errorf("service %s has no ClusterIP: %w", canary.Name, err)
+	}
+	c.opts.progress("  Service %s: %s (the same pods, deleted at the %s step)", res.Canary, canaryIP, StepServiceDelete)
 	if _, err := cs.AppsV1().Deployments(Namespace).Create(ctx, c.longLivedDeployment(name, r, p), metav1.CreateOptions{}); err != nil {
 		return res, fmt.Errorf("creating the Deployment: %w", err)
 	}
@@ -139,6 +163,9 @@ func RunLongLived(ctx context.Context, c *Cluster, cfg Config) (res LongLivedRes
 	}
 	if err := waitServed(wctx, c, res.ClusterIP, int(p.Replicas)); err != nil {
 		return res, fmt.Errorf("waiting for the ClusterIP %s to reach every replica: %w", res.ClusterIP, err)
+	}
+	if err := waitServed(wctx, c, netip.AddrPortFrom(canaryIP, 80), int(p.Replicas)); err != nil {
+		return res, fmt.Errorf("waiting for the second Service's ClusterIP %s to reach every replica: %w", canaryIP, err)
 	}
 	res.Ready = time.Now()
 	c.opts.progress("  %d pods ready at %s; settling %v under the load", p.Replicas, stamp(res.Ready), p.Settle)
@@ -173,6 +200,7 @@ func RunLongLived(ctx context.Context, c *Cluster, cfg Config) (res LongLivedRes
 	res.SettleEnd = time.Now()
 	steps := []func(context.Context, *Cluster, string, Profile) (Step, error){
 		stepRollout, stepScaleDown, stepEviction, stepContainerEnd,
+		stepServiceDelete,
 	}
 	for i, do := range steps {
 		if i > 0 && !sleepCtx(ctx, p.Gap) {
@@ -209,7 +237,7 @@ func (s Step) Summary(start time.Time) string {
 	for _, p := range s.Pods {
 		pods = append(pods, p.Name)
 	}
-	line := fmt.Sprintf("%-10s %s (+%s) → %s (%.1fs): %s", s.Name, stamp(s.Start), s.Start.Sub(start).Round(time.Second),
+	line := fmt.Sprintf("%-13s %s (+%s) → %s (%.1fs): %s", s.Name, stamp(s.Start), s.Start.Sub(start).Round(time.Second),
 		stamp(s.End), s.End.Sub(s.Start).Seconds(), strings.Join(pods, ", "))
 	if s.Note != "" {
 		line += "; " + s.Note

@@ -26,9 +26,10 @@ var (
 
 // TestLabLongLived runs the long-lived sequence, shortened, on the real
 // kubelet: pods with an exec readiness probe every 2 s, a worker replaced
-// every 30 s and a log shipper beside the app settle under the load, then
-// a rollout, a scale-down, an eviction through the Eviction API and a
-// container OOM kill follow. Over a window that begins after the pods
+// every 30 s and a log shipper beside the app, in two Services, settle
+// under the load; then a rollout, a scale-down, an eviction through the
+// Eviction API, a container OOM kill and the second Service's deletion
+// follow. Over a window that begins after the pods
 // were ready, the analysis must name the rollout's failures as it does
 // the short profile's exit run, name each later disruption by what it
 // was (the report and the web API's list alike), take none of the
@@ -97,6 +98,9 @@ func TestLabLongLived(t *testing.T) {
 		if s, ok := byName[n]; !ok || len(s.Pods) == 0 {
 			t.Fatalf("step %s missing or without pods: %+v", n, res.Steps)
 		}
+	}
+	if _, ok := byName[scenario.StepServiceDelete]; !ok {
+		t.Fatalf("step %s missing: %+v", scenario.StepServiceDelete, res.Steps)
 	}
 	// A real OOM kill by the kernel's memory cgroup, as the kubelet
 	// reports it, not the app's own exit (sampleapp.ExitNoOOM).
@@ -196,7 +200,9 @@ func stepHolds(s scenario.Step, at int64) bool {
 }
 
 // checkLongLivedDisruptions checks that each disruption the analysis found
-// is one of the steps, named by what it was, and that each step is one.
+// is one of the steps, named by what it was, and that each step that ends
+// pods is one, replacing every pod it ended; and that the Service's
+// deletion is none.
 func checkLongLivedDisruptions(t *testing.T, r *analysis.Result, steps map[string]scenario.Step) {
 	t.Helper()
 	want := map[string][]analysis.Trigger{
@@ -206,6 +212,8 @@ func checkLongLivedDisruptions(t *testing.T, r *analysis.Result, steps map[strin
 		// A container restart, the pod kept: by the kubelet's reason
 		// (OOMKilled) or as a restart.
 		scenario.StepOOM: {analysis.TriggerOOM, analysis.TriggerRestart},
+		// Leaving one of two Services ends no pod.
+		scenario.StepServiceDelete: nil,
 	}
 	found := map[string]int{}
 	for _, ro := range r.Disruptions {
@@ -219,21 +227,28 @@ func checkLongLivedDisruptions(t *testing.T, r *analysis.Result, steps map[strin
 		desc := fmt.Sprintf("disruption %s %q of %s at %s, %d pods (%s)", ro.ID, ro.Trigger, ro.Workload(),
 			time.Unix(0, ro.From).UTC().Format("15:04:05.000"), len(ro.Replaced), strings.Join(pods, ", "))
 		t.Logf("%s: steps %v, %d failures %v", desc, of, ro.Failures, ro.ByCause)
+		if s, ok := steps[scenario.StepServiceDelete]; ok && stepHolds(s, ro.From) {
+			t.Errorf("%s: begun while the second Service was deleted, which ends no pod", desc)
+		}
 		switch len(of) {
 		case 0:
 			t.Errorf("%s: no step ended these pods: a disruption that never happened", desc)
 		case 1:
-			found[of[0]]++
-			if !slices.Contains(want[of[0]], ro.Trigger) {
-				t.Errorf("%s: the %s step's pods, want it named %v", desc, of[0], want[of[0]])
+			name := of[0]
+			found[name]++
+			if !slices.Contains(want[name], ro.Trigger) {
+				t.Errorf("%s: the %s step's pods, want it named %v", desc, name, want[name])
+			}
+			if n := len(steps[name].Pods); len(ro.Replaced) != n {
+				t.Errorf("%s: %d pods, want the %d the %s step ended", desc, len(ro.Replaced), n, name)
 			}
 		default:
 			t.Errorf("%s: joins the pods of the steps %v, want one disruption each", desc, of)
 		}
 	}
-	for name := range want {
-		if found[name] != 1 {
-			t.Errorf("the %s step is in %d disruptions, want 1", name, found[name])
+	for name, tr := range want {
+		if n := min(len(tr), 1); found[name] != n {
+			t.Errorf("the %s step is in %d disruptions, want %d", name, found[name], n)
 		}
 	}
 }
