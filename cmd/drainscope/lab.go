@@ -28,7 +28,7 @@ const labUsage = `usage: drainscope lab [--profile short|seed000|ci] [--runs con
                       [--proxy-mode nftables|iptables|iptables-legacy] [--ingress haproxy]
                       [--store DSN] [--duration D] [--rollout-at D] [--no-kernel]
                       [--serve ADDR] [--keep] [--direct-writes] [-v]
-       drainscope lab --profile longlived [--node kubelet] [--settle 20m] [--gap 3m] [--store DSN]
+       drainscope lab --profile longlived [--node kubelet] [--settle 20m] [--gap 3m] [--min-ready 150s] [--store DSN]
        drainscope lab cleanup
        drainscope lab simulate --nodes 500,1000,2000,5000 --store postgres://… (docs/scale.md)
 
@@ -192,7 +192,7 @@ type labFlags struct {
 	serve                   string
 	proxySync               time.Duration
 	proxyMode, nodeKind     string
-	settle, gap             time.Duration
+	settle, gap, minReady   time.Duration
 	ingressKind             string
 	ingressSync             time.Duration
 	keep                    bool
@@ -216,6 +216,7 @@ func defineLabFlags(fs *flag.FlagSet) *labFlags {
 	fs.StringVar(&f.nodeKind, "node", scenario.NodeProcess, "the lab node: process (each container a process of the lab) or kubelet (a real kubelet with containerd and runc; needs a static binary, CGO_ENABLED=0)")
 	fs.DurationVar(&f.settle, "settle", 0, "longlived profile: how long the pods run under the load before the first disruption (default the profile's 20m)")
 	fs.DurationVar(&f.gap, "gap", 0, "longlived profile: time between one disruption's end and the next's start (default the profile's 3m)")
+	fs.DurationVar(&f.minReady, "min-ready", 0, "longlived profile: the slow rollout's minReadySeconds, whole seconds (default the profile's 2m30s)")
 	fs.StringVar(&f.ingressKind, "ingress", "", "put this proxy in front of each run's Service and load the runs through it: "+strings.Join(scenario.Ingresses, ", ")+" (Debian's haproxy; see docs/ingress-lab.md)")
 	fs.DurationVar(&f.ingressSync, "ingress-sync", scenario.DefaultIngressSync, "with --ingress: how often the proxy's slots take the EndpointSlice changes seen since the last time, as ingress controllers batch them (0: each change as it comes)")
 	fs.BoolVar(&f.directWrites, "direct-writes", false, "store the agent's events (watcher, kernel, dataplane) straight into the store, instead of through the server's relay with the agent pod's token as drainscope agent --server does (for debugging)")
@@ -244,14 +245,17 @@ func (f *labFlags) profile() (scenario.Profile, []scenario.Run, error) {
 	if f.rolloutAt > 0 {
 		p.RolloutAt = f.rolloutAt
 	}
-	if (f.settle != 0 || f.gap != 0) && !p.LongLived() {
-		return scenario.Profile{}, nil, fmt.Errorf("%w: --settle and --gap are for --profile longlived", errUsage)
+	if (f.settle != 0 || f.gap != 0 || f.minReady != 0) && !p.LongLived() {
+		return scenario.Profile{}, nil, fmt.Errorf("%w: --settle, --gap and --min-ready are for --profile longlived", errUsage)
 	}
 	if f.settle != 0 {
 		p.Settle = f.settle
 	}
 	if f.gap != 0 {
 		p.Gap = f.gap
+	}
+	if f.minReady != 0 {
+		p.MinReady = f.minReady
 	}
 	if err := p.Validate(); err != nil {
 		return scenario.Profile{}, nil, fmt.Errorf("%w: %v", errUsage, err)
@@ -379,7 +383,8 @@ func labServe(ctx context.Context, addr, dsn string, progress io.Writer) error {
 // labLongLived runs the long-lived sequence, prints its steps' times and
 // drainscope report over a window that begins after the pods were ready.
 func labLongLived(ctx context.Context, c *scenario.Cluster, p scenario.Profile, st store.Store, dsn string, progress io.Writer) error {
-	fmt.Fprintf(progress, "run: %s (%s); settle %v, %v between disruptions\n", scenario.LongLivedRun.Name, scenario.LongLivedRun.What, p.Settle, p.Gap)
+	fmt.Fprintf(progress, "run: %s (%s); settle %v, %v between disruptions, the slow rollout's minReadySeconds %v\n",
+		scenario.LongLivedRun.Name, scenario.LongLivedRun.What, p.Settle, p.Gap, p.MinReady)
 	res, err := scenario.RunLongLived(ctx, c, scenario.Config{Profile: p, Progress: progress})
 	if res.End.IsZero() {
 		return err

@@ -28,7 +28,8 @@ import (
 // worker process, an admin port and a log shipper beside it, behind two
 // Services.
 var LongLivedRun = Run{Name: "longlived", Behaviour: sampleapp.Exit, Rollout: true,
-	What: "settle under load, then a rollout, a scale-down, an eviction, an OOM kill or crash and a second Service's deletion"}
+	What: "settle under load, then a rollout, a scale-down, an eviction, an OOM kill or crash, " +
+		"a second Service's deletion, a slow rollout and a paused and resumed rollout"}
 
 // The long-lived pods' extras.
 const (
@@ -44,6 +45,9 @@ const (
 	MemoryLimit = "128Mi"
 	// ShipperName is the log shipper's container, beside the app's.
 	ShipperName = "log-shipper"
+	// DefaultMinReady is the slow rollout's minReadySeconds when the
+	// profile sets none.
+	DefaultMinReady = 10 * time.Second
 )
 
 // shipperEntrypoint is the log shipper image's program on both nodes (on
@@ -68,6 +72,12 @@ const (
 	// StepServiceDelete deletes the second of the pods' two Services:
 	// their endpoints leave it, no pod ends.
 	StepServiceDelete = "svc-delete"
+	// StepSlowRollout rolls out with minReadySeconds (Profile.MinReady):
+	// the old pods end that far apart.
+	StepSlowRollout = "slow-rollout"
+	// StepPauseResume pauses a rollout once its first old pod ended and
+	// resumes it Profile.Gap later.
+	StepPauseResume = "pause-resume"
 )
 
 // CanaryService is the second Service of the long-lived Deployment's pods,
@@ -80,7 +90,13 @@ type Step struct {
 	Start, End time.Time // the request to the API (or the pod) until the workload was whole again
 	// Pods are the pods it ended, or whose container it ended (oom, crash).
 	Pods []PodRecord
-	Note string
+	// Ends is when each of the rollouts' Pods (by UID) was first seen
+	// terminating or gone.
+	Ends map[string]time.Time
+	// Paused and Resumed are when the pause-resume step set spec.paused
+	// and cleared it.
+	Paused, Resumed time.Time
+	Note            string
 }
 
 // LongLivedResult is what RunLongLived did and what its clients saw.
@@ -92,6 +108,8 @@ type LongLivedResult struct {
 	// Canary is the pods' second Service (namespace/name), deleted by
 	// StepServiceDelete.
 	Canary string
+	// MinReady is the slow rollout's minReadySeconds.
+	MinReady time.Duration
 }
 
 // ReportWindow is the window the long-lived report covers: from lead
@@ -115,10 +133,12 @@ func ReportLead(settle time.Duration) time.Duration {
 // Services and loads the first from the moment every replica answers;
 // lets it settle for Profile.Settle; then rolls it out, scales it down by
 // one, evicts a pod through the Eviction API, ends one app container (OOM
-// kill on the real node, a crash on the process node) and deletes the
-// second Service, Profile.Gap between one step's end and the next's start;
-// and stops the load Gap/2 after the last. Its Service and Deployment stay
-// for the caller to analyse before Down.
+// kill on the real node, a crash on the process node), deletes the second
+// Service, rolls out with minReadySeconds Profile.MinReady and rolls out
+// again paused after the first old pod's end and resumed Gap later,
+// Profile.Gap between one step's end and the next's start; and stops the
+// load Gap/2 after the last. Its Service and Deployment stay for the
+// caller to analyse before Down.
 func RunLongLived(ctx context.Context, c *Cluster, cfg Config) (res LongLivedResult, err error) {
 	p := cfg.Profile
 	if err := p.Validate(); err != nil {
@@ -153,6 +173,7 @@ func RunLongLived(ctx context.Context, c *Cluster, cfg Config) (res LongLivedRes
 		return res, fmt.Errorf("service %s has no ClusterIP: %w", canary.Name, err)
 	}
 	c.opts.progress("  Service %s: %s (the same pods, deleted at the %s step)", res.Canary, canaryIP, StepServiceDelete)
+	res.MinReady = p.minReady()
 	if _, err := cs.AppsV1().Deployments(Namespace).Create(ctx, c.longLivedDeployment(name, r, p), metav1.CreateOptions{}); err != nil {
 		return res, fmt.Errorf("creating the Deployment: %w", err)
 	}
@@ -200,14 +221,17 @@ func RunLongLived(ctx context.Context, c *Cluster, cfg Config) (res LongLivedRes
 	res.SettleEnd = time.Now()
 	steps := []func(context.Context, *Cluster, string, Profile) (Step, error){
 		stepRollout, stepScaleDown, stepEviction, stepContainerEnd,
-		stepServiceDelete,
+		stepServiceDelete, stepSlowRollout, stepPauseResume,
 	}
+	// Four minutes for a step, and more for the slow one's minReadySeconds
+	// and the paused one's wait.
+	limit := 4*time.Minute + p.Gap + time.Duration(p.Replicas)*p.minReady()
 	for i, do := range steps {
 		if i > 0 && !sleepCtx(ctx, p.Gap) {
 			stop()
 			return res, ctx.Err()
 		}
-		sctx, cancel := context.WithTimeout(ctx, 4*time.Minute)
+		sctx, cancel := context.WithTimeout(ctx, limit)
 		st, err := do(sctx, c, name, p)
 		cancel()
 		if st.Name != "" {

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/drainscope/drainscope/analysis"
 )
 
 // TestLongLivedDeployment checks the long-lived pod spec on both nodes: the
@@ -75,5 +77,13 @@ func TestLongLivedReportWindow(t *testing.T) {
 	}
 	if err := (Profile{Name: "x", Duration: time.Minute, Replicas: 1, Clients: 1, Grace: time.Second, Interval: time.Second, Settle: time.Minute}).Validate(); err == nil {
 		t.Error("a settle without a gap: want an error")
+	}
+	p := Profiles["longlived"]
+	if err := p.Validate(); err != nil || p.MinReady <= analysis.RolloutGap {
+		t.Errorf("longlived: %v, minReadySeconds %v: want it valid, its slow rollout's pods ending more than %v apart", err, p.MinReady, analysis.RolloutGap)
+	}
+	p.MinReady = 1500 * time.Millisecond
+	if err := p.Validate(); err == nil {
+		t.Error("minReadySeconds of 1.5 s: want an error")
 	}
 }

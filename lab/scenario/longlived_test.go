@@ -22,19 +22,20 @@ import (
 var (
 	longSettle = flag.Duration("longlived-settle", 30*time.Second, "TestLabLongLived: the pods' settle time under the load before the rollout")
 	longGap    = flag.Duration("longlived-gap", 30*time.Second, "TestLabLongLived: the time between one disruption's end and the next's start")
+	longReady  = flag.Duration("longlived-min-ready", 10*time.Second, "TestLabLongLived: the slow rollout's minReadySeconds")
 )
 
 // TestLabLongLived runs the long-lived sequence, shortened, on the real
 // kubelet: pods with an exec readiness probe every 2 s, a worker replaced
 // every 30 s and a log shipper beside the app, in two Services, settle
 // under the load; then a rollout, a scale-down, an eviction through the
-// Eviction API, a container OOM kill and the second Service's deletion
-// follow. Over a window that begins after the pods
-// were ready, the analysis must name the rollout's failures as it does
-// the short profile's exit run, name each later disruption by what it
-// was (the report and the web API's list alike), take none of the
-// shipper's ends for the app's, and name no cause for a failure on a pod
-// that was not terminating.
+// Eviction API, a container OOM kill, the second Service's deletion, a
+// slow rollout (minReadySeconds) and a rollout paused and resumed follow.
+// Over a window that begins after the pods were ready, the analysis must
+// name the rollouts' failures as it does the short profile's exit run,
+// name each disruption by what it was (the report and the web API's list
+// alike), take none of the shipper's ends for the app's, and name no cause
+// for a failure on a pod that was not terminating.
 func TestLabLongLived(t *testing.T) {
 	requireRealNode(t, "the long-lived sequence takes about five minutes")
 	bin := buildStatic(t)
@@ -66,7 +67,7 @@ func TestLabLongLived(t *testing.T) {
 		t.Fatalf("the kernel capture must run on the real node: %v", c.KernelErr)
 	}
 	p := scenario.Profiles["longlived"]
-	p.Settle, p.Gap = *longSettle, *longGap
+	p.Settle, p.Gap, p.MinReady = *longSettle, *longGap, *longReady
 	start := time.Now()
 	res, err := scenario.RunLongLived(ctx, c, scenario.Config{Profile: p, Progress: testWriter{t}, Log: log})
 	if err != nil {
@@ -94,7 +95,8 @@ func TestLabLongLived(t *testing.T) {
 	for _, s := range res.Steps {
 		byName[s.Name] = s
 	}
-	for _, n := range []string{scenario.StepRollout, scenario.StepScaleDown, scenario.StepEviction, scenario.StepOOM} {
+	for _, n := range []string{scenario.StepRollout, scenario.StepScaleDown, scenario.StepEviction, scenario.StepOOM,
+		scenario.StepSlowRollout, scenario.StepPauseResume} {
 		if s, ok := byName[n]; !ok || len(s.Pods) == 0 {
 			t.Fatalf("step %s missing or without pods: %+v", n, res.Steps)
 		}
@@ -108,13 +110,16 @@ func TestLabLongLived(t *testing.T) {
 		t.Errorf("oom step: %q, want the container OOMKilled", oom.Note)
 	}
 	checkLongLivedExtras(ctx, t, st, res)
+	checkStepsDone(t, res, byName)
 	checkLongLivedDisruptions(t, r, byName)
 	list, err := analysis.FindDisruptions(ctx, st, store.Query{Window: w}, analysis.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	checkListMatchesReport(t, r.Disruptions, list)
-	checkLongLivedRollout(ctx, t, st, r, byName[scenario.StepRollout])
+	for _, n := range []string{scenario.StepRollout, scenario.StepSlowRollout, scenario.StepPauseResume} {
+		checkLongLivedRollout(ctx, t, st, r, byName[n])
+	}
 	checkShipper(ctx, t, st, w, r, res.Steps)
 	checkNoCauseOffTermination(t, r, res.Steps)
 }
@@ -199,10 +204,59 @@ func stepHolds(s scenario.Step, at int64) bool {
 	return at >= s.Start.Add(-time.Second).UnixNano() && at <= s.End.Add(5*time.Second).UnixNano()
 }
 
+// checkStepsDone checks that the lab did what the steps are about: the
+// slow rollout's old pods ended at least minReadySeconds apart, and the
+// paused rollout's on both sides of its pause and none while it held.
+func checkStepsDone(t *testing.T, res scenario.LongLivedResult, steps map[string]scenario.Step) {
+	t.Helper()
+	slow := steps[scenario.StepSlowRollout]
+	ends := endTimes(slow)
+	if len(ends) != len(slow.Pods) {
+		t.Errorf("slow rollout: %d of %d old pods seen ending", len(ends), len(slow.Pods))
+	}
+	for i := 1; i < len(ends); i++ {
+		// A new pod is available minReadySeconds after it is ready; only
+		// then does the next old pod end.
+		if gap := ends[i].Sub(ends[i-1]); gap < res.MinReady-time.Second {
+			t.Errorf("slow rollout: old pods ended %v apart, want minReadySeconds (%v) or more", gap.Round(time.Millisecond), res.MinReady)
+		}
+	}
+	pr := steps[scenario.StepPauseResume]
+	var before, during, after int
+	for _, e := range endTimes(pr) {
+		switch {
+		case e.Before(pr.Paused):
+			before++
+		case e.Before(pr.Resumed):
+			// The controller may have deleted an old pod as the pause
+			// was written: allow it a second.
+			if e.After(pr.Paused.Add(time.Second)) {
+				during++
+			}
+		default:
+			after++
+		}
+	}
+	t.Logf("paused rollout: %d old pods ended before the pause, %d while paused, %d after the resume", before, during, after)
+	if before == 0 || after == 0 || during > 0 {
+		t.Errorf("paused rollout: %d old pods ended before the pause, %d while it held, %d after the resume: want some before, none during, some after", before, during, after)
+	}
+}
+
+func endTimes(s scenario.Step) []time.Time {
+	var out []time.Time
+	for _, e := range s.Ends {
+		out = append(out, e)
+	}
+	slices.SortFunc(out, func(a, b time.Time) int { return a.Compare(b) })
+	return out
+}
+
 // checkLongLivedDisruptions checks that each disruption the analysis found
 // is one of the steps, named by what it was, and that each step that ends
-// pods is one, replacing every pod it ended; and that the Service's
-// deletion is none.
+// pods is one, replacing every pod it ended; that a rollout's disruption
+// holds the changes that held it together (its completion, its pause and
+// resume); and that the Service's deletion is none.
 func checkLongLivedDisruptions(t *testing.T, r *analysis.Result, steps map[string]scenario.Step) {
 	t.Helper()
 	want := map[string][]analysis.Trigger{
@@ -214,6 +268,14 @@ func checkLongLivedDisruptions(t *testing.T, r *analysis.Result, steps map[strin
 		scenario.StepOOM: {analysis.TriggerOOM, analysis.TriggerRestart},
 		// Leaving one of two Services ends no pod.
 		scenario.StepServiceDelete: nil,
+		// One rollout however far apart its pods end, held together by
+		// the workload's status until it reported the rollout complete.
+		scenario.StepSlowRollout: {analysis.TriggerRollout},
+		scenario.StepPauseResume: {analysis.TriggerRollout},
+	}
+	wantChanges := map[string][]string{
+		scenario.StepSlowRollout: {event.ChangeTemplate, event.ChangeComplete},
+		scenario.StepPauseResume: {event.ChangeTemplate, event.ChangePaused, event.ChangeResumed, event.ChangeComplete},
 	}
 	found := map[string]int{}
 	for _, ro := range r.Disruptions {
@@ -224,8 +286,12 @@ func checkLongLivedDisruptions(t *testing.T, r *analysis.Result, steps map[strin
 				of = append(of, s)
 			}
 		}
-		desc := fmt.Sprintf("disruption %s %q of %s at %s, %d pods (%s)", ro.ID, ro.Trigger, ro.Workload(),
-			time.Unix(0, ro.From).UTC().Format("15:04:05.000"), len(ro.Replaced), strings.Join(pods, ", "))
+		var changes []string
+		for _, c := range ro.Changes {
+			changes = append(changes, c.Reason)
+		}
+		desc := fmt.Sprintf("disruption %s %q of %s at %s, %d pods (%s), changes %v", ro.ID, ro.Trigger, ro.Workload(),
+			time.Unix(0, ro.From).UTC().Format("15:04:05.000"), len(ro.Replaced), strings.Join(pods, ", "), changes)
 		t.Logf("%s: steps %v, %d failures %v", desc, of, ro.Failures, ro.ByCause)
 		if s, ok := steps[scenario.StepServiceDelete]; ok && stepHolds(s, ro.From) {
 			t.Errorf("%s: begun while the second Service was deleted, which ends no pod", desc)
@@ -241,6 +307,14 @@ func checkLongLivedDisruptions(t *testing.T, r *analysis.Result, steps map[strin
 			}
 			if n := len(steps[name].Pods); len(ro.Replaced) != n {
 				t.Errorf("%s: %d pods, want the %d the %s step ended", desc, len(ro.Replaced), n, name)
+			}
+			for _, c := range wantChanges[name] {
+				if !slices.Contains(changes, c) {
+					t.Errorf("%s: the %s step's changes lack %s, want %v", desc, name, c, wantChanges[name])
+				}
+			}
+			if wantChanges[name] != nil && ro.InProgress {
+				t.Errorf("%s: in progress, want it complete", desc)
 			}
 		default:
 			t.Errorf("%s: joins the pods of the steps %v, want one disruption each", desc, of)
@@ -363,8 +437,8 @@ func checkListMatchesReport(t *testing.T, report []analysis.Disruption, list []*
 	}
 }
 
-// checkLongLivedRollout asks of the rollout what TestLabRealNode asks of
-// the short profile's exit run on the same node: failures, every one of
+// checkLongLivedRollout asks of a rollout step what TestLabRealNode asks
+// of the short profile's exit run on the same node: failures, every one of
 // them during the rollout on a pod it replaced and with a cause, and no
 // SIGKILL.
 func checkLongLivedRollout(ctx context.Context, t *testing.T, st store.Store, r *analysis.Result, s scenario.Step) {
@@ -389,16 +463,16 @@ func checkLongLivedRollout(ctx context.Context, t *testing.T, st store.Store, r 
 			onReplaced = !slices.ContainsFunc(f.Candidates, func(c analysis.PodView) bool { return !replaced(c.UID) })
 		}
 		if !onReplaced || f.Cause == analysis.CauseUnexplained {
-			t.Errorf("rollout failure %s: on pod %s (replaced: %v), cause %s: want a replaced pod and a cause; %s; %s",
-				describeFailure(f), podName(f.Pod), onReplaced, f.Cause, f.Explanation, podSideRecords(ctx, st, f.Failure))
+			t.Errorf("%s failure %s: on pod %s (replaced: %v), cause %s: want a replaced pod and a cause; %s; %s",
+				s.Name, describeFailure(f), podName(f.Pod), onReplaced, f.Cause, f.Explanation, podSideRecords(ctx, st, f.Failure))
 		}
 	}
-	t.Logf("rollout: %d client failures, by cause %v", n, causes)
+	t.Logf("%s: %d client failures, by cause %v", s.Name, n, causes)
 	if n == 0 {
-		t.Errorf("rollout: no client failure; the app exits at SIGTERM under keep-alive load, want some")
+		t.Errorf("%s: no client failure; the app exits at SIGTERM under keep-alive load, want some", s.Name)
 	}
 	if causes[analysis.CauseSIGKILL] > 0 || causes[analysis.CauseNoReadyEndpoints] > 0 {
-		t.Errorf("rollout: causes %v; the app exits at SIGTERM long before its grace period, with three or four endpoints ready", causes)
+		t.Errorf("%s: causes %v; the app exits at SIGTERM long before its grace period, with three or four endpoints ready", s.Name, causes)
 	}
 }
 

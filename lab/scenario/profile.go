@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/drainscope/drainscope/analysis"
 	"github.com/drainscope/drainscope/lab/sampleapp"
 )
 
@@ -36,6 +37,10 @@ type Profile struct {
 	// RolloutAt are then unused.
 	Settle time.Duration
 	Gap    time.Duration
+	// MinReady is the long-lived sequence's slow rollout's
+	// minReadySeconds: each new pod counts as available, and the next
+	// old pod ends, this long after it became ready.
+	MinReady time.Duration
 }
 
 // LongLived tells whether the profile runs the long-lived sequence.
@@ -58,11 +63,16 @@ var Profiles = map[string]Profile{
 		ExitDelay: 3 * time.Second, PreStop: 5 * time.Second, Grace: 30 * time.Second, ProbePeriod: time.Second,
 	},
 	// longlived lets the pods run 20 minutes under the load, as on a
-	// cluster that has run for days (exec probes, a recycled worker),
-	// then rolls the Deployment out and, 3 minutes apart, scales it down,
-	// evicts a pod and gets a container OOM-killed (RunLongLived).
+	// cluster that has run for days (exec probes, a recycled worker, a
+	// log shipper beside the app), then rolls the Deployment out and, 3
+	// minutes apart, scales it down, evicts a pod, gets a container
+	// OOM-killed, deletes one of the pods' two Services, rolls it out
+	// slowly and pauses and resumes a rollout (RunLongLived). The slow
+	// rollout's old pods end 2.5 minutes apart, more than the quiet gap
+	// that once split a rollout in two (analysis.RolloutGap).
 	"longlived": {
 		Name: "longlived", Duration: 20 * time.Minute, Settle: 20 * time.Minute, Gap: 3 * time.Minute,
+		MinReady: analysis.RolloutGap + 30*time.Second,
 		Replicas: 4, Clients: 20, Interval: 110 * time.Millisecond, Timeout: 5 * time.Second,
 		ExitDelay: 3 * time.Second, PreStop: 5 * time.Second, Grace: 30 * time.Second, ProbePeriod: 2 * time.Second,
 	},
@@ -98,6 +108,8 @@ func (p Profile) Validate() error {
 		return fmt.Errorf("profile %s: client interval %v is too short for a lab", p.Name, p.Interval)
 	case p.Settle < 0 || p.Gap < 0 || (p.Settle > 0 && p.Gap == 0):
 		return fmt.Errorf("profile %s: settle %v and gap %v: want both positive, or neither", p.Name, p.Settle, p.Gap)
+	case p.MinReady < 0 || p.MinReady%time.Second != 0:
+		return fmt.Errorf("profile %s: minReadySeconds %v: want whole seconds, 0 or more", p.Name, p.MinReady)
 	}
 	return nil
 }
