@@ -29,7 +29,7 @@ import (
 // Services.
 var LongLivedRun = Run{Name: "longlived", Behaviour: sampleapp.Exit, Rollout: true,
 	What: "settle under load, then a rollout, a scale-down, an eviction, an OOM kill or crash, " +
-		"a second Service's deletion, a slow rollout and a paused and resumed rollout"}
+		"a second Service's deletion, a slow rollout, a paused and resumed rollout and, on the real node, the kubelet's eviction"}
 
 // The long-lived pods' extras.
 const (
@@ -45,6 +45,13 @@ const (
 	MemoryLimit = "128Mi"
 	// ShipperName is the log shipper's container, beside the app's.
 	ShipperName = "log-shipper"
+	// StorageLimit is the app container's ephemeral-storage limit on the
+	// real node, which FillMiB written into its scratch volume exceeds.
+	StorageLimit = "20Mi"
+	FillMiB      = 40
+	// ScratchDir is where the app's emptyDir volume is mounted, which
+	// PathFill writes into.
+	ScratchDir = "/scratch"
 	// DefaultMinReady is the slow rollout's minReadySeconds when the
 	// profile sets none.
 	DefaultMinReady = 10 * time.Second
@@ -78,6 +85,10 @@ const (
 	// StepPauseResume pauses a rollout once its first old pod ended and
 	// resumes it Profile.Gap later.
 	StepPauseResume = "pause-resume"
+	// StepKubeletEviction, on the real node only: the kubelet's eviction
+	// manager evicts a pod past its ephemeral-storage limit; the pod
+	// stays, Failed, with reason Evicted.
+	StepKubeletEviction = "kubelet-evict"
 )
 
 // CanaryService is the second Service of the long-lived Deployment's pods,
@@ -134,11 +145,12 @@ func ReportLead(settle time.Duration) time.Duration {
 // lets it settle for Profile.Settle; then rolls it out, scales it down by
 // one, evicts a pod through the Eviction API, ends one app container (OOM
 // kill on the real node, a crash on the process node), deletes the second
-// Service, rolls out with minReadySeconds Profile.MinReady and rolls out
-// again paused after the first old pod's end and resumed Gap later,
-// Profile.Gap between one step's end and the next's start; and stops the
-// load Gap/2 after the last. Its Service and Deployment stay for the
-// caller to analyse before Down.
+// Service, rolls out with minReadySeconds Profile.MinReady, rolls out
+// again paused after the first old pod's end and resumed Gap later, and on
+// the real node has the kubelet evict a pod past its ephemeral-storage
+// limit, Profile.Gap between one step's end and the next's start; and
+// stops the load Gap/2 after the last. Its Service and Deployment stay for
+// the caller to analyse before Down.
 func RunLongLived(ctx context.Context, c *Cluster, cfg Config) (res LongLivedResult, err error) {
 	p := cfg.Profile
 	if err := p.Validate(); err != nil {
@@ -223,6 +235,9 @@ func RunLongLived(ctx context.Context, c *Cluster, cfg Config) (res LongLivedRes
 		stepRollout, stepScaleDown, stepEviction, stepContainerEnd,
 		stepServiceDelete, stepSlowRollout, stepPauseResume,
 	}
+	if c.Node.StorageLimits() {
+		steps = append(steps, stepKubeletEviction)
+	}
 	// Four minutes for a step, and more for the slow one's minReadySeconds
 	// and the paused one's wait.
 	limit := 4*time.Minute + p.Gap + time.Duration(p.Replicas)*p.minReady()
@@ -305,6 +320,18 @@ func (c *Cluster) longLivedDeployment(name string, r Run, p Profile) *appsv1.Dep
 	}
 	if c.Node.MemoryLimits() {
 		ctr.Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse(MemoryLimit)}
+	}
+	if c.Node.StorageLimits() {
+		// What PathFill writes into the scratch volume counts against
+		// the pod's ephemeral storage, whose limit is the app's.
+		if ctr.Resources.Limits == nil {
+			ctr.Resources.Limits = corev1.ResourceList{}
+		}
+		ctr.Resources.Limits[corev1.ResourceEphemeralStorage] = resource.MustParse(StorageLimit)
+		ctr.Args = append(ctr.Args, "--fill-dir="+ScratchDir)
+		ctr.VolumeMounts = append(ctr.VolumeMounts, corev1.VolumeMount{Name: "scratch", MountPath: ScratchDir})
+		d.Spec.Template.Spec.Volumes = append(d.Spec.Template.Spec.Volumes, corev1.Volume{
+			Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
 	}
 	// A second container whose SIGTERM and exit come with the app's at
 	// every pod end, and which declares no port: the analysis must take
@@ -463,7 +490,8 @@ func (c *Cluster) admin(ctx context.Context, pod netip.Addr, path string) error 
 		return fmt.Errorf("refusing to ask %s: not a lab pod address", pod)
 	}
 	d := &net.Dialer{Timeout: 2 * time.Second, LocalAddr: &net.TCPAddr{IP: c.net.Gateway.Addr().AsSlice()}}
-	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true, DialContext: d.DialContext, Proxy: nil}}
+	// Long enough for PathFill, which answers once its file is on disk.
+	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DisableKeepAlives: true, DialContext: d.DialContext, Proxy: nil}}
 	url := "http://" + netip.AddrPortFrom(pod, AdminPort).String() + path
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, nil)
 	if err != nil {

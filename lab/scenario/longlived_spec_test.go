@@ -15,7 +15,8 @@ import (
 // exec readiness probe runs the node's own sample service command every
 // 2 s, the worker is recycled, the admin port is declared, a log shipper
 // that declares no port runs beside the app, and only the real node gets
-// the memory limit the OOM step exceeds.
+// the memory limit the OOM step exceeds and the storage limit and scratch
+// volume the kubelet eviction's write exceeds.
 func TestLongLivedDeployment(t *testing.T) {
 	p := Profiles["longlived"]
 	for _, tc := range []struct {
@@ -46,6 +47,16 @@ func TestLongLivedDeployment(t *testing.T) {
 		lim, ok := ctr.Resources.Limits[corev1.ResourceMemory]
 		if real := tc.node == NodeKubelet; ok != real || (real && lim.String() != MemoryLimit) {
 			t.Errorf("%s node: memory limit %v (set %v), want %s on the real node only", tc.node, lim.String(), ok, MemoryLimit)
+		}
+		// The kubelet eviction's: a storage limit, and a scratch volume
+		// for PathFill to write past it.
+		slim, ok := ctr.Resources.Limits[corev1.ResourceEphemeralStorage]
+		vols := d.Spec.Template.Spec.Volumes
+		scratch := len(vols) == 1 && vols[0].EmptyDir != nil && len(ctr.VolumeMounts) == 1 && ctr.VolumeMounts[0].MountPath == ScratchDir &&
+			strings.Contains(args, "--fill-dir="+ScratchDir)
+		if real := tc.node == NodeKubelet; ok != real || scratch != real || (real && slim.String() != StorageLimit) {
+			t.Errorf("%s node: ephemeral-storage limit %v (set %v), scratch volume %v, want %s and an emptyDir at %s on the real node only",
+				tc.node, slim.String(), ok, scratch, StorageLimit, ScratchDir)
 		}
 		if !slices.ContainsFunc(ctr.Ports, func(p corev1.ContainerPort) bool { return p.Name == "http" && p.ContainerPort == 8080 }) {
 			t.Errorf("%s node: ports %+v, want 8080 named http", tc.node, ctr.Ports)

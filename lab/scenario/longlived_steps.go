@@ -14,6 +14,8 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/drainscope/drainscope/lab/sampleapp"
 )
 
 // The long-lived sequence's later steps: what else a cluster that has run
@@ -166,6 +168,47 @@ func setPaused(ctx context.Context, c *Cluster, name string, paused bool) error 
 		return fmt.Errorf("setting paused to %t: %w", paused, err)
 	}
 	return nil
+}
+
+// stepKubeletEviction has one pod's app write FillMiB into its scratch
+// volume, past the pod's ephemeral-storage limit (StorageLimit), and waits
+// for the kubelet's eviction manager to evict it (the pod stays, Failed,
+// reason Evicted; nothing deletes it) and for its replacement to be ready.
+func stepKubeletEviction(ctx context.Context, c *Cluster, name string, p Profile) (Step, error) {
+	st := Step{Name: StepKubeletEviction}
+	pods, err := runPods(ctx, c, LongLivedRun)
+	if err != nil || len(pods) == 0 {
+		return st, fmt.Errorf("no pod to evict: %v", err)
+	}
+	victim := pods[0]
+	st.Start, st.Pods = time.Now(), []PodRecord{victim}
+	if err := c.admin(ctx, victim.IP, fmt.Sprintf("%s?mib=%d", sampleapp.PathFill, FillMiB)); err != nil {
+		return st, err
+	}
+	t := time.NewTicker(200 * time.Millisecond)
+	defer t.Stop()
+	for {
+		pod, err := c.Client.CoreV1().Pods(Namespace).Get(ctx, victim.Name, metav1.GetOptions{})
+		if err == nil && pod.DeletionTimestamp != nil {
+			return st, fmt.Errorf("%s was deleted, not evicted by the kubelet", victim.Name)
+		}
+		if err == nil && pod.Status.Phase == corev1.PodFailed {
+			st.Note = fmt.Sprintf("%d MiB written past its %s ephemeral-storage limit; phase %s, reason %s: %s",
+				FillMiB, StorageLimit, pod.Status.Phase, pod.Status.Reason, pod.Status.Message)
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return st, fmt.Errorf("waiting for the kubelet to evict %s past its %s ephemeral-storage limit: %w; the kubelet's log of evictions:\n%s",
+				victim.Name, StorageLimit, ctx.Err(), c.kubeletLog("evict", 20))
+		case <-t.C:
+		}
+	}
+	if err := waitRolledOut(ctx, c, name, int32(len(pods)), nil); err != nil {
+		return st, err
+	}
+	st.End = time.Now()
+	return st, nil
 }
 
 // endTracker notes when each of some pods was first seen terminating or

@@ -30,7 +30,8 @@ var (
 // every 30 s and a log shipper beside the app, in two Services, settle
 // under the load; then a rollout, a scale-down, an eviction through the
 // Eviction API, a container OOM kill, the second Service's deletion, a
-// slow rollout (minReadySeconds) and a rollout paused and resumed follow.
+// slow rollout (minReadySeconds), a rollout paused and resumed, and the
+// kubelet's eviction of a pod past its ephemeral-storage limit follow.
 // Over a window that begins after the pods were ready, the analysis must
 // name the rollouts' failures as it does the short profile's exit run,
 // name each disruption by what it was (the report and the web API's list
@@ -96,7 +97,7 @@ func TestLabLongLived(t *testing.T) {
 		byName[s.Name] = s
 	}
 	for _, n := range []string{scenario.StepRollout, scenario.StepScaleDown, scenario.StepEviction, scenario.StepOOM,
-		scenario.StepSlowRollout, scenario.StepPauseResume} {
+		scenario.StepSlowRollout, scenario.StepPauseResume, scenario.StepKubeletEviction} {
 		if s, ok := byName[n]; !ok || len(s.Pods) == 0 {
 			t.Fatalf("step %s missing or without pods: %+v", n, res.Steps)
 		}
@@ -120,6 +121,7 @@ func TestLabLongLived(t *testing.T) {
 	for _, n := range []string{scenario.StepRollout, scenario.StepSlowRollout, scenario.StepPauseResume} {
 		checkLongLivedRollout(ctx, t, st, r, byName[n])
 	}
+	checkKubeletEviction(ctx, t, st, w, byName[scenario.StepKubeletEviction])
 	checkShipper(ctx, t, st, w, r, res.Steps)
 	checkNoCauseOffTermination(t, r, res.Steps)
 }
@@ -205,8 +207,9 @@ func stepHolds(s scenario.Step, at int64) bool {
 }
 
 // checkStepsDone checks that the lab did what the steps are about: the
-// slow rollout's old pods ended at least minReadySeconds apart, and the
-// paused rollout's on both sides of its pause and none while it held.
+// slow rollout's old pods ended at least minReadySeconds apart, the paused
+// rollout's on both sides of its pause and none while it held, and the
+// kubelet left the pod it evicted in place.
 func checkStepsDone(t *testing.T, res scenario.LongLivedResult, steps map[string]scenario.Step) {
 	t.Helper()
 	slow := steps[scenario.StepSlowRollout]
@@ -241,6 +244,9 @@ func checkStepsDone(t *testing.T, res scenario.LongLivedResult, steps map[string
 	if before == 0 || after == 0 || during > 0 {
 		t.Errorf("paused rollout: %d old pods ended before the pause, %d while it held, %d after the resume: want some before, none during, some after", before, during, after)
 	}
+	if ke := steps[scenario.StepKubeletEviction]; !strings.Contains(ke.Note, "reason Evicted") {
+		t.Errorf("kubelet eviction: %q, want the pod Failed with reason Evicted", ke.Note)
+	}
 }
 
 func endTimes(s scenario.Step) []time.Time {
@@ -272,6 +278,8 @@ func checkLongLivedDisruptions(t *testing.T, r *analysis.Result, steps map[strin
 		// the workload's status until it reported the rollout complete.
 		scenario.StepSlowRollout: {analysis.TriggerRollout},
 		scenario.StepPauseResume: {analysis.TriggerRollout},
+		// pod_finished Evicted, no deletion.
+		scenario.StepKubeletEviction: {analysis.TriggerNodePressure},
 	}
 	wantChanges := map[string][]string{
 		scenario.StepSlowRollout: {event.ChangeTemplate, event.ChangeComplete},
@@ -324,6 +332,31 @@ func checkLongLivedDisruptions(t *testing.T, r *analysis.Result, steps map[strin
 		if n := min(len(tr), 1); found[name] != n {
 			t.Errorf("the %s step is in %d disruptions, want %d", name, found[name], n)
 		}
+	}
+}
+
+// checkKubeletEviction checks what the store holds of the kubelet's
+// eviction: the pod's finish, Evicted, and no deletion of it.
+func checkKubeletEviction(ctx context.Context, t *testing.T, st store.Store, w event.Window, s scenario.Step) {
+	t.Helper()
+	victim := s.Pods[0]
+	events, err := store.Events(ctx, st, store.Query{Window: w, PodUIDs: []string{victim.UID},
+		Kinds: []event.Kind{event.PodFinished, event.PodDeletion}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	finished := 0
+	for _, e := range events {
+		t.Logf("kubelet eviction: %s %s %s reason %q attrs %v", time.Unix(0, e.Time).UTC().Format("15:04:05.000"), e.Kind, e.Pod.Name, e.Reason, e.Attrs)
+		switch {
+		case e.Kind == event.PodDeletion:
+			t.Errorf("kubelet eviction: %s was deleted; the kubelet evicts a pod without deleting it", victim.Name)
+		case e.Reason == "Evicted":
+			finished++
+		}
+	}
+	if finished != 1 {
+		t.Errorf("kubelet eviction: %d pod_finished Evicted of %s, want 1", finished, victim.Name)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -33,6 +34,10 @@ type NodeDriver interface {
 	// limit (so that a container can be OOM-killed); the process node
 	// does not.
 	MemoryLimits() bool
+	// StorageLimits reports whether the node's kubelet evicts a pod past
+	// its ephemeral-storage limit (its eviction manager measures the
+	// pod's local storage); the process node does not.
+	StorageLimits() bool
 
 	// preflight reports what the host or the options lack for the node.
 	preflight(o Options) error
@@ -72,6 +77,8 @@ func (s *simNode) Description() string {
 func (s *simNode) AppCommand() []string { return s.appCommand }
 
 func (s *simNode) MemoryLimits() bool { return false }
+
+func (s *simNode) StorageLimits() bool { return false }
 
 func (s *simNode) preflight(o Options) error {
 	if len(o.AppCommand) == 0 {
@@ -197,6 +204,24 @@ func (r *realNode) Description() string {
 func (r *realNode) AppCommand() []string { return slices.Clone(appEntrypoint) }
 
 func (r *realNode) MemoryLimits() bool { return true }
+
+func (r *realNode) StorageLimits() bool { return true }
+
+// kubeletLog is the real kubelet's last log lines that match, for an
+// error that its log explains; "" on the process node.
+func (c *Cluster) kubeletLog(match string, lines int) string {
+	r, ok := c.Node.(*realNode)
+	if !ok || r.n == nil {
+		return ""
+	}
+	var out []string
+	for _, l := range strings.Split(r.n.Logs("kubelet", 5000), "\n") {
+		if strings.Contains(strings.ToLower(l), match) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out[max(len(out)-lines, 0):], "\n")
+}
 
 func (r *realNode) preflight(o Options) error { return PreflightKubelet(o.BinDir, o.Binary) }
 

@@ -67,9 +67,10 @@ var Profiles = map[string]Profile{
 	// log shipper beside the app), then rolls the Deployment out and, 3
 	// minutes apart, scales it down, evicts a pod, gets a container
 	// OOM-killed, deletes one of the pods' two Services, rolls it out
-	// slowly and pauses and resumes a rollout (RunLongLived). The slow
-	// rollout's old pods end 2.5 minutes apart, more than the quiet gap
-	// that once split a rollout in two (analysis.RolloutGap).
+	// slowly, pauses and resumes a rollout and, on the real node, has the
+	// kubelet evict a pod (RunLongLived). The slow rollout's old pods end
+	// 2.5 minutes apart, more than the quiet gap that once split a
+	// rollout in two (analysis.RolloutGap).
 	"longlived": {
 		Name: "longlived", Duration: 20 * time.Minute, Settle: 20 * time.Minute, Gap: 3 * time.Minute,
 		MinReady: analysis.RolloutGap + 30*time.Second,

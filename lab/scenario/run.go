@@ -520,7 +520,8 @@ func waitServed(ctx context.Context, c *Cluster, target netip.AddrPort, replicas
 	return nil
 }
 
-// runPods lists the run's pods that are not terminating.
+// runPods lists the run's pods that are neither terminating nor ended (a
+// pod the kubelet evicted stays, Failed).
 func runPods(ctx context.Context, c *Cluster, r Run) ([]PodRecord, error) {
 	pods, err := c.Client.CoreV1().Pods(Namespace).List(ctx, metav1.ListOptions{LabelSelector: "run=" + r.Name})
 	if err != nil {
@@ -528,7 +529,7 @@ func runPods(ctx context.Context, c *Cluster, r Run) ([]PodRecord, error) {
 	}
 	var out []PodRecord
 	for _, p := range pods.Items {
-		if p.DeletionTimestamp != nil {
+		if p.DeletionTimestamp != nil || terminal(&p) {
 			continue
 		}
 		ip, _ := netip.ParseAddr(p.Status.PodIP)
