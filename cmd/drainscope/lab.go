@@ -79,13 +79,18 @@ kube-proxy's. See docs/ingress-lab.md.
 
 With --profile longlived the lab deploys one Deployment whose pods do what
 pods that have run for days do (an exec readiness probe every 2 s, a worker
-process replaced every 30 s), lets them run under the load for --settle,
-then rolls it out, scales it down by one, evicts a pod through the Eviction
-API and has one app container OOM-killed (--node kubelet: a 128Mi memory
-limit and an allocation past it; the process node sets no limits, so the
-app crashes with exit code 3 instead), --gap apart. It prints each step's
-time and drainscope report over a window that begins after the pods were
-ready, then tears the cluster down. See docs/lab.md.
+process replaced every 30 s, a log-shipper container beside the app), behind
+two Services, lets them run under the load for --settle, then, --gap apart:
+rolls it out, scales it down by one, evicts a pod through the Eviction API,
+has one app container OOM-killed (--node kubelet: a 128Mi memory limit and
+an allocation past it; the process node sets no limits, so the app crashes
+with exit code 3 instead), deletes the second Service, rolls it out with
+minReadySeconds --min-ready (its old pods end that far apart), rolls it out
+again paused after its first old pod and resumed --gap later, and on
+--node kubelet has the kubelet evict a pod whose app wrote past its 20Mi
+ephemeral-storage limit. It prints each step's time and drainscope report
+over a window that begins after the pods were ready, then tears the cluster
+down. See docs/lab.md.
 
 Flags:
 `
