@@ -1,11 +1,17 @@
 package ebpf
 
 import (
+	"errors"
 	"fmt"
+	"log/slog"
+	"os"
 	"slices"
 	"strings"
 
+	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/btf"
+	"github.com/cilium/ebpf/features"
+	"github.com/cilium/ebpf/rlimit"
 	"golang.org/x/sys/unix"
 
 	"github.com/drainscope/drainscope/event"
@@ -117,6 +123,73 @@ func tracepointArgs(kernel *btf.Spec, name string) int {
 		return 0
 	}
 	return len(fp.Params) - 1
+}
+
+// probeKernel loads the kernel's BTF, checks that BPF ring buffers can be
+// made and raises RLIMIT_MEMLOCK for kernels that charge maps to it.
+func probeKernel(log *slog.Logger) (*btf.Spec, error) {
+	kernel, err := btf.LoadKernelSpec()
+	if err != nil {
+		return nil, fmt.Errorf("kernel BTF is required (/sys/kernel/btf/vmlinux, CONFIG_DEBUG_INFO_BTF=y): %w", err)
+	}
+	if err := features.HaveMapType(ebpf.RingBuf); err != nil {
+		switch {
+		case errors.Is(err, os.ErrPermission):
+			return nil, fmt.Errorf("loading BPF programs needs root, or CAP_BPF and CAP_PERFMON: %w", err)
+		case errors.Is(err, ebpf.ErrNotSupported):
+			return nil, fmt.Errorf("BPF ring buffer not available (Linux 5.8 or later is needed): %w", err)
+		}
+		return nil, fmt.Errorf("probing for the BPF ring buffer: %w", err)
+	}
+	if err := rlimit.RemoveMemlock(); err != nil {
+		log.Warn("could not raise RLIMIT_MEMLOCK; loading may fail on kernels before 5.11", "err", err)
+	}
+	return kernel, nil
+}
+
+// rstReasons reports whether tcp_send_reset passes the reset reason (Linux
+// 6.10+) and the names of enum sk_rst_reason, "SK_RST_REASON_NO_SOCKET"
+// becoming "no_socket".
+func rstReasons(kernel *btf.Spec) (bool, []string) {
+	var tp *btf.Typedef
+	hasArg := false
+	if kernel.TypeByName("btf_trace_tcp_send_reset", &tp) == nil {
+		if ptr, ok := tp.Type.(*btf.Pointer); ok {
+			if fp, ok := ptr.Target.(*btf.FuncProto); ok {
+				// void *ctx, sk, skb, reason
+				hasArg = len(fp.Params) >= 4
+			}
+		}
+	}
+	var names []string
+	var en *btf.Enum
+	if kernel.TypeByName("sk_rst_reason", &en) == nil {
+		for _, v := range en.Values {
+			if v.Value > 255 {
+				continue
+			}
+			for uint64(len(names)) <= v.Value {
+				names = append(names, "")
+			}
+			names[v.Value] = strings.ToLower(strings.TrimPrefix(v.Name, "SK_RST_REASON_"))
+		}
+	}
+	return hasArg && names != nil, names
+}
+
+// cgroupSubsysID finds a v1 controller's index in the kernel's enum
+// cgroup_subsys_id ("memory" is memory_cgrp_id).
+func cgroupSubsysID(kernel *btf.Spec, ctrl string) (int32, error) {
+	var en *btf.Enum
+	if err := kernel.TypeByName("cgroup_subsys_id", &en); err != nil {
+		return 0, fmt.Errorf("finding cgroup controller ids in kernel BTF: %w", err)
+	}
+	for _, v := range en.Values {
+		if v.Name == ctrl+"_cgrp_id" {
+			return int32(v.Value), nil
+		}
+	}
+	return 0, fmt.Errorf("cgroup v1 controller %q is not built into this kernel", ctrl)
 }
 
 func (f kernelFeatures) list() []Feature {
