@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -128,6 +129,40 @@ func loadAvg() string {
 		return "?"
 	}
 	return strings.Join(f[:3], " ")
+}
+
+// cpuMeter reads what the processes beside a timed step used of the
+// machine's cores meanwhile: a server, kube-apiserver with etcd, Postgres
+// and the simulation itself; and how long the cores sat idle.
+type cpuMeter struct {
+	cpu   [4]func() time.Duration
+	t0    [4]time.Duration
+	idle0 time.Duration
+}
+
+func meter(server int, cl *Cluster) *cpuMeter {
+	api, self := cl.apiPIDs(), os.Getpid()
+	m := &cpuMeter{cpu: [4]func() time.Duration{
+		func() time.Duration { return cpuOf(server) },
+		func() time.Duration { return cpuOf(api...) },
+		postgresCPU,
+		func() time.Duration { return cpuOf(self) },
+	}}
+	for i, c := range m.cpu {
+		m.t0[i] = c()
+	}
+	m.idle0, _ = machineIdle()
+	return m
+}
+
+func (m *cpuMeter) String() string {
+	var d [4]time.Duration
+	for i, c := range m.cpu {
+		d[i] = (c() - m.t0[i]).Round(time.Millisecond)
+	}
+	idle, cpus := machineIdle()
+	return fmt.Sprintf("the server %v, kube-apiserver and etcd %v, Postgres %v, the simulation %v; the %d CPUs idle %v",
+		d[0], d[1], d[2], d[3], cpus, (idle - m.idle0).Round(time.Millisecond))
 }
 
 // samples keeps durations for their quantiles.
