@@ -2,7 +2,6 @@ package analysis
 
 import (
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -78,14 +77,13 @@ func TestRolloutBeginsAtItsTrigger(t *testing.T) {
 	if del.Trigger != event.ChangeDeleted || len(del.Replaced) != 4 || len(del.NewPods) != 0 {
 		t.Errorf("deletion: trigger %q, replaced %d, new %d; want deleted, 4, 0", del.Trigger, len(del.Replaced), len(del.NewPods))
 	}
-	var b strings.Builder
-	if err := WriteText(&b, res); err != nil {
-		t.Fatal(err)
-	}
-	text := b.String()
-	for _, want := range []string{"begun by a pod template change", "begun by the workload's deletion", "4 pods replaced, 4 new pods ready"} {
-		if !strings.Contains(text, want) {
-			t.Errorf("report lacks %q:\n%s", want, text)
+	// The reports say what began each (textreport's TestDisruptionLines).
+	for _, c := range []struct {
+		d    Disruption
+		want string
+	}{{ro, "a pod template change"}, {del, "the workload's deletion"}} {
+		if got := c.d.Words().BegunBy; got != c.want {
+			t.Errorf("disruption begun by %q: %q in words, want %q", c.d.Trigger, got, c.want)
 		}
 	}
 }

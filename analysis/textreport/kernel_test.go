@@ -1,4 +1,4 @@
-package analysis
+package textreport
 
 import (
 	"bytes"
@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/drainscope/drainscope/analysis"
 	"github.com/drainscope/drainscope/event"
 	"github.com/drainscope/drainscope/store"
 )
@@ -28,7 +29,7 @@ func TestKernelLimitsInReport(t *testing.T) {
 		caps(t0+int64(2*time.Hour), "node-c", "6.1.0", "refused_connections"),
 	}
 	q := store.Query{Window: event.Window{From: t0 - int64(time.Minute), To: t0 + int64(time.Hour)}}
-	r, err := AnalyzeEvents(events, q, Options{})
+	r, err := analysis.AnalyzeEvents(events, q, analysis.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
