@@ -212,7 +212,7 @@ func (a *Aligner) Add(e *event.Event) error {
 		if p.ingest(k, &a.opts) {
 			a.global.push(mark{e.Time, k.get()})
 		}
-		if !p.enlisted && (p.ended || p.lc().deletion.Time != 0) {
+		if !p.enlisted && (p.ended || p.lifeEvents().deletion.Time != 0) {
 			p.enlisted = true
 			a.ending = append(a.ending, p)
 		}

@@ -218,7 +218,7 @@ func (p *podState) rederive() {
 		p.life.deletion, p.life.finished = d, f
 	}
 	p.exits, p.pids = nil, nil
-	p.ended = p.unlisted || p.lc().finished.Time != 0
+	p.ended = p.unlisted || p.lifeEvents().finished.Time != 0
 	for _, r := range p.lifeLog {
 		if r.ctr == nil || r.ctr == p.app {
 			p.lifecycleEvent(r.ev, r.ev)

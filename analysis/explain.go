@@ -252,21 +252,21 @@ func (d *Decision) explainData(o Offsets, before, after *event.Event) ExplainDat
 	}
 	fx := d.facts
 	if p := fx.pod; p != nil {
-		if p.lc().deletion.Duration > 0 {
-			x.Grace = fmtDur(p.lc().deletion.Duration)
+		if p.lifeEvents().deletion.Duration > 0 {
+			x.Grace = fmtDur(p.lifeEvents().deletion.Duration)
 		}
-		x.Forced = p.lc().deletion.Time != 0 && p.lc().deletion.Duration == 0
+		x.Forced = p.lifeEvents().deletion.Time != 0 && p.lifeEvents().deletion.Duration == 0
 		x.Evicted = p.evictedByKubelet()
 		t := fx.Start // a connection is routed when it is made
 		switch {
-		case p.lc().listener.Time != 0 && p.lc().listener.Time <= t:
-			x.Terminating = "its listener had closed " + fmtDur(t-p.lc().listener.Time) + " before"
+		case p.lifeEvents().listener.Time != 0 && p.lifeEvents().listener.Time <= t:
+			x.Terminating = "its listener had closed " + fmtDur(t-p.lifeEvents().listener.Time) + " before"
 		case p.lastMainExit() != nil && p.lastMainExit().Time <= t:
 			x.Terminating = "its process had exited " + fmtDur(t-p.lastMainExit().Time) + " before"
-		case p.lc().sigterm.Time != 0 && p.lc().sigterm.Time <= t:
-			x.Terminating = "it had received SIGTERM " + fmtDur(t-p.lc().sigterm.Time) + " before"
-		case p.lc().deletion.Time != 0 && p.lc().deletion.Time <= t:
-			x.Terminating = "it had been deleted " + fmtDur(t-p.lc().deletion.Time) + " before"
+		case p.lifeEvents().sigterm.Time != 0 && p.lifeEvents().sigterm.Time <= t:
+			x.Terminating = "it had received SIGTERM " + fmtDur(t-p.lifeEvents().sigterm.Time) + " before"
+		case p.lifeEvents().deletion.Time != 0 && p.lifeEvents().deletion.Time <= t:
+			x.Terminating = "it had been deleted " + fmtDur(t-p.lifeEvents().deletion.Time) + " before"
 		}
 		r := p.rotationAt(t, fx.svcs)
 		switch {

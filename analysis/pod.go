@@ -23,7 +23,8 @@ type podState struct {
 	ready    int64 // first pod_ready
 	notReady int64 // first pod_not_ready
 
-	// life holds the pod's lifecycle events once it has one (see lc).
+	// life holds the pod's lifecycle events once it has one (see
+	// lifeEvents).
 	life  *lifecycle
 	exits []*event.Event // the app's exits, shared with the landmarks (see keeper)
 	pids  []int32        // signal targets and listener owners: the pod's main processes
@@ -226,7 +227,7 @@ const (
 
 // terminating reports whether anything showed the pod ending at or before t.
 func (p *podState) terminatingAt(t int64) *event.Event {
-	for _, e := range []*event.Event{p.lc().deletion, p.lc().finished, p.lc().sigterm, p.lc().listener, p.lc().kill} {
+	for _, e := range []*event.Event{p.lifeEvents().deletion, p.lifeEvents().finished, p.lifeEvents().sigterm, p.lifeEvents().listener, p.lifeEvents().kill} {
 		if e.Time != 0 && e.Time <= t {
 			return e
 		}
@@ -308,19 +309,21 @@ func newLifecycle() *lifecycle {
 	return &lifecycle{deletion: &noEvent, sigterm: &noEvent, kill: &noEvent, term: &noEvent, listener: &noEvent, finished: &noEvent}
 }
 
-// noLifecycle is what lc returns for a pod without one; never written.
+// noLifecycle is what lifeEvents returns for a pod without one; never
+// written.
 var noLifecycle = *newLifecycle()
 
-// lc returns the pod's lifecycle events for reading.
-func (p *podState) lc() *lifecycle {
+// lifeEvents returns the pod's lifecycle events for reading.
+func (p *podState) lifeEvents() *lifecycle {
 	if p.life == nil {
 		return &noLifecycle
 	}
 	return p.life
 }
 
-// lcw returns the pod's lifecycle events for writing, allocating them.
-func (p *podState) lcw() *lifecycle {
+// writableLifeEvents returns the pod's lifecycle events for writing,
+// allocating them.
+func (p *podState) writableLifeEvents() *lifecycle {
 	if p.life == nil {
 		p.life = newLifecycle()
 	}
@@ -331,7 +334,7 @@ func (p *podState) lcw() *lifecycle {
 // a main-process exit, a kill or a container termination the kubelet
 // reported.
 func (p *podState) lifeEnded() bool {
-	return p.lc().kill.Time != 0 || p.lc().term.Time != 0 || p.lastMainExit() != nil
+	return p.lifeEvents().kill.Time != 0 || p.lifeEvents().term.Time != 0 || p.lastMainExit() != nil
 }
 
 // ingest records k's event in the pod's state and reports whether it
@@ -361,7 +364,7 @@ func (p *podState) ingest(k *keeper, opts *Options) bool {
 	if e.Flags.Has(event.FlagMain) {
 		p.mainKnown = true
 	}
-	if p.lc().deletion.Time == 0 && p.lc().finished.Time == 0 && p.startsAgain(e) {
+	if p.lifeEvents().deletion.Time == 0 && p.lifeEvents().finished.Time == 0 && p.startsAgain(e) {
 		p.restart(e.Time)
 	}
 	landmark := isLandmark(e) && !p.repeatedSignal(e, opts)
@@ -388,12 +391,12 @@ func (p *podState) ingest(k *keeper, opts *Options) bool {
 			p.notReady = e.Time
 		}
 	case event.PodDeletion:
-		if p.lc().deletion.Time == 0 {
-			p.lcw().deletion = k.get()
+		if p.lifeEvents().deletion.Time == 0 {
+			p.writableLifeEvents().deletion = k.get()
 		}
 	case event.PodFinished:
-		if p.lc().finished.Time == 0 {
-			p.lcw().finished = k.get()
+		if p.lifeEvents().finished.Time == 0 {
+			p.writableLifeEvents().finished = k.get()
 		}
 		p.ended = true
 	case event.ContainerStarted:
@@ -438,15 +441,15 @@ func (p *podState) ingest(k *keeper, opts *Options) bool {
 func (p *podState) lifecycleEvent(e, kept *event.Event) {
 	switch e.Kind {
 	case event.ContainerTerminated:
-		p.lcw().term = kept
+		p.writableLifeEvents().term = kept
 	case event.Signal:
 		if p.sandboxEvent(e) {
 			break
 		}
 		switch e.Signal {
 		case event.SIGTERM:
-			if p.lc().sigterm.Time == 0 {
-				p.lcw().sigterm = kept
+			if p.lifeEvents().sigterm.Time == 0 {
+				p.writableLifeEvents().sigterm = kept
 			}
 			if c := e.Pod.Container; c != "" && !slices.Contains(p.termed, c) && len(p.termed) < 16 {
 				p.termed = append(p.termed, c)
@@ -458,8 +461,8 @@ func (p *podState) lifecycleEvent(e, kept *event.Event) {
 			if e.Reason == signalIgnored {
 				break
 			}
-			if p.lc().kill.Time == 0 {
-				p.lcw().kill = kept
+			if p.lifeEvents().kill.Time == 0 {
+				p.writableLifeEvents().kill = kept
 			}
 			p.ended = true
 		}
@@ -468,12 +471,12 @@ func (p *podState) lifecycleEvent(e, kept *event.Event) {
 		if len(p.exits) < 64 {
 			p.exits = append(p.exits, kept)
 		}
-		if p.isMainExit(e) && p.lc().sigterm.Time != 0 {
+		if p.isMainExit(e) && p.lifeEvents().sigterm.Time != 0 {
 			p.ended = true
 		}
 	case event.ListenerClosed:
-		if p.lc().listener.Time == 0 {
-			p.lcw().listener = kept
+		if p.lifeEvents().listener.Time == 0 {
+			p.writableLifeEvents().listener = kept
 		}
 		p.addPID(e.PID)
 	}
@@ -483,7 +486,7 @@ func (p *podState) lifecycleEvent(e, kept *event.Event) {
 // pressure: a deletion or a finish whose DisruptionTarget says so, or a
 // finish with the reason Evicted.
 func (p *podState) evictedByKubelet() bool {
-	l := p.lc()
+	l := p.lifeEvents()
 	return triggerOfDisruption(l.deletion.Attrs[event.AttrDisruption]) == TriggerNodePressure ||
 		triggerOfDisruption(l.finished.Attrs[event.AttrDisruption]) == TriggerNodePressure ||
 		l.finished.Time != 0 && triggerOfFinish(l.finished.Reason) == TriggerNodePressure
@@ -513,11 +516,11 @@ func (p *podState) startsAgain(e *event.Event) bool {
 	if !e.Flags.Has(event.FlagObserved) {
 		return true
 	}
-	end := p.lc().kill.Time
+	end := p.lifeEvents().kill.Time
 	if x := p.lastMainExit(); x != nil {
 		end = max(end, x.Time)
 	}
-	end = max(end, p.lc().term.Time)
+	end = max(end, p.lifeEvents().term.Time)
 	return e.Time-end > int64(termReportLag)
 }
 
@@ -590,14 +593,14 @@ func (p *podState) isMainExit(e *event.Event) bool {
 		}
 		return false
 	}
-	ref := p.lc().sigterm.Time
+	ref := p.lifeEvents().sigterm.Time
 	if ref == 0 {
-		ref = p.lc().deletion.Time
+		ref = p.lifeEvents().deletion.Time
 	}
 	if ref != 0 {
 		return e.Time >= ref
 	}
-	return e.Signal == event.SIGKILL || (p.lc().term.Time != 0 && abs(p.lc().term.Time-e.Time) <= int64(termReportLag))
+	return e.Signal == event.SIGKILL || (p.lifeEvents().term.Time != 0 && abs(p.lifeEvents().term.Time-e.Time) <= int64(termReportLag))
 }
 
 // termReportLag bounds how long after a container's main process exited
@@ -650,9 +653,9 @@ func (p *podState) appHeld(e *event.Event) bool {
 	}
 	known := false
 	port := e.Local.Port()
-	if p.lc().listener.Time != 0 && p.lc().listener.Local.IsValid() {
+	if p.lifeEvents().listener.Time != 0 && p.lifeEvents().listener.Local.IsValid() {
 		known = true
-		if p.lc().listener.Local.Port() == port {
+		if p.lifeEvents().listener.Local.Port() == port {
 			return true
 		}
 	}
@@ -673,14 +676,14 @@ func (p *podState) appHeld(e *event.Event) bool {
 // main process exited or was killed with no SIGTERM and no deletion of
 // the pod before (an OOM kill, a crash). Nil otherwise.
 func (p *podState) diedAt(t int64) *event.Event {
-	if p.lc().sigterm.Time != 0 && p.lc().sigterm.Time <= t || p.lc().deletion.Time != 0 && p.lc().deletion.Time <= t {
+	if p.lifeEvents().sigterm.Time != 0 && p.lifeEvents().sigterm.Time <= t || p.lifeEvents().deletion.Time != 0 && p.lifeEvents().deletion.Time <= t {
 		return nil
 	}
 	if x := p.lastMainExit(); x != nil && x.Time <= t {
 		return x
 	}
-	if p.lc().kill.Time != 0 && p.lc().kill.Time <= t && p.isMain(p.lc().kill) {
-		return p.lc().kill
+	if p.lifeEvents().kill.Time != 0 && p.lifeEvents().kill.Time <= t && p.isMain(p.lifeEvents().kill) {
+		return p.lifeEvents().kill
 	}
 	return nil
 }
@@ -699,9 +702,9 @@ func (p *podState) connEnded(e *event.Event) {
 	if e.Kind == event.ConnRefused {
 		return // a SYN refused: no connection ended
 	}
-	ref := p.lc().sigterm.Time
+	ref := p.lifeEvents().sigterm.Time
 	if ref == 0 {
-		ref = p.lc().deletion.Time
+		ref = p.lifeEvents().deletion.Time
 	}
 	if ref == 0 || e.Time < ref {
 		return
@@ -912,11 +915,11 @@ func (p *podState) gone(now, retain int64) bool {
 	if p.ended && p.last < now-retain {
 		return true
 	}
-	return p.lc().deletion.Time != 0 && p.last < now-6*retain
+	return p.lifeEvents().deletion.Time != 0 && p.last < now-6*retain
 }
 
 func hasLifecycle(p *podState) bool {
-	return len(p.landmarks) > 0 || len(p.dp) > 0 || p.lc().deletion.Time != 0 || p.created != 0 || p.ready != 0
+	return len(p.landmarks) > 0 || len(p.dp) > 0 || p.lifeEvents().deletion.Time != 0 || p.created != 0 || p.ready != 0
 }
 
 // events are the pod's landmarks and its dataplane transitions, which are
@@ -957,9 +960,9 @@ func (p *podState) offsets(t int64, svcs []string) Offsets {
 			*x = Offset{NS: t - at, OK: true}
 		}
 	}
-	set(&o.Sigterm, p.lc().sigterm.Time)
-	set(&o.Kill, p.lc().kill.Time)
-	set(&o.Deletion, p.lc().deletion.Time)
+	set(&o.Sigterm, p.lifeEvents().sigterm.Time)
+	set(&o.Kill, p.lifeEvents().kill.Time)
+	set(&o.Deletion, p.lifeEvents().deletion.Time)
 	if x := p.mainExit(t); x != nil {
 		set(&o.Exit, x.Time)
 	}

@@ -365,8 +365,8 @@ func PodTerminating(f *Facts, dst []Piece) []Piece {
 		return dst
 	}
 	out := append(dst, piece("pod was terminating", e))
-	if p.lc().listener.Time != 0 && p.lc().listener.Time <= t && e != p.lc().listener {
-		out = append(out, piece("listener closed", p.lc().listener))
+	if p.lifeEvents().listener.Time != 0 && p.lifeEvents().listener.Time <= t && e != p.lifeEvents().listener {
+		out = append(out, piece("listener closed", p.lifeEvents().listener))
 	}
 	if x := p.lastMainExit(); x != nil && x.Time <= t {
 		out = append(out, piece("process exited", x))
@@ -440,8 +440,8 @@ func ExitNear(f *Facts, dst []Piece) []Piece {
 		return dst
 	}
 	out := append(dst, piece("process exited", x))
-	if f.pod.lc().sigterm.Time != 0 && f.pod.lc().sigterm.Time <= x.Time {
-		out = append(out, piece("SIGTERM", f.pod.lc().sigterm))
+	if f.pod.lifeEvents().sigterm.Time != 0 && f.pod.lifeEvents().sigterm.Time <= x.Time {
+		out = append(out, piece("SIGTERM", f.pod.lifeEvents().sigterm))
 	}
 	return out
 }
@@ -552,7 +552,7 @@ func InProgressAtExit(f *Facts, dst []Piece) []Piece {
 // process after a SIGTERM or deletion: the grace period ran out.
 func KilledNear(f *Facts, dst []Piece) []Piece {
 	p := f.pod
-	if p == nil || (p.lc().sigterm.Time == 0 && p.lc().deletion.Time == 0) {
+	if p == nil || (p.lifeEvents().sigterm.Time == 0 && p.lifeEvents().deletion.Time == 0) {
 		return dst
 	}
 	return killedNear(f, dst)
@@ -562,7 +562,7 @@ func KilledNear(f *Facts, dst []Piece) []Piece {
 // pod's process with no SIGTERM or deletion before it (an OOM kill).
 func KilledUnannounced(f *Facts, dst []Piece) []Piece {
 	p := f.pod
-	if p == nil || p.lc().sigterm.Time != 0 || p.lc().deletion.Time != 0 {
+	if p == nil || p.lifeEvents().sigterm.Time != 0 || p.lifeEvents().deletion.Time != 0 {
 		return dst
 	}
 	return killedNear(f, dst)
@@ -575,27 +575,27 @@ func killedNear(f *Facts, dst []Piece) []Piece {
 		return x != 0 && t >= x-int64(f.opts.ExitBefore) && t <= x+int64(f.opts.ExitAfter)
 	}
 	out := dst
-	if near(p.lc().kill.Time) {
-		out = append(out, piece("SIGKILL", p.lc().kill))
+	if near(p.lifeEvents().kill.Time) {
+		out = append(out, piece("SIGKILL", p.lifeEvents().kill))
 	}
 	for _, x := range p.exits {
 		if x.Signal == event.SIGKILL && near(x.Time) && !p.sandboxEvent(x) {
 			out = append(out, piece("process killed", x))
 		}
 	}
-	if len(out) == len(dst) && p.lc().kill.Time != 0 {
+	if len(out) == len(dst) && p.lifeEvents().kill.Time != 0 {
 		// A connection closed at exit, long before the client noticed:
 		// killed if the exit that closed it was SIGKILL's.
 		for _, c := range ClosedAtExit(f, nil) {
 			if c.Event.Kind == event.ConnClosed &&
-				abs(c.Event.Time-p.lc().kill.Time) <= int64(f.opts.ExitSlack) {
-				out = append(out, piece("SIGKILL", p.lc().kill), c)
+				abs(c.Event.Time-p.lifeEvents().kill.Time) <= int64(f.opts.ExitSlack) {
+				out = append(out, piece("SIGKILL", p.lifeEvents().kill), c)
 				break
 			}
 		}
 	}
-	if len(out) > len(dst) && p.lc().deletion.Time != 0 {
-		out = append(out, piece("deletion (the grace period starts here)", p.lc().deletion))
+	if len(out) > len(dst) && p.lifeEvents().deletion.Time != 0 {
+		out = append(out, piece("deletion (the grace period starts here)", p.lifeEvents().deletion))
 	}
 	return out
 }
@@ -652,10 +652,10 @@ func deadCandidates(f *Facts, dst []Piece, died bool) []Piece {
 		}
 		if x == nil {
 			if x = life.lastMainExit(); x == nil || x.Time > t {
-				if life.lc().kill.Time == 0 || life.lc().kill.Time > t {
+				if life.lifeEvents().kill.Time == 0 || life.lifeEvents().kill.Time > t {
 					continue
 				}
-				x = life.lc().kill
+				x = life.lifeEvents().kill
 			}
 		}
 		if p.routedAt(t, f.svcs) {
@@ -710,7 +710,7 @@ const candidateRole = "candidate: exited while still in rotation"
 // of a ready endpoint too.
 func NoReadyPodServed(f *Facts, dst []Piece) []Piece {
 	if p := f.pod; p != nil {
-		if p.ready != 0 && p.ready <= f.Start || p.lc().deletion.Time != 0 {
+		if p.ready != 0 && p.ready <= f.Start || p.lifeEvents().deletion.Time != 0 {
 			return dst
 		}
 		return append(dst, piece("only a pod not ready yet answered it", f.Failure))

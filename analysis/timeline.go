@@ -196,9 +196,9 @@ func (p *podState) timeline(opts *Options) PodTimeline {
 		Services: append([]string(nil), p.services...),
 		Created:  p.created, Ready: p.ready, NotReady: p.notReady,
 		Since:    p.since,
-		Deletion: p.lc().deletion.Time, GracePeriod: p.lc().deletion.Duration, Disruption: p.lc().deletion.Attrs[event.AttrDisruption],
-		FinishedAt: p.lc().finished.Time, Finished: p.lc().finished.Reason,
-		ListenerClosed: p.lc().listener.Time,
+		Deletion: p.lifeEvents().deletion.Time, GracePeriod: p.lifeEvents().deletion.Duration, Disruption: p.lifeEvents().deletion.Attrs[event.AttrDisruption],
+		FinishedAt: p.lifeEvents().finished.Time, Finished: p.lifeEvents().finished.Reason,
+		ListenerClosed: p.lifeEvents().listener.Time,
 		events:         p.events(),
 	}
 	for _, l := range p.leases {
@@ -252,15 +252,15 @@ func (p *podState) timeline(opts *Options) PodTimeline {
 		}
 		return a.Node < b.Node
 	})
-	if p.lc().sigterm.Time != 0 {
-		s := sigView(p.lc().sigterm)
+	if p.lifeEvents().sigterm.Time != 0 {
+		s := sigView(p.lifeEvents().sigterm)
 		t.Sigterm = &s
-		if p.lc().deletion.Time != 0 && p.lc().sigterm.Time >= p.lc().deletion.Time {
-			t.PreStop = p.lc().sigterm.Time - p.lc().deletion.Time
+		if p.lifeEvents().deletion.Time != 0 && p.lifeEvents().sigterm.Time >= p.lifeEvents().deletion.Time {
+			t.PreStop = p.lifeEvents().sigterm.Time - p.lifeEvents().deletion.Time
 		}
 	}
-	if p.lc().kill.Time != 0 {
-		s := sigView(p.lc().kill)
+	if p.lifeEvents().kill.Time != 0 {
+		s := sigView(p.lifeEvents().kill)
 		t.Kill = &s
 	}
 	exit := p.lastMainExit()
@@ -269,42 +269,42 @@ func (p *podState) timeline(opts *Options) PodTimeline {
 		t.Exit = &x
 	}
 	t.Containers = p.containerViews()
-	if p.lc().term.Time != 0 {
-		t.Terminated = &ExitView{Time: p.lc().term.Time, Code: p.lc().term.Code, Reason: p.lc().term.Reason}
-		if p.lc().term.Signal != 0 {
-			t.Terminated.Signal = signalName(p.lc().term.Signal)
+	if p.lifeEvents().term.Time != 0 {
+		t.Terminated = &ExitView{Time: p.lifeEvents().term.Time, Code: p.lifeEvents().term.Code, Reason: p.lifeEvents().term.Reason}
+		if p.lifeEvents().term.Signal != 0 {
+			t.Terminated.Signal = signalName(p.lifeEvents().term.Signal)
 		}
 	}
 	if len(p.conns) > 0 {
 		t.Connections = p.connSummary(exit, opts)
 	}
 	// Gaps.
-	if p.lc().sigterm.Time != 0 {
+	if p.lifeEvents().sigterm.Time != 0 {
 		if t.OutOfRotation != nil {
-			t.Gaps.SigtermAfterRotation = ptr(p.lc().sigterm.Time - t.OutOfRotation.Last)
+			t.Gaps.SigtermAfterRotation = ptr(p.lifeEvents().sigterm.Time - t.OutOfRotation.Last)
 		}
 		if t.EndpointRemoved != nil {
-			t.Gaps.SigtermAfterRemoval = ptr(p.lc().sigterm.Time - t.EndpointRemoved.Last)
+			t.Gaps.SigtermAfterRemoval = ptr(p.lifeEvents().sigterm.Time - t.EndpointRemoved.Last)
 		}
-		if exit != nil && exit.Time >= p.lc().sigterm.Time {
-			t.Gaps.ExitAfterSigterm = ptr(exit.Time - p.lc().sigterm.Time)
+		if exit != nil && exit.Time >= p.lifeEvents().sigterm.Time {
+			t.Gaps.ExitAfterSigterm = ptr(exit.Time - p.lifeEvents().sigterm.Time)
 		}
 	}
-	if p.lc().deletion.Time != 0 {
+	if p.lifeEvents().deletion.Time != 0 {
 		if t.OutOfRotation != nil {
-			t.Gaps.Propagation = ptr(t.OutOfRotation.Last - p.lc().deletion.Time)
+			t.Gaps.Propagation = ptr(t.OutOfRotation.Last - p.lifeEvents().deletion.Time)
 		}
 		end := int64(0)
 		if exit != nil {
 			end = exit.Time
 		}
-		if p.lc().kill.Time != 0 && (end == 0 || p.lc().kill.Time < end) {
-			end = p.lc().kill.Time
+		if p.lifeEvents().kill.Time != 0 && (end == 0 || p.lifeEvents().kill.Time < end) {
+			end = p.lifeEvents().kill.Time
 		}
-		if end >= p.lc().deletion.Time && end != 0 {
-			t.Gaps.GraceUsed = ptr(end - p.lc().deletion.Time)
-			if p.lc().deletion.Duration > 0 {
-				t.Gaps.GraceLeft = ptr(p.lc().deletion.Duration - (end - p.lc().deletion.Time))
+		if end >= p.lifeEvents().deletion.Time && end != 0 {
+			t.Gaps.GraceUsed = ptr(end - p.lifeEvents().deletion.Time)
+			if p.lifeEvents().deletion.Duration > 0 {
+				t.Gaps.GraceLeft = ptr(p.lifeEvents().deletion.Duration - (end - p.lifeEvents().deletion.Time))
 			}
 		}
 	}
@@ -323,14 +323,14 @@ func (p *podState) timeline(opts *Options) PodTimeline {
 // SIGTERM (within slack) or no listener close was seen, so that every
 // connection ending after SIGTERM was open then.
 func (p *podState) acceptedUntil(opts *Options) int64 {
-	ref := p.lc().sigterm.Time
+	ref := p.lifeEvents().sigterm.Time
 	if ref == 0 {
-		ref = p.lc().deletion.Time
+		ref = p.lifeEvents().deletion.Time
 	}
-	if p.lc().listener.Time == 0 || p.lc().listener.Time <= ref+int64(opts.ExitSlack) {
+	if p.lifeEvents().listener.Time == 0 || p.lifeEvents().listener.Time <= ref+int64(opts.ExitSlack) {
 		return 0
 	}
-	return p.lc().listener.Time
+	return p.lifeEvents().listener.Time
 }
 
 func sigView(e *event.Event) SignalView {
@@ -350,9 +350,9 @@ func (p *podState) connSummary(exit *event.Event, opts *Options) *ConnSummary {
 		raced bool // a RST followed this side's close
 	}
 	conns := make(map[connKey]conn, len(p.conns))
-	ref := p.lc().sigterm.Time
+	ref := p.lifeEvents().sigterm.Time
 	if ref == 0 {
-		ref = p.lc().deletion.Time
+		ref = p.lifeEvents().deletion.Time
 	}
 	accepting := p.acceptedUntil(opts)
 	for i, e := range p.conns {
