@@ -12,17 +12,17 @@ import (
 // collector turns the aligner's stream of decisions and timelines into a
 // Result, keeping counts exact and examples bounded.
 type collector struct {
-	opts     Options
-	q        store.Query
-	causes   map[Cause]*causeAcc
-	inferred map[Cause]*causeAcc
-	tls      map[string]*PodTimeline
-	order    []*PodTimeline
-	failures []AlignedFailure
-	inferFs  []AlignedFailure
-	trunc    bool
-	inf      Inference
-	totals   Totals
+	opts      Options
+	q         store.Query
+	causes    map[Cause]*causeAcc
+	inferred  map[Cause]*causeAcc
+	timelines map[string]*PodTimeline
+	order     []*PodTimeline
+	failures  []AlignedFailure
+	inferFs   []AlignedFailure
+	trunc     bool
+	inf       Inference
+	totals    Totals
 	// unattributed client failures per second, for the rollouts
 	unattr map[int64]int
 	// likely counts the inferred failures that rest on likely evidence,
@@ -54,7 +54,7 @@ func newCollector(o Options, q store.Query) *collector {
 	return &collector{
 		opts: o, q: q,
 		causes: map[Cause]*causeAcc{}, inferred: map[Cause]*causeAcc{},
-		tls: map[string]*PodTimeline{}, unattr: map[int64]int{}, likely: map[string]int{},
+		timelines: map[string]*PodTimeline{}, unattr: map[int64]int{}, likely: map[string]int{},
 		inf: Inference{ByProof: map[string]int{}},
 	}
 }
@@ -261,7 +261,7 @@ func (c *collector) pod(t *PodTimeline) {
 	}
 	cp.events = nil
 	c.inf.RefusedOutOfRotation += t.RefusedOutOfRotation
-	c.tls[lifeKey(t.Pod.UID, t.Pod.Namespace, t.Pod.Name, t.Since)] = &cp
+	c.timelines[lifeKey(t.Pod.UID, t.Pod.Namespace, t.Pod.Name, t.Since)] = &cp
 	c.order = append(c.order, &cp)
 }
 
@@ -347,7 +347,7 @@ func (c *collector) summaries(accs map[Cause]*causeAcc) []CauseSummary {
 			}
 			return cs.Pods[i].Pod < cs.Pods[j].Pod
 		})
-		sd := summaryData(acc, c.tls)
+		sd := summaryData(acc, c.timelines)
 		sd.DataplaneLag = LagPhrase(c.lags)
 		cs.Explanation = render(acc.rule.Summary, sd)
 		cs.Fix = render(acc.rule.Fix, sd)

@@ -366,7 +366,7 @@ func meshOf(name string) string {
 	return ""
 }
 
-func summaryData(c *causeAcc, tls map[string]*PodTimeline) SummaryData {
+func summaryData(c *causeAcc, timelines map[string]*PodTimeline) SummaryData {
 	s := SummaryData{Count: c.count, PodCount: len(c.pods)}
 	keys := make([]string, 0, len(c.pods))
 	for k := range c.pods {
@@ -379,7 +379,7 @@ func summaryData(c *causeAcc, tls map[string]*PodTimeline) SummaryData {
 	wls := map[string]bool{}
 	var names []string
 	for _, k := range keys {
-		tl := tls[k]
+		tl := timelines[k]
 		if tl == nil {
 			continue
 		}
