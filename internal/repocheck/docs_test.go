@@ -120,11 +120,19 @@ func anchors(t *testing.T, path string) map[string]bool {
 	return out
 }
 
-// brokenLinks lists, as file:line: messages, each relative link of a
-// Markdown file whose file is missing or whose #fragment names no heading.
-func brokenLinks(t *testing.T, path string) []string {
+// docLink is a relative link of a Markdown file: its line, the target as
+// written, the file it names (the page itself for a bare #fragment) and
+// the fragment.
+type docLink struct {
+	n          int
+	target     string
+	dest, frag string
+}
+
+// relativeLinks lists the relative links of a Markdown file, outside code.
+func relativeLinks(t *testing.T, path string) []docLink {
 	t.Helper()
-	var bad []string
+	var out []docLink
 	for _, l := range prose(t, path) {
 		text := codeSpan.ReplaceAllString(l.text, "")
 		for _, m := range link.FindAllStringSubmatch(text, -1) {
@@ -136,14 +144,25 @@ func brokenLinks(t *testing.T, path string) []string {
 			dest := path
 			if file != "" {
 				dest = filepath.Join(filepath.Dir(path), filepath.FromSlash(file))
-				if _, err := os.Stat(dest); err != nil {
-					bad = append(bad, fmt.Sprintf("%s:%d: link %s: no such file", rel(path), l.n, target))
-					continue
-				}
 			}
-			if frag != "" && strings.HasSuffix(dest, ".md") && !anchors(t, dest)[frag] {
-				bad = append(bad, fmt.Sprintf("%s:%d: link %s: %s has no heading #%s", rel(path), l.n, target, rel(dest), frag))
-			}
+			out = append(out, docLink{l.n, target, dest, frag})
+		}
+	}
+	return out
+}
+
+// brokenLinks lists, as file:line: messages, each relative link of a
+// Markdown file whose file is missing or whose #fragment names no heading.
+func brokenLinks(t *testing.T, path string) []string {
+	t.Helper()
+	var bad []string
+	for _, l := range relativeLinks(t, path) {
+		if _, err := os.Stat(l.dest); err != nil {
+			bad = append(bad, fmt.Sprintf("%s:%d: link %s: no such file", rel(path), l.n, l.target))
+			continue
+		}
+		if l.frag != "" && strings.HasSuffix(l.dest, ".md") && !anchors(t, l.dest)[l.frag] {
+			bad = append(bad, fmt.Sprintf("%s:%d: link %s: %s has no heading #%s", rel(path), l.n, l.target, rel(l.dest), l.frag))
 		}
 	}
 	return bad
