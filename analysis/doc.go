@@ -34,6 +34,10 @@
 //   - aligner.go: the Aligner — its state, NewAligner, Add (feeding
 //     events), Flush, the pending queue, pod lookup by UID, name and IP,
 //     the sliding kernel window, and sweep/forget (eviction).
+//   - kindex.go, addrmap.go: the aligner's lookups by address —
+//     kernelIndex (a client address's latest pod-side connection event,
+//     an open-addressed table), addrMap and ipIndex (maps keyed by
+//     address, IPv4 apart on the runtime's fast path).
 //   - served.go: which pod served a failure (servedBy: named, backend,
 //     dialled address, kernel records on the client address) and whether
 //     kernel evidence also proves a client failure (kernelProof).
@@ -45,6 +49,9 @@
 //     their Proof constants.
 //   - pod.go: podState, one pod's life as the aligner holds it, and its
 //     methods (routing, exits, endpoints, rotation, offsets, eviction).
+//   - container.go: which container of a pod is the app (the one serving
+//     the Service's port), each container's own signals and exits, and
+//     ContainerView.
 //   - service.go: Service state (endpoints per node, ClusterIPs over time),
 //     resolving a failure's target to Services, and telling a Service of
 //     another cluster (one no record holds) from this cluster's.
