@@ -1,7 +1,12 @@
-// Package repocheck holds checks over the repository as a whole, as tests:
-// every relative link in README.md and docs/ reaches a file (and a heading,
-// where it names one), every file under docs/ is reached by links from the
-// README, the README stays a front page, its cause table
-// names every rule, and the packages' imports keep to their floors with no
-// cycle. It has no code of its own.
+// Package repocheck holds checks over the repository as a whole, as tests.
+//
+//   - Links: every relative link in README.md and docs/ reaches a file (and
+//     a heading, where it names one), and every file under docs/ is reached
+//     by links from the README.
+//   - The README stays a front page, and its cause table names every rule.
+//   - analysis/doc.go's file map names each file of the package, and no
+//     other.
+//   - The packages' imports keep to their floors, with no cycle.
+//
+// It has no code of its own.
 package repocheck
