@@ -1,7 +1,7 @@
 // Package store keeps events. One contract, two implementations: Postgres
 // (pgx, partitioned by time, for clusters) and an embedded SQLite file (the
 // default, so one machine needs no database server). Both pass the same
-// contract tests in storetest.
+// contract tests (contract_test.go).
 package store
 
 import (
