@@ -6,6 +6,8 @@
 //   - The README stays a front page, and its cause table names every rule.
 //   - analysis/doc.go's file map names each file of the package, and no
 //     other.
+//   - No comment cites a package, directory or file of the module that
+//     is not there.
 //   - The packages' imports keep to their floors, with no cycle.
 //
 // It has no code of its own.
