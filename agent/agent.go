@@ -1,14 +1,14 @@
-// Package agent assembles what drainscope runs on each node: the watcher's
-// Pod and EndpointSlice watches (pods of this node only; EndpointSlices on
-// every node or on the elected leader), the eBPF capture of the node's pod
-// cgroups and network namespaces with the watcher's pod cache as its
-// resolver, a bounded store writer that rides out a database outage, the
-// Prometheus metrics of the pipeline's health, and the health and readiness
-// endpoints. The rollout signals are not computed here: in leader mode one
-// agent records the endpoints of every node's pods, so the server
-// (drainscope serve) computes them from the store, where every node's
-// events meet. `drainscope agent` runs it as a DaemonSet pod;
-// the lab runs the same Agent in-process.
+// Package agent assembles what drainscope runs on each node. It holds the
+// watcher's Pod and EndpointSlice watches (pods of this node only;
+// EndpointSlices on every node or on the elected leader), the eBPF capture of
+// the node's pod cgroups and network namespaces with the watcher's pod cache
+// as its resolver, a bounded store writer that rides out a database outage,
+// the Prometheus metrics of the pipeline's health, and the health and
+// readiness endpoints. The rollout signals are not computed here: in leader
+// mode one agent records the endpoints of every node's pods, so the server
+// (drainscope serve) computes them from the store, where every node's events
+// meet. `drainscope agent` runs it as a DaemonSet pod; the lab runs the same
+// Agent in-process.
 package agent
 
 import (

@@ -1,13 +1,13 @@
 // Package analysis turns recorded events into explanations of dropped
-// requests: per-pod termination timelines with the gaps that matter
-// (SIGTERM versus endpoint removal, exit versus SIGTERM, grace used),
-// disruptions grouped per workload by what began them (account.go), with
-// the readiness of the new pods, every client failure aligned to the pod
-// that served it and to that pod's nearest events, and a cause named for each failure by a table of rules (Rules),
-// each stating the evidence it needs, the explanation and the fix. Where no
-// client log exists, the failures the pods' kernel events prove on their own
-// (refused SYNs, resets answering data on closed connections, resets with
-// unread data) are reported as inferred.
+// requests. It builds per-pod termination timelines with the gaps that matter
+// (SIGTERM versus endpoint removal, exit versus SIGTERM, grace used), groups
+// disruptions per workload by what began them (account.go), with the readiness
+// of the new pods, aligns every client failure to the pod that served it and
+// to that pod's nearest events, and names a cause for each failure by a table
+// of rules (Rules), each stating the evidence it needs, the explanation and
+// the fix. Where no client log exists, the failures the pods' kernel events
+// prove on their own (refused SYNs, resets answering data on closed
+// connections, resets with unread data) are reported as inferred.
 //
 // Entry points:
 //

@@ -1,10 +1,10 @@
-// Package controlplane runs a real Kubernetes control plane on this machine:
-// etcd, kube-apiserver and kube-controller-manager (and, when asked,
-// kube-proxy), built at one pinned version by scripts/k8s-binaries.sh and
-// started as child processes on free loopback ports with certificates, keys
-// and a token generated into a temporary directory. Tests use it to run the
-// watcher against the real API server and the real EndpointSlice controller;
-// the lab uses it as its cluster.
+// Package controlplane runs a real Kubernetes control plane on this machine.
+// It starts etcd, kube-apiserver and kube-controller-manager (and, when asked,
+// kube-proxy), built at one pinned version by scripts/k8s-binaries.sh, as
+// child processes on free loopback ports with certificates, keys and a token
+// generated into a temporary directory. Tests use it to run the watcher
+// against the real API server and the real EndpointSlice controller; the lab
+// uses it as its cluster.
 //
 //	cp, err := controlplane.Start(ctx, controlplane.Options{})
 //	if errors.Is(err, controlplane.ErrMissingBinaries) { ... run scripts/k8s-binaries.sh ... }

@@ -1,7 +1,7 @@
-// Package dataplane records when a node's proxy began and stopped sending a
-// Service's new connections to each endpoint: the moment its rules changed,
-// not the moment the EndpointSlice did. The gap between the two is what a
-// preStop sleep has to cover.
+// Package dataplane records when a node's proxy began and stopped sending to
+// each endpoint. That is the moment its rules for a Service's new connections
+// changed, not the moment the EndpointSlice did. The gap between the two is
+// what a preStop sleep has to cover.
 //
 // kube-proxy's nftables mode: the watcher joins the kernel's nftables
 // netlink notification group in the node's network namespace, reads

@@ -1,12 +1,12 @@
-// Package ebpf records what the kernel does to a pod's processes and
-// sockets during a rollout: the signals they receive (and who sent them),
-// when the process really exits, when its listener closes, and every
-// connection it closes or resets, including the reset that refuses a
-// connection to a closed port. Programs on BTF-enabled tracepoints filter
-// in the kernel to the cgroups and network namespaces the agent tracks and
-// write fixed-size records to a ring buffer; the Collector decodes them
-// into event.Event without allocating, converts kernel time to UTC wall
-// time and attributes each event to a pod.
+// Package ebpf records what the kernel does to a pod's processes and sockets.
+// During a rollout that is the signals they receive (and who sent them), when
+// the process really exits, when its listener closes, and every connection it
+// closes or resets, including the reset that refuses a connection to a closed
+// port. Programs on BTF-enabled tracepoints filter in the kernel to the
+// cgroups and network namespaces the agent tracks and write fixed-size records
+// to a ring buffer; the Collector decodes them into event.Event without
+// allocating, converts kernel time to UTC wall time and attributes each event
+// to a pod.
 //
 // Typical use:
 //

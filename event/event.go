@@ -1,6 +1,7 @@
 // Package event defines the one record every part of drainscope produces and
-// consumes: a timestamped observation of a pod's lifecycle, of an endpoint
-// condition, of something the kernel did, or of a failure a client saw.
+// consumes. An Event is a timestamped observation of a pod's lifecycle, of an
+// endpoint condition, of something the kernel did, or of a failure a client
+// saw.
 //
 // All parts write the same flat Event; each Kind documents which fields it
 // uses (see the table in kinds.go). Keeping one flat shape lets the stores

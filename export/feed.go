@@ -1,13 +1,12 @@
-// Package export is the server's feed of finished disruptions — a
-// rollout, scale-down, eviction or deletion of one workload, from its
-// trigger until it has been quiet for a while — each with its failures by
-// cause, the kernel evidence of them and the fix, computed from the store
-// as the web UI computes them (analysis.AnalyzeDisruption). Sinks
-// (Kubernetes Events in k8sevents, OpenTelemetry logs in otlp) hang off
-// one Feed, and the feed hands each disruption to each sink once per
-// server: a sink that recognises what it was given before (an Event's
-// name) also gets, after a restart, what finished while the server was
-// down.
+// Package export is the server's feed of finished disruptions. A disruption is
+// a rollout, scale-down, eviction or deletion of one workload, from its
+// trigger until it has been quiet for a while; the feed gives each with its
+// failures by cause, the kernel evidence of them and the fix, computed from
+// the store as the web UI computes them (analysis.AnalyzeDisruption). Sinks
+// (Kubernetes Events in k8sevents, OpenTelemetry logs in otlp) hang off one
+// Feed, and the feed hands each disruption to each sink once per server: a
+// sink that recognises what it was given before (an Event's name) also gets,
+// after a restart, what finished while the server was down.
 package export
 
 import (

@@ -1,11 +1,11 @@
-// Package flight is the node's flight recorder for connection events: it
-// sits in front of an event sink and holds each pod's ordinary connection
-// closes in a bounded in-memory ring, handing them on only around a
-// disruption of that pod (from Lead before its deletion, SIGTERM, not-ready,
-// endpoint change, main process exit or listener close, until the pod is
-// gone or healthy again), so that what is stored grows with disruptions,
-// not with traffic. Every other event passes straight through. See
-// docs/flight-recorder.md for what is kept and why.
+// Package flight is the node's flight recorder for connection events. It sits
+// in front of an event sink and holds each pod's ordinary connection closes in
+// a bounded in-memory ring, handing them on only around a disruption of that
+// pod (from Lead before its deletion, SIGTERM, not-ready, endpoint change,
+// main process exit or listener close, until the pod is gone or healthy
+// again), so that what is stored grows with disruptions, not with traffic.
+// Every other event passes straight through. See docs/flight-recorder.md for
+// what is kept and why.
 package flight
 
 import (

@@ -1,11 +1,11 @@
 // Package ingest turns the logs clients and proxies already write into
-// client_failure events: vegeta results, nginx and envoy access logs, and
-// generic JSON lines or CSV. Each format has a streaming parser, a pure
+// client_failure events. It reads vegeta results, nginx and envoy access logs,
+// and generic JSON lines or CSV. Each format has a streaming parser, a pure
 // function over an io.Reader that reports every line as a Record, either
 // parsed or rejected with the file, line and field at fault. Failed requests
 // become events (with the pod that served them resolved from the upstream
-// address and the time); successful ones are only counted. An Importer
-// batches the events into a store; Handler takes the same formats over HTTP.
+// address and the time); successful ones are only counted. An Importer batches
+// the events into a store; Handler takes the same formats over HTTP.
 //
 // # Time
 //

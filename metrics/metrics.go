@@ -1,14 +1,13 @@
-// Package metrics is drainscope's Prometheus instrumentation, shared by
-// the agent and the server: what was recorded, dropped and stored, how the
-// store and the watches behave, and the rollout health signals SREs alert
-// on (per workload: SIGTERM versus endpoint removal, connections cut at
-// exit, SIGKILLs after the grace period, failures inferred from the
-// kernel). New builds one registry; Handler serves it; the agent feeds
-// events to Observe and registers scrape-time readers of its components'
-// counters with the Watch* methods; the server computes the rollout
-// signals with a Rollouts tailing the store (Rollouts.Tail), where every
-// node's events meet. Catalog lists every
-// metric name, which the alert rules in deploy/ are checked
+// Package metrics is drainscope's Prometheus instrumentation, shared by the
+// agent and the server. It measures what was recorded, dropped and stored, how
+// the store and the watches behave, and the rollout health signals SREs alert
+// on (per workload: SIGTERM versus endpoint removal, connections cut at exit,
+// SIGKILLs after the grace period, failures inferred from the kernel). New
+// builds one registry; Handler serves it; the agent feeds events to Observe
+// and registers scrape-time readers of its components' counters with the
+// Watch* methods; the server computes the rollout signals with a Rollouts
+// tailing the store (Rollouts.Tail), where every node's events meet. Catalog
+// lists every metric name, which the alert rules in deploy/ are checked
 // against.
 package metrics
 

@@ -1,14 +1,14 @@
-// Package watcher records the control plane's half of a rollout: when each
-// pod's deletion was requested, when it stopped being ready, when its
+// Package watcher records the control plane's half of a rollout. That is when
+// each pod's deletion was requested, when it stopped being ready, when its
 // containers ended, and when each of its endpoints stopped being ready, was
 // marked terminating and was removed from its Service's EndpointSlices. It
 // watches Pods and EndpointSlices with client-go, turns each update into
-// per-pod and per-endpoint transitions, stamps each with the time its
-// handler received it (UTC nanoseconds; the API's whole-second timestamps go
-// in Attrs), and hands them to a sink. Beside them it records the changes
-// of each Deployment, StatefulSet and DaemonSet that begin a rollout or end
-// its pods (a new pod template, a change of replicas, its deletion) and
-// each Service's addresses and ports, with the EndpointSlices.
+// per-pod and per-endpoint transitions, stamps each with the time its handler
+// received it (UTC nanoseconds; the API's whole-second timestamps go in
+// Attrs), and hands them to a sink. Beside them it records the changes of each
+// Deployment, StatefulSet and DaemonSet that begin a rollout or end its pods
+// (a new pod template, a change of replicas, its deletion) and each Service's
+// addresses and ports, with the EndpointSlices.
 //
 // A broken watch loses nothing and doubles nothing: the watcher keeps the
 // state it last reported, so an update replayed after a reconnect reports

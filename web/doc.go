@@ -1,8 +1,8 @@
-// Package web serves drainscope's browser UI and its JSON API: the list of
-// recent rollouts with failures counted by cause, a timeline per rollout
-// that puts every pod (old and new) on one time axis with the deletion,
-// endpoint changes, preStop, SIGTERM, listener close, socket closes and
-// resets, exit, SIGKILL and the client failures colour-coded by cause, and
+// Package web serves drainscope's browser UI and its JSON API. They show the
+// list of recent rollouts with failures counted by cause, a timeline per
+// rollout that puts every pod (old and new) on one time axis with the
+// deletion, endpoint changes, preStop, SIGTERM, listener close, socket closes
+// and resets, exit, SIGKILL and the client failures colour-coded by cause, and
 // an alignment view with the failure offsets from SIGTERM and from exit and
 // the per-cause evidence and fix.
 //

@@ -1,10 +1,10 @@
-// Package cilium records when Cilium's eBPF service load balancer (its
-// kube-proxy replacement, GKE Dataplane V2, AKS with Azure CNI powered by
-// Cilium) stopped sending a Service's new connections to each backend. It
-// reads the maps the Cilium agent pins, cilium_lb4_services_v2 and
-// cilium_lb4_backends_v3 (and the lb6 ones), read-only, by polling: the
-// kernel announces no change to a BPF map. A backend that leaves a
-// frontend's slots is a dataplane_endpoint_removed, one that enters them a
+// Package cilium records when Cilium stopped sending a Service's new
+// connections to each backend. Cilium here is its eBPF service load balancer:
+// its kube-proxy replacement, GKE Dataplane V2, AKS with Azure CNI powered by
+// Cilium. It reads the maps the Cilium agent pins, cilium_lb4_services_v2 and
+// cilium_lb4_backends_v3 (and the lb6 ones), read-only, by polling: the kernel
+// announces no change to a BPF map. A backend that leaves a frontend's slots
+// is a dataplane_endpoint_removed, one that enters them a
 // dataplane_endpoint_added, with Attrs[proxy] = cilium: the same events
 // package dataplane records for kube-proxy's nftables rules.
 //

@@ -1,10 +1,10 @@
-// Package k8sevents is the export sink that puts a Kubernetes Event on the
-// workload of each disruption that dropped requests, where `kubectl
-// describe` shows it: reason DroppedRequests, type Warning, the failures by
-// cause and the fix in the message. Each Event's name is derived from the
-// disruption's key, so a second create of it (after a restart, or from
-// another server) is refused as AlreadyExists: Events are deduplicated by
-// the API server itself.
+// Package k8sevents puts a Kubernetes Event on each workload whose disruption
+// dropped requests. It is a sink of the export feed, and `kubectl describe`
+// shows the Event: reason DroppedRequests, type Warning, the failures by cause
+// and the fix in the message. Each Event's name is derived from the
+// disruption's key, so a second create of it (after a restart, or from another
+// server) is refused as AlreadyExists: Events are deduplicated by the API
+// server itself.
 package k8sevents
 
 import (

@@ -1,6 +1,6 @@
-// Package otlp sends what drainscope finds to an OpenTelemetry collector
-// over OTLP/HTTP with the OpenTelemetry Go SDK: each explained failure and
-// each finished disruption's summary as a log record (a sink of the
+// Package otlp sends what drainscope finds to an OpenTelemetry collector. It
+// speaks OTLP/HTTP with the OpenTelemetry Go SDK: each explained failure and
+// each finished disruption's summary goes as a log record (a sink of the
 // export feed), and the rollout signals (metrics.Rollouts) as metrics.
 package otlp
 

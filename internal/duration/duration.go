@@ -1,6 +1,6 @@
-// Package duration reads the durations drainscope's flags take: Go's
-// (90m, 336h) and days (1d, 1.5d), which time.ParseDuration lacks, and
-// times given either as such a duration before now or in RFC 3339.
+// Package duration reads the durations drainscope's flags take. It takes Go's
+// (90m, 336h) and days (1d, 1.5d), which time.ParseDuration lacks, and times
+// given either as such a duration before now or in RFC 3339.
 package duration
 
 import (

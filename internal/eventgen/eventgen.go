@@ -1,7 +1,7 @@
-// Package eventgen makes realistic event streams for tests and benchmarks:
-// pods of a Deployment rolled one after another, each with the control-plane,
-// kernel and client events a real rollout produces, in the proportions the
-// lab sees (mostly socket events).
+// Package eventgen makes realistic event streams for tests and benchmarks.
+// They hold pods of a Deployment rolled one after another, each with the
+// control-plane, kernel and client events a real rollout produces, in the
+// proportions the lab sees (mostly socket events).
 package eventgen
 
 import (

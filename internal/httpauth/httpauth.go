@@ -1,6 +1,6 @@
-// Package httpauth holds the bearer-token check the web server and the
-// client-failure ingest endpoint share, the least length of a token, and
-// the limit on failed attempts per client.
+// Package httpauth holds the bearer-token check of the web server and the
+// ingest endpoint. It also holds the least length of a token and the limit on
+// failed attempts per client.
 package httpauth
 
 import (

@@ -1,6 +1,6 @@
-// Package memtest measures the memory a piece of work takes in this
-// process, for tests and benchmarks that bound it: the peak heap in use
-// and the peak resident memory above what was in use before.
+// Package memtest measures the memory a piece of work takes in this process.
+// Tests and benchmarks that bound it read the peak heap in use and the peak
+// resident memory above what was in use before.
 package memtest
 
 import (

@@ -1,6 +1,7 @@
-// Package pgtest gives tests a private corner of the throwaway Postgres that
-// scripts/test.sh starts (DRAINSCOPE_TEST_POSTGRES), and a loopback proxy
-// that can make that database go away and come back, as a real outage does.
+// Package pgtest gives tests a private corner of the throwaway Postgres. That
+// Postgres is the one scripts/test.sh starts (DRAINSCOPE_TEST_POSTGRES); the
+// package also gives a loopback proxy that can make the database go away and
+// come back, as a real outage does.
 package pgtest
 
 import (

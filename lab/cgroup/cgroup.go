@@ -1,5 +1,5 @@
-// Package cgroup gives each lab container a cgroup laid out the way the
-// kubelet's cgroupfs driver lays them out,
+// Package cgroup gives each lab container a cgroup where the kubelet's
+// cgroupfs driver would put it. The path is
 //
 //	<cgroup2 mount>/drainscope-lab/kubepods/<qos>/pod<uid>/<container-id>
 //

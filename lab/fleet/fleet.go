@@ -1,12 +1,12 @@
-// Package fleet simulates a cluster's agents writing through the server:
-// N agents (goroutines, each with its own HTTP connection, relay.Client and
-// store.Writer, the agent's real write path with batching and
-// back-pressure) into a real drainscope serve process, a real Postgres and,
-// for their tokens, a real kube-apiserver, and measures where it breaks:
-// events/s offered and stored, drops, the server's CPU and memory,
-// Postgres connections, write latency, 429s, token reviews, and the time
-// for a report and a cold timeline of a 1,000-pod rollout afterwards.
-// drainscope lab simulate runs it; docs/scale.md has its table.
+// Package fleet simulates a cluster's agents writing through the server. It
+// has N agents (goroutines, each with its own HTTP connection, relay.Client
+// and store.Writer, the agent's real write path with batching and
+// back-pressure) write into a real drainscope serve process, a real Postgres
+// and, for their tokens, a real kube-apiserver, and measures where it breaks:
+// events/s offered and stored, drops, the server's CPU and memory, Postgres
+// connections, write latency, 429s, token reviews, and the time for a report
+// and a cold timeline of a 1,000-pod rollout afterwards. drainscope lab
+// simulate runs it; docs/scale.md has its table.
 package fleet
 
 import (

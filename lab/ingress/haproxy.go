@@ -1,10 +1,10 @@
-// Package ingress runs a real ingress proxy in front of the lab's pods the
-// way ingress controllers drive it: Debian's HAProxy 2.6 with a fixed set
-// of server slots, each slot pointed at an endpoint through HAProxy's
-// runtime API (set server … addr/state) as the EndpointSlices change, with
-// no reload. It also reads the proxy's own view back (show servers state)
-// as dataplane events of that proxy, so its lag behind the EndpointSlice
-// is measured as kube-proxy's is.
+// Package ingress runs a real ingress proxy in front of the lab's pods. It
+// drives it as ingress controllers do: Debian's HAProxy 2.6 with a fixed set
+// of server slots, each slot pointed at an endpoint through HAProxy's runtime
+// API (set server … addr/state) as the EndpointSlices change, with no reload.
+// It also reads the proxy's own view back (show servers state) as dataplane
+// events of that proxy, so its lag behind the EndpointSlice is measured as
+// kube-proxy's is.
 package ingress
 
 import (

@@ -1,7 +1,8 @@
-// Package load is the lab's traffic: HTTP/1.1 clients that each keep one
-// connection alive and reuse it, as connection pools and load balancers do,
-// and record every failure with its time, its class and, for the lab's own
-// table, the backend pod when known (never stored: see Failure.Event).
+// Package load is the lab's traffic, from keep-alive HTTP/1.1 clients. Each
+// keeps one connection alive and reuses it, as connection pools and load
+// balancers do, and records every failure with its time, its class and, for
+// the lab's own table, the backend pod when known (never stored: see
+// Failure.Event).
 //
 // It deliberately does not use net/http's Transport: the Transport retries
 // a request that failed on a reused idle connection and hides exactly the

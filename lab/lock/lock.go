@@ -1,7 +1,7 @@
-// Package lock makes one lab at a time the owner of the host resources a lab
-// creates (bridge, namespaces, cgroups, nftables tables, processes). A
-// second lab, a cleanup or a test that touches them takes the same lock
-// first, so nobody removes what a running lab still uses.
+// Package lock lets one lab at a time own the host resources a lab creates.
+// They are its bridge, namespaces, cgroups, nftables tables and processes. A
+// second lab, a cleanup or a test that touches them takes the same lock first,
+// so nobody removes what a running lab still uses.
 package lock
 
 import (

@@ -1,9 +1,9 @@
-// Package netns gives each lab pod a network of its own, the way a CNI
-// bridge plugin would: a network namespace, a veth pair whose host end is
-// enslaved to the lab bridge, an address from the pod CIDR and a default
-// route through the bridge. It also routes the Service CIDR to the bridge,
-// so traffic to a ClusterIP that kube-proxy did not translate stays on the
-// lab's own links, and removes everything it made again.
+// Package netns gives each lab pod a network of its own, as a CNI bridge
+// plugin would. It makes a network namespace, a veth pair whose host end is
+// enslaved to the lab bridge, an address from the pod CIDR and a default route
+// through the bridge. It also routes the Service CIDR to the bridge, so
+// traffic to a ClusterIP that kube-proxy did not translate stays on the lab's
+// own links, and removes everything it made again.
 //
 // Every name it creates starts with Prefix, which is how Cleanup finds
 // leftovers of a run that died.

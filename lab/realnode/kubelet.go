@@ -1,8 +1,8 @@
-// Package realnode runs a real node for the lab: containerd (Debian's
-// package, with its CRI plugin), runc, the CNI bridge plugin and the kubelet
-// built from the same Kubernetes release as the control plane. Images come
-// from archives built on this host (Image) and imported into containerd; no
-// registry is contacted.
+// Package realnode runs a real Kubernetes node for the lab. It runs containerd
+// (Debian's package, with its CRI plugin), runc, the CNI bridge plugin and the
+// kubelet built from the same Kubernetes release as the control plane. Images
+// come from archives built on this host (Image) and imported into containerd;
+// no registry is contacted.
 //
 // Everything it writes lives under one working directory (containerd's
 // root and state, its network namespaces, the CNI configuration and IP

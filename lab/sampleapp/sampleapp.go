@@ -1,6 +1,6 @@
-// Package sampleapp is the HTTP service the lab deploys: a small HTTP/1.1
-// server whose only interesting property is what it does when told to stop.
-// Its behaviours are the ones field reports compare:
+// Package sampleapp is the HTTP service the lab deploys. It is a small
+// HTTP/1.1 server whose only interesting property is what it does when told to
+// stop. Its behaviours are the ones field reports compare:
 //
 //   - exit: no SIGTERM handler; the kernel ends the process at once and
 //     closes every connection it had.

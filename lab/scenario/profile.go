@@ -1,9 +1,9 @@
-// Package scenario runs the lab's experiment: a control run without a
-// rollout, then one run per shutdown behaviour with a rolling update at a
-// set time, each under the same keep-alive load through a Service's
-// ClusterIP, on a real single-node Kubernetes brought up for the purpose
-// (control plane, kube-proxy in nftables mode, the lab node). It records
-// everything into the store and returns, per run, what the clients saw.
+// Package scenario runs the lab's experiment. It makes a control run without a
+// rollout, then one run per shutdown behaviour with a rolling update at a set
+// time, each under the same keep-alive load through a Service's ClusterIP, on
+// a real single-node Kubernetes brought up for the purpose (control plane,
+// kube-proxy in nftables mode, the lab node). It records everything into the
+// store and returns, per run, what the clients saw.
 package scenario
 
 import (

@@ -1,12 +1,12 @@
-// Package simnode plays the kubelet for the lab, following the Pod Lifecycle
-// documentation wherever the kubelet does something observable: it
-// registers a Node with addresses, binds pending pods to itself (the lab
-// runs no scheduler), runs each container as a real process in the pod's
-// own network namespace and in a cgroup whose path holds the pod UID, runs
-// readiness probes and reports pod status, and on deletion runs the preStop
-// hook, sends SIGTERM, waits out the grace period counted from before the
-// hook, sends SIGKILL, records how each container terminated and finishes
-// the pod by deleting it with a grace period of zero.
+// Package simnode plays the kubelet for the lab. It follows the Pod Lifecycle
+// documentation wherever the kubelet does something observable: it registers a
+// Node with addresses, binds pending pods to itself (the lab runs no
+// scheduler), runs each container as a real process in the pod's own network
+// namespace and in a cgroup whose path holds the pod UID, runs readiness
+// probes and reports pod status, and on deletion runs the preStop hook, sends
+// SIGTERM, waits out the grace period counted from before the hook, sends
+// SIGKILL, records how each container terminated and finishes the pod by
+// deleting it with a grace period of zero.
 //
 // It has no container runtime and no images: an image name maps to a
 // program on this host (Config.Images).
