@@ -49,9 +49,6 @@
 //     their Proof constants.
 //   - pod.go: podState, one pod's life as the aligner holds it, and its
 //     methods (routing, exits, endpoints, rotation, offsets, eviction).
-//   - container.go: which container of a pod is the app (the one serving
-//     the Service's port), each container's own signals and exits, and
-//     ContainerView.
 //   - service.go: Service state (endpoints per node, ClusterIPs over time),
 //     resolving a failure's target to Services, and telling a Service of
 //     another cluster (one no record holds) from this cluster's.
