@@ -202,7 +202,7 @@ func (c *ctrLife) record(e *event.Event) {
 		c.sigterm = e
 	case e.Kind == event.ProcessExit && e.Flags.Has(event.FlagMain):
 		c.exit = e
-	case e.Kind == event.ProcessExit && c.exit == nil:
+	case e.Kind == event.ProcessExit && (c.exit == nil || c.exit.Kind == event.ProxyState):
 		c.exit = e
 	}
 }
@@ -310,4 +310,30 @@ func (c *ctrLife) proxyName() string {
 		return c.id[:12]
 	}
 	return c.id
+}
+
+// proxyState records what a mesh proxy's own log says of its shutdown
+// (event.ProxyState) where the node's capture did not see its process:
+// its drain's start stands for its SIGTERM, its abort or exit for its
+// exit. The kernel's record of the process, where there is one, wins.
+func (p *podState) proxyState(e, kept *event.Event) {
+	c := p.container(e, true)
+	if c == nil {
+		return
+	}
+	fromLog := c.exit != nil && c.exit.Kind == event.ProxyState
+	switch e.Reason {
+	case event.ProxyDraining:
+		if c.sigterm == nil {
+			c.sigterm = kept
+		}
+	case event.ProxyTerminating:
+		if c.exit == nil {
+			c.exit = kept
+		}
+	case event.ProxyExited:
+		if c.exit == nil || fromLog {
+			c.exit = kept
+		}
+	}
 }

@@ -69,6 +69,12 @@ func Describe(e *event.Event) string {
 		return s
 	case event.WorkloadChanged:
 		return e.Workload.String() + " " + e.Reason
+	case event.ProxyState:
+		s := "proxy " + e.Pod.Container + " " + e.Reason
+		if n := e.Attrs[event.AttrConnections]; n != "" {
+			s += " (" + n + " still open)"
+		}
+		return s + " (its log)"
 	case event.Signal:
 		return fmt.Sprintf("%s from %s to %s", signalName(e.Signal), ProcName(e.PeerComm, e.PeerPID), ProcName(e.Comm, e.PID))
 	case event.ProcessExit:

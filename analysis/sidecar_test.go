@@ -162,3 +162,75 @@ func TestProxyThatOutlivesItsAppIsNoCause(t *testing.T) {
 		t.Errorf("%+v: want no proxy exit named, the app exited first", fs)
 	}
 }
+
+// TestProxyExitFromItsOwnLog: the node's capture saw the proxy's sockets
+// cut at its exit but not the exit itself (its agent restarting, say);
+// the proxy's log (imported as istio-proxy with --pod) says when it
+// drained and exited. The log's exit stands for the missing one; it names
+// no cause by itself: with no record of the node tying the connection to
+// the proxy, the failure stays unexplained.
+func TestProxyExitFromItsOwnLog(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		sockets    bool // the capture saw the proxy's sockets cut
+		kernelExit bool // and the proxy's exit
+		want       bool
+	}{
+		{"the log's exit with the proxy's sockets", true, false, true},
+		{"the log's exit alone", false, false, false},
+		{"the kernel's exit wins", true, true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRec()
+			m := r.meshedPod("web-a", "10.244.0.10", "istio-proxy", event.ContainerRoleApp)
+			a := m.app
+			r.deletion(a, 0, 30*time.Second)
+			r.leave(a, 400*ms, 0)
+			for _, st := range []struct {
+				d      int64
+				reason string
+			}{{5 * ms, event.ProxyDraining}, {40 * ms, event.ProxyTerminating}, {41 * ms, event.ProxyExited}} {
+				e := r.podEvent(m.proxy, st.d, event.ProxyState)
+				e.Source, e.Node, e.Reason = event.SourceClient, "", st.reason
+				e.Pod = event.PodRef{Namespace: a.ref.Namespace, Name: a.ref.Name, Container: "istio-proxy"}
+				r.add(e)
+			}
+			if tc.kernelExit {
+				r.exit(m.proxy, 43*ms, 0, 0)
+			}
+			c := client(1)
+			if tc.sockets {
+				r.connClosed(m.proxy, 42*ms, c, "local", event.FlagAtExit)
+				r.rst(m.proxy, 60*ms, c, "NO_SOCKET", 0)
+			}
+			r.failure(61*ms, c, event.FailEOF)
+			r.exit(a, 10*s, 0, 0)
+			res := analyzeAll(t, r)
+			checkProse(t, res)
+			fs := clientFailures(res)
+			if len(fs) != 1 {
+				t.Fatalf("%d failures, want 1", len(fs))
+			}
+			if got := fs[0].Cause == CauseSidecarExit; got != tc.want {
+				t.Fatalf("cause %s (%s); want sidecar_exit %v", fs[0].Cause, fs[0].Explanation, tc.want)
+			}
+			var tl *PodTimeline
+			for i := range res.Timelines {
+				if res.Timelines[i].Pod.Name == "web-a" {
+					tl = &res.Timelines[i]
+				}
+			}
+			if tl == nil || len(tl.Containers) != 2 || tl.Containers[1].Exit == nil {
+				t.Fatalf("timeline %+v: want the proxy's exit shown", tl)
+			}
+			px := tl.Containers[1]
+			wantExit := r.at(41 * ms)
+			if tc.kernelExit {
+				wantExit = r.at(43 * ms)
+			}
+			if px.Name != "istio-proxy" || px.Sigterm != r.at(5*ms) || px.Exit.Time != wantExit {
+				t.Errorf("proxy %+v exit %+v: want its drain at +5 ms and its exit at %d", px, px.Exit, wantExit-r.t0)
+			}
+		})
+	}
+}

@@ -12,6 +12,8 @@ import "fmt"
 //	pod_finished           Reason (status.reason: Evicted, Shutdown, Terminated, NodeAffinity …; else the phase),
 //	                       Attrs[phase, message, disruption]: the pod's phase turned Failed or Succeeded with no deletion
 //	                       requested: a kubelet's node-pressure eviction, a node's shutdown, a pod run to completion
+//	proxy_state            Pod (namespace, name; Container: the proxy's), Reason (draining, connections, terminating,
+//	                       exited), Attrs[connections]: a mesh proxy's own account of its shutdown, from its log
 //	pod_ready              Local (pod IP, port 0)
 //	pod_not_ready          Local
 //	container_started      Pod.Container, Attrs[container_id, started_at, restart_count, role, ports]: the kubelet's
@@ -99,6 +101,10 @@ const (
 
 	DataplaneEndpointAdded   Kind = "dataplane_endpoint_added"
 	DataplaneEndpointRemoved Kind = "dataplane_endpoint_removed"
+
+	// ProxyState is a mesh proxy's own account of its shutdown, from its
+	// log (istio-agent's, linkerd-proxy's), imported with the pod named.
+	ProxyState Kind = "proxy_state"
 )
 
 // Kinds lists every kind, each new one at the end.
@@ -109,7 +115,7 @@ var Kinds = []Kind{
 	Signal, ProcessExit, ListenerClosed, ConnClosed, RSTSent, RSTReceived, ConnRefused,
 	ClientFailure, WorkloadChanged, ServiceChanged, KernelCapabilities,
 	DataplaneEndpointAdded, DataplaneEndpointRemoved,
-	PodFinished,
+	PodFinished, ProxyState,
 }
 
 // Attributes of kernel_capabilities.
@@ -243,6 +249,16 @@ const (
 	// service mesh's proxy) and is stopped after them.
 	ContainerRoleSidecar = "sidecar"
 	ContainerRoleInit    = "init" // an init container run to completion before the others start
+)
+
+// A mesh proxy's states (Reason of proxy_state), as its own log says.
+const (
+	ProxyDraining    = "draining"    // it began draining: istio-agent's "Agent draining Proxy", linkerd's "received SIGTERM"
+	ProxyConnections = "connections" // connections still open while it drains (Attrs[connections])
+	ProxyTerminating = "terminating" // its drain is over and it kills the proxy: "terminating remaining proxies", "Aborting proxy"
+	ProxyExited      = "exited"      // the proxy exited
+	// AttrConnections is proxy_state's count of connections still open.
+	AttrConnections = "connections"
 )
 
 // What changed a workload (Reason of workload_changed).

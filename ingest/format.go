@@ -29,6 +29,8 @@ var formats = []Format{
 	{"envoy", "envoy access log, default text format (or Istio's)", ParseEnvoy},
 	{"envoy-json", "envoy access log, json_format with Istio's keys", ParseEnvoyJSON},
 	{"envoy-clusters", "timestamped snapshots of envoy's admin /clusters: endpoint membership changes", ParseEnvoyClusters},
+	{"istio-proxy", "an istio-proxy container's log (kubectl logs POD -c istio-proxy): the proxy's drain and exit, with --pod", ParseIstioProxy},
+	{"linkerd-proxy", "a linkerd-proxy container's log (kubectl logs --timestamps POD -c linkerd-proxy): its shutdown, with --pod", ParseLinkerdProxy},
 	{"jsonl", "generic JSON lines: time, target, error, status …", ParseJSONLines},
 	{"csv", "generic CSV with a header: time, target, error, status …", ParseCSV},
 }
@@ -43,12 +45,22 @@ var dataplaneFormats = map[string]bool{"envoy-clusters": true}
 // rather than client failures.
 func (f Format) Dataplane() bool { return dataplaneFormats[f.Name] }
 
+// podFormats are the formats whose records speak for the pod Options.Pod
+// names (its proxy's drain and exit): the operator's import takes them,
+// the ingest API never, since a client's token would let it speak for any
+// pod.
+var podFormats = map[string]bool{"istio-proxy": true, "linkerd-proxy": true}
+
+// PodLog reports whether f reads one pod's container log, its records the
+// pod's own (Options.Pod names it).
+func (f Format) PodLog() bool { return podFormats[f.Name] }
+
 // ClientFailureFormats names the formats whose records are client
 // failures: what the ingest API takes unless told otherwise.
 func ClientFailureFormats() []string {
 	var out []string
 	for _, f := range formats {
-		if !f.Dataplane() {
+		if !f.Dataplane() && !f.PodLog() {
 			out = append(out, f.Name)
 		}
 	}
@@ -95,6 +107,13 @@ func (f Format) Parser(opts Options) (Parser, error) {
 			return nil, err
 		}
 		return withClientTimeout(func(r io.Reader, emit Emit) error { return nf.Parse(r, opts, emit) }, opts), nil
+	}
+	if f.PodLog() {
+		if _, _, err := podOf(opts); err != nil {
+			return nil, fmt.Errorf("the %s format: %w", f.Name, err)
+		}
+	} else if opts.Pod != "" || opts.Container != "" {
+		return nil, fmt.Errorf("a pod (--pod, --container) applies to a proxy's own log only (istio-proxy, linkerd-proxy), not %s", f.Name)
 	}
 	if opts.ErrorLog != nil && f.Name != "nginx" && f.Name != "ingress-nginx" {
 		return nil, fmt.Errorf("an error log joins the nginx and ingress-nginx formats only, not %s", f.Name)

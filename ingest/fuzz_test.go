@@ -47,6 +47,10 @@ func checkParse(t *testing.T, parse Parser, data []byte) {
 		if !r.Failed {
 			return nil
 		}
+		if r.Kind == event.ProxyState {
+			checkProxyState(t, conv, r)
+			return nil
+		}
 		if r.Kind != "" {
 			checkDataplaneRecord(t, conv, r)
 			return nil
@@ -90,6 +94,18 @@ func checkDataplaneRecord(t *testing.T, conv *converter, r *Record) {
 	}
 }
 
+// checkProxyState checks a mesh proxy's state: a valid event naming the
+// pod and container its log is of.
+func checkProxyState(t *testing.T, conv *converter, r *Record) {
+	e, lerr := conv.event(r)
+	if lerr != nil {
+		t.Fatalf("proxy state makes an invalid event: %v", lerr)
+	}
+	if e.Source != event.SourceClient || e.Pod.Namespace == "" || e.Pod.Name == "" || e.Pod.Container == "" || e.Reason == "" {
+		t.Fatalf("event %+v", e)
+	}
+}
+
 func fuzzParser(f *testing.F, format string, seeds ...string) {
 	for _, s := range seeds {
 		f.Add([]byte(s))
@@ -112,7 +128,7 @@ func fuzzParser(f *testing.F, format string, seeds ...string) {
 	f.Add([]byte("\xff\xfe{\x00\"\x00"))  // UTF-16
 	f.Add([]byte("\ufeff\ufeff\n\ufeff")) // more than one mark
 	f.Add([]byte("\"open quote, \"\n\"\"\"\n,\",\n"))
-	parse, err := mustFormat(format).Parser(Options{})
+	parse, err := mustFormat(format).Parser(formatOptions(format))
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -190,6 +206,19 @@ func FuzzEnvoyClusters(f *testing.F) {
 	fuzzParser(f, "envoy-clusters",
 		"# 2026-03-01T09:00:00Z\na::10.0.0.1:80::health_flags::healthy\n# 1772355601.5\na::[fd00::1]:80::health_flags::/failed_active_hc\n",
 		"# 1772355600\na::[::]:0::health_flags::healthy\n# 9999999999999\n#\n# -1\na::[fd00::1::x\n[::1]:80::health_flags::healthy\n# 1772355601\n")
+}
+
+func FuzzIstioProxy(f *testing.F) {
+	readSample(f, "istio_proxy.log")
+	fuzzParser(f, "istio-proxy",
+		"2026-03-01T09:00:12Z\tinfo\tThere are still 99999999999999999999 active connections\n",
+		"0001-01-01T00:00:00Z\twarn\tAborting proxy\n2026-03-01T09:00:12Z 2026-03-01T09:00:12Z\tinfo\tAgent draining Proxy\n")
+}
+
+func FuzzLinkerdProxy(f *testing.F) {
+	readSample(f, "linkerd_proxy.log")
+	fuzzParser(f, "linkerd-proxy",
+		"[    70.003401s]  INFO ThreadId(01) linkerd2_proxy::signal: received SIGTERM, starting shutdown\n")
 }
 
 func FuzzJSONLines(f *testing.F) {

@@ -579,6 +579,8 @@ func (h *Handler) refuseFormat(f Format, dataplane bool) string {
 		return fmt.Sprintf("format %s is not taken here (this server takes %s; --ingest-formats)", f.Name, strings.Join(allowed, ", "))
 	}
 	switch {
+	case f.PodLog():
+		return fmt.Sprintf("format %s speaks for a pod's proxy: import it with drainscope import --pod, not over the API", f.Name)
 	case f.Dataplane() && !dataplane:
 		return fmt.Sprintf("format %s is a proxy's routing, not client failures: it needs the dataplane token (--ingest-dataplane-token)", f.Name)
 	case !f.Dataplane() && dataplane:

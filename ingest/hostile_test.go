@@ -24,6 +24,20 @@ var goodLines = map[string]string{
 	// Two changes: the first snapshot's host added, then removed.
 	"envoy-clusters": "# 2026-03-01T09:00:00Z\nweb::10.244.0.6:8080::health_flags::healthy\n" +
 		"# 2026-03-01T09:00:01Z\nweb::10.244.0.6:8080::health_flags::/failed_eds_health\n",
+	// Two states of the proxy: its drain's start and its exit.
+	"istio-proxy": "2026-03-01T09:00:10.0105Z\tinfo\tAgent draining Proxy for termination\n" +
+		"2026-03-01T09:00:15.014Z\twarn\tAborted proxy instance\n",
+	"linkerd-proxy": "2026-03-01T09:00:10.004Z [    70.003401s]  INFO ThreadId(01) linkerd2_proxy::signal: received SIGTERM, starting shutdown\n" +
+		"2026-03-01T09:00:11.004Z [    71.003401s]  INFO ThreadId(01) linkerd2_proxy: Received shutdown via admin interface\n",
+}
+
+// formatOptions are the options a format needs to read goodLines: a pod
+// for a pod's own log.
+func formatOptions(name string) Options {
+	if podFormats[name] {
+		return Options{Pod: "shop/web-7d9f-abcde"}
+	}
+	return Options{}
 }
 
 // A UTF-8 byte order mark (Excel, PowerShell) is no part of line 1: every
@@ -40,7 +54,7 @@ func TestByteOrderMark(t *testing.T) {
 				in = gzipString(t, in)
 			}
 			st := newMemStore()
-			im := &Importer{Store: st, Parser: parserFor(t, f.Name, Options{}), Strict: true}
+			im := &Importer{Store: st, Parser: parserFor(t, f.Name, formatOptions(f.Name)), Strict: true}
 			sum, err := im.Import(context.Background(), "bom.log", strings.NewReader(in))
 			if err != nil || sum.Rejected != 0 || len(st.events) != 2 {
 				t.Errorf("%s (gzip %v): err=%v, %s; want both failures stored", f.Name, gz, err, sum.Counts())

@@ -39,6 +39,10 @@ type Record struct {
 	Kind      event.Kind
 	Node      string
 	Namespace string
+	// Pod and Container, with Namespace, name the pod (and container) a
+	// record is about where its log does (a mesh proxy's own log: Kind
+	// event.ProxyState, or a failure of its connection to the app).
+	Pod, Container string
 }
 
 // reset clears r for the next line, keeping its Attrs map for reuse.
@@ -157,6 +161,10 @@ type Options struct {
 	// target-health formats' target group or backend service serves; empty
 	// means the one the snapshot's timestamp line names, else ProxyName.
 	Service string
+	// Pod is the pod (namespace/name) whose proxy's log the istio-proxy
+	// and linkerd-proxy formats read, Container its container (default
+	// istio-proxy, linkerd-proxy): such a log names neither.
+	Pod, Container string
 	// ClientTimeout is the clients' request timeout: a timeout logged with
 	// no duration (and no timeout_ms of its own) is taken to have lasted
 	// this long, so that it is aligned at its start. 0: left unknown.
@@ -278,6 +286,13 @@ func validReason(s string) bool {
 // Event turns a failed record into an unsealed client_failure event. Pod
 // resolution and sealing are the caller's.
 func (r *Record) Event() event.Event {
+	var pod event.PodRef
+	if r.Pod != "" {
+		pod = event.PodRef{Namespace: r.Namespace, Name: r.Pod, Container: r.Container}
+	}
+	if r.Kind == event.ProxyState {
+		return event.Event{Time: r.Time, Kind: r.Kind, Source: event.SourceClient, Pod: pod, Reason: r.Reason, Attrs: maps.Clone(r.Attrs)}
+	}
 	if r.Kind != "" {
 		return event.Event{Time: r.Time, Kind: r.Kind, Node: r.Node, Source: event.SourceDataplane,
 			Pod: event.PodRef{Namespace: r.Namespace}, Service: r.Service, Local: r.Remote, Attrs: maps.Clone(r.Attrs)}
@@ -292,6 +307,7 @@ func (r *Record) Event() event.Event {
 		Remote:   r.Remote,
 		Service:  r.Service,
 		Reason:   r.Reason,
+		Pod:      pod,
 	}
 	n := len(r.Attrs) + 3
 	attrs := make(map[string]string, n)

@@ -36,6 +36,8 @@ func runImport(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	failStatus := fs.String("fail-status", "500-599", "HTTP statuses that count as failures, e.g. 500-599,429")
 	dsn := fs.String("store", os.Getenv("DRAINSCOPE_STORE"), "store DSN: postgres://… or a SQLite file path (default: "+store.DefaultPath()+"; env DRAINSCOPE_STORE)")
 	dryRun := fs.Bool("dry-run", false, "read and count, store nothing")
+	pod := fs.String("pod", "", "istio-proxy, linkerd-proxy: the pod (NAMESPACE/NAME) whose proxy's log this is")
+	container := fs.String("container", "", "istio-proxy, linkerd-proxy: the proxy's container (default istio-proxy, linkerd-proxy)")
 	proxyName := fs.String("proxy-name", "", "envoy-clusters, target-health: the envoy instance or load balancer the snapshots are of, recorded as the node of its endpoint changes (default: the file's base name without extension; envoy, alb or gcp-lb for standard input)")
 	baselineAdded := fs.Bool("baseline-added", true, "envoy-clusters: record the first snapshot's healthy hosts as added at its time, so the proxy's view of them starts there (false: the first snapshot is only the baseline)")
 	errorLog := fs.String("error-log", "", "nginx, ingress-nginx: the proxy's error log (gzip or plain), read first: each failed access log line an entry of it explains takes its mechanism (connect refused, timed out, reset, prematurely closed)")
@@ -84,6 +86,7 @@ func runImport(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		return fmt.Errorf("%w: --client-timeout %v: want a positive duration", errUsage, *clientTimeout)
 	}
 	opts := ingest.Options{LogFormat: *nginxFormat, FailStatus: codes, ProxyName: *proxyName, BaselineOnly: !*baselineAdded, Service: *service,
+		Pod: *pod, Container: *container,
 		ClientTimeout: *clientTimeout}
 	if *timeZone != "" {
 		loc, err := time.LoadLocation(*timeZone)

@@ -370,6 +370,9 @@ func checkIngestFormats(list, token, ingestToken, dataplaneToken string) ([]stri
 		if err != nil {
 			return nil, fmt.Errorf("%w: --ingest-formats: %w", errUsage, err)
 		}
+		if f.PodLog() {
+			return nil, fmt.Errorf("%w: --ingest-formats: %s is a pod's own log, speaking for the pod it is told of: import it with drainscope import --pod", errUsage, name)
+		}
 		dataplane = dataplane || f.Dataplane()
 		out = append(out, name)
 	}

@@ -357,7 +357,8 @@
   var kindNames = {
     pod_created: "pod created", pod_deletion: "deletion", pod_ready: "pod ready", pod_not_ready: "pod not ready",
     container_terminated: "container terminated", signal: "signal", process_exit: "exit", listener_closed: "listener closed",
-    conn_closed: "connection closed (FIN)", rst_sent: "RST sent", rst_received: "RST received", conn_refused: "connection refused"
+    conn_closed: "connection closed (FIN)", rst_sent: "RST sent", rst_received: "RST received", conn_refused: "connection refused",
+    proxy_state: "proxy (its own log)"
   };
 
   function relTo(l, t) {
