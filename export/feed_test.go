@@ -1,11 +1,8 @@
 package export_test
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -14,6 +11,7 @@ import (
 	"github.com/drainscope/drainscope/analysis"
 	"github.com/drainscope/drainscope/event"
 	"github.com/drainscope/drainscope/export"
+	"github.com/drainscope/drainscope/internal/eventfile"
 	"github.com/drainscope/drainscope/store"
 )
 
@@ -24,23 +22,8 @@ const fixture = "../web/testdata/lab-run.jsonl"
 
 func fixtureStore(t *testing.T) (store.Store, []event.Event) {
 	t.Helper()
-	f, err := os.Open(fixture)
+	evs, err := eventfile.Read(fixture)
 	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var evs []event.Event
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		var e event.Event
-		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
-			t.Fatal(err)
-		}
-		e.Seal()
-		evs = append(evs, e)
-	}
-	if err := sc.Err(); err != nil {
 		t.Fatal(err)
 	}
 	st, err := store.Open(context.Background(), filepath.Join(t.TempDir(), "events.db"))

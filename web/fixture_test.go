@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/drainscope/drainscope/event"
+	"github.com/drainscope/drainscope/internal/eventfile"
 	"github.com/drainscope/drainscope/store"
 )
 
@@ -290,36 +291,10 @@ func writeFixture(path string, evs []event.Event) error {
 	return f.Close()
 }
 
-// readFixture reads a recorded event stream and validates every event.
-func readFixture(path string) ([]event.Event, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	var out []event.Event
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for n := 1; sc.Scan(); n++ {
-		var e event.Event
-		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
-			return nil, fmt.Errorf("%s:%d: %w", path, n, err)
-		}
-		// The identity is derived from the content; recompute it so the
-		// fixture outlives changes to the hash.
-		e.Seal()
-		if err := e.Validate(); err != nil {
-			return nil, fmt.Errorf("%s:%d: %w", path, n, err)
-		}
-		out = append(out, e)
-	}
-	return out, sc.Err()
-}
-
 // fixtureStore opens a fresh SQLite store holding the recorded fixture.
 func fixtureStore(t testing.TB) store.Store {
 	t.Helper()
-	evs, err := readFixture(fixturePath)
+	evs, err := eventfile.Read(fixturePath)
 	if err != nil {
 		t.Fatalf("reading the fixture (go test ./web -run TestFixture -update writes it): %v", err)
 	}
@@ -350,7 +325,7 @@ func TestFixture(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	got, err := readFixture(fixturePath)
+	got, err := eventfile.Read(fixturePath)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/drainscope/drainscope/analysis"
 	"github.com/drainscope/drainscope/event"
+	"github.com/drainscope/drainscope/internal/eventfile"
 	"github.com/drainscope/drainscope/store"
 )
 
@@ -80,7 +81,7 @@ func TestLabRunPicture(t *testing.T) {
 		}
 		t.Logf("recorded %d events of %s into %s", len(evs), labRunWorkload, labRunPath)
 	}
-	evs, err := readFixture(labRunPath)
+	evs, err := eventfile.Read(labRunPath)
 	if err != nil {
 		t.Fatalf("reading the lab recording (see TestLabRunPicture's comment to make it): %v", err)
 	}

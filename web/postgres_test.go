@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/drainscope/drainscope/internal/eventfile"
 	"github.com/drainscope/drainscope/internal/pgtest"
 	"github.com/drainscope/drainscope/store"
 )
@@ -20,7 +21,7 @@ func postgresStore(t *testing.T) store.Store {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	evs, err := readFixture(fixturePath)
+	evs, err := eventfile.Read(fixturePath)
 	if err != nil {
 		t.Fatal(err)
 	}

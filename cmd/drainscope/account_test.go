@@ -1,13 +1,11 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -24,6 +22,7 @@ import (
 	"github.com/drainscope/drainscope/export"
 	"github.com/drainscope/drainscope/export/k8sevents"
 	"github.com/drainscope/drainscope/export/otlp"
+	"github.com/drainscope/drainscope/internal/eventfile"
 	"github.com/drainscope/drainscope/internal/testenv"
 	"github.com/drainscope/drainscope/store"
 	"github.com/drainscope/drainscope/web"
@@ -198,20 +197,9 @@ func triggerOfMessage(e corev1.Event) string {
 // each while a client's keep-alive connection was in use.
 func labRunWithItsAftermath(t *testing.T) []event.Event {
 	t.Helper()
-	f, err := os.Open("../../web/testdata/lab-run.jsonl")
+	evs, err := eventfile.Read("../../web/testdata/lab-run.jsonl")
 	if err != nil {
 		t.Fatal(err)
-	}
-	defer f.Close()
-	var evs []event.Event
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		var e event.Event
-		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
-			t.Fatal(err)
-		}
-		evs = append(evs, e)
 	}
 	// The graceful run's rollout and its first two new pods.
 	var rollout int64

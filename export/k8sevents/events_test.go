@@ -1,11 +1,8 @@
 package k8sevents_test
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -21,6 +18,7 @@ import (
 	"github.com/drainscope/drainscope/event"
 	"github.com/drainscope/drainscope/export"
 	"github.com/drainscope/drainscope/export/k8sevents"
+	"github.com/drainscope/drainscope/internal/eventfile"
 	"github.com/drainscope/drainscope/internal/testenv"
 	"github.com/drainscope/drainscope/store"
 )
@@ -242,22 +240,12 @@ func TestRateLimit(t *testing.T) {
 
 func fixtureStore(t *testing.T) (store.Store, int64) {
 	t.Helper()
-	f, err := os.Open(fixture)
+	evs, err := eventfile.Read(fixture)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	var evs []event.Event
 	last := int64(0)
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		var e event.Event
-		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
-			t.Fatal(err)
-		}
-		e.Seal()
-		evs = append(evs, e)
+	for _, e := range evs {
 		last = max(last, e.Time)
 	}
 	st, err := store.Open(context.Background(), filepath.Join(t.TempDir(), "events.db"))

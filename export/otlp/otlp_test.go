@@ -1,12 +1,9 @@
 package otlp_test
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"net"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -28,6 +25,7 @@ import (
 	"github.com/drainscope/drainscope/event"
 	"github.com/drainscope/drainscope/export"
 	"github.com/drainscope/drainscope/export/otlp"
+	"github.com/drainscope/drainscope/internal/eventfile"
 	"github.com/drainscope/drainscope/metrics"
 	"github.com/drainscope/drainscope/store"
 )
@@ -75,21 +73,9 @@ func collector(t *testing.T) (endpoint string, logs *consumertest.LogsSink, mets
 
 func fixtureEvents(t *testing.T) []event.Event {
 	t.Helper()
-	f, err := os.Open(fixture)
+	evs, err := eventfile.Read(fixture)
 	if err != nil {
 		t.Fatal(err)
-	}
-	defer f.Close()
-	var evs []event.Event
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		var e event.Event
-		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
-			t.Fatal(err)
-		}
-		e.Seal()
-		evs = append(evs, e)
 	}
 	return evs
 }

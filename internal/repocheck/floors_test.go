@@ -23,7 +23,7 @@ var floors = [][]string{
 	{"event", "controlplane", "deploy", "internal/duration", "internal/httpauth", "internal/memtest", "internal/testenv", "internal/repocheck",
 		"lab/cgroup", "lab/realnode", "lab/lock", "lab/netns", "lab/sampleapp"},
 	// 1, recording: the store and each source of events.
-	{"store", "watcher", "ebpf", "dataplane", "flight", "dataplane/cilium", "internal/eventgen", "internal/pgtest", "lab/load"},
+	{"store", "watcher", "ebpf", "dataplane", "flight", "dataplane/cilium", "internal/eventgen", "internal/eventfile", "internal/pgtest", "lab/load"},
 	// 2, making sense: the analysis, the importers, the simulated kubelet.
 	{"analysis", "ingest", "lab/simnode", "relay"},
 	// 3, presenting: the web UI, metrics, the export feed, the lab's ingress,
