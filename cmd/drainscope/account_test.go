@@ -22,6 +22,7 @@ import (
 	"github.com/drainscope/drainscope/export"
 	"github.com/drainscope/drainscope/export/k8sevents"
 	"github.com/drainscope/drainscope/export/otlp"
+	"github.com/drainscope/drainscope/export/otlp/otlptest"
 	"github.com/drainscope/drainscope/internal/eventfile"
 	"github.com/drainscope/drainscope/internal/testenv"
 	"github.com/drainscope/drainscope/store"
@@ -132,10 +133,10 @@ func TestOneAccountEveryReader(t *testing.T) {
 	if err := cp.EnsureNamespace(ctx, "drainscope-lab"); err != nil {
 		t.Fatal(err)
 	}
-	oaddr, logs, _ := startCollector(t)
+	oaddr, logs, _ := otlptest.Collector(t)
 	now := time.Unix(0, first).Add(-time.Minute)
 	clock := func() time.Time { return now }
-	exp, err := otlp.New(ctx, otlp.Options{Endpoint: "http://" + oaddr})
+	exp, err := otlp.New(ctx, otlp.Options{Endpoint: oaddr})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -278,23 +279,13 @@ func labRunWithItsAftermath(t *testing.T) []event.Event {
 // disruptionRecords lists the disruption summary records a collector got.
 func disruptionRecords(lds []plog.Logs) []struct{ id, trigger string } {
 	var out []struct{ id, trigger string }
-	for _, ld := range lds {
-		rls := ld.ResourceLogs()
-		for i := 0; i < rls.Len(); i++ {
-			sls := rls.At(i).ScopeLogs()
-			for j := 0; j < sls.Len(); j++ {
-				lrs := sls.At(j).LogRecords()
-				for k := 0; k < lrs.Len(); k++ {
-					r := lrs.At(k)
-					if r.EventName() != otlp.EventDisruption {
-						continue
-					}
-					id, _ := r.Attributes().Get(otlp.AttrDisruption)
-					tr, _ := r.Attributes().Get(otlp.AttrTrigger)
-					out = append(out, struct{ id, trigger string }{id.Str(), tr.Str()})
-				}
-			}
+	for _, r := range otlptest.Records(lds) {
+		if r.EventName() != otlp.EventDisruption {
+			continue
 		}
+		id, _ := r.Attributes().Get(otlp.AttrDisruption)
+		tr, _ := r.Attributes().Get(otlp.AttrTrigger)
+		out = append(out, struct{ id, trigger string }{id.Str(), tr.Str()})
 	}
 	return out
 }

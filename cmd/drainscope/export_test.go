@@ -9,15 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"go.opentelemetry.io/collector/component/componenttest"
-	"go.opentelemetry.io/collector/config/configgrpc"
-	"go.opentelemetry.io/collector/config/configoptional"
-	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/pdata/pmetric"
-	"go.opentelemetry.io/collector/receiver/otlpreceiver"
-	"go.opentelemetry.io/collector/receiver/receivertest"
 
 	"github.com/drainscope/drainscope/event"
+	"github.com/drainscope/drainscope/export/otlp/otlptest"
 	"github.com/drainscope/drainscope/store"
 )
 
@@ -28,14 +23,14 @@ import (
 func TestServeExportsOTLP(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	oaddr, logs, mets := startCollector(t)
+	oaddr, logs, mets := otlptest.Collector(t)
 
 	db := filepath.Join(t.TempDir(), "e.db")
 	done := make(chan error, 1)
 	go func() {
 		fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 		fs.SetOutput(io.Discard)
-		done <- runServe(ctx, fs, []string{"--listen", freeAddr(t), "--store", db, "--otlp-endpoint", "http://" + oaddr,
+		done <- runServe(ctx, fs, []string{"--listen", freeAddr(t), "--store", db, "--otlp-endpoint", oaddr,
 			"--otlp-interval", "200ms", "--signals-delay", "500ms", "--signals-after", "1s",
 			"--export-quiet", "1s", "--export-poll", "200ms"})
 	}()
@@ -95,21 +90,11 @@ func TestServeExportsOTLP(t *testing.T) {
 		return n
 	}
 	summary := func() bool {
-		for _, ld := range logs.AllLogs() {
-			rls := ld.ResourceLogs()
-			for i := 0; i < rls.Len(); i++ {
-				sls := rls.At(i).ScopeLogs()
-				for j := 0; j < sls.Len(); j++ {
-					lrs := sls.At(j).LogRecords()
-					for k := 0; k < lrs.Len(); k++ {
-						r := lrs.At(k)
-						ns, _ := r.Attributes().Get("k8s.namespace.name")
-						dep, _ := r.Attributes().Get("k8s.deployment.name")
-						if r.EventName() == "drainscope.disruption" && ns.Str() == "shop" && dep.Str() == "web" {
-							return true
-						}
-					}
-				}
+		for _, r := range otlptest.Records(logs.AllLogs()) {
+			ns, _ := r.Attributes().Get("k8s.namespace.name")
+			dep, _ := r.Attributes().Get("k8s.deployment.name")
+			if r.EventName() == "drainscope.disruption" && ns.Str() == "shop" && dep.Str() == "web" {
+				return true
 			}
 		}
 		return false
@@ -128,35 +113,4 @@ func TestServeExportsOTLP(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Fatal("serve did not stop")
 	}
-}
-
-// startCollector runs the OpenTelemetry Collector's OTLP/HTTP receiver on
-// loopback until the test ends, and returns its address and what it
-// received.
-func startCollector(t *testing.T) (string, *consumertest.LogsSink, *consumertest.MetricsSink) {
-	t.Helper()
-	addr := freeAddr(t)
-	f := otlpreceiver.NewFactory()
-	cfg := f.CreateDefaultConfig().(*otlpreceiver.Config)
-	cfg.Protocols.GRPC = configoptional.None[configgrpc.ServerConfig]()
-	cfg.Protocols.HTTP.GetOrInsertDefault().ServerConfig.NetAddr.Endpoint = addr
-	logs, mets := new(consumertest.LogsSink), new(consumertest.MetricsSink)
-	ctx := context.Background()
-	lr, err := f.CreateLogs(ctx, receivertest.NewNopSettings(f.Type()), cfg, logs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mr, err := f.CreateMetrics(ctx, receivertest.NewNopSettings(f.Type()), cfg, mets)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := lr.Start(ctx, componenttest.NewNopHost()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { lr.Shutdown(context.Background()) })
-	if err := mr.Start(ctx, componenttest.NewNopHost()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { mr.Shutdown(context.Background()) })
-	return addr, logs, mets
 }

@@ -3,21 +3,14 @@ package otlp_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"go.opentelemetry.io/collector/component/componenttest"
-	"go.opentelemetry.io/collector/config/configgrpc"
-	"go.opentelemetry.io/collector/config/configoptional"
-	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/plog"
 	"go.opentelemetry.io/collector/pdata/pmetric"
-	"go.opentelemetry.io/collector/receiver/otlpreceiver"
-	"go.opentelemetry.io/collector/receiver/receivertest"
 
 	dto "github.com/prometheus/client_model/go"
 
@@ -25,6 +18,7 @@ import (
 	"github.com/drainscope/drainscope/event"
 	"github.com/drainscope/drainscope/export"
 	"github.com/drainscope/drainscope/export/otlp"
+	"github.com/drainscope/drainscope/export/otlp/otlptest"
 	"github.com/drainscope/drainscope/internal/eventfile"
 	"github.com/drainscope/drainscope/metrics"
 	"github.com/drainscope/drainscope/store"
@@ -33,43 +27,6 @@ import (
 // The recorded lab run the web package keeps: the exit run's rollout of
 // drainscope-lab/Deployment/sample-exit dropped requests.
 const fixture = "../../web/testdata/lab-run.jsonl"
-
-// collector starts the OpenTelemetry Collector's own OTLP receiver on a
-// loopback port, over HTTP only, feeding the collector's test sinks.
-func collector(t *testing.T) (endpoint string, logs *consumertest.LogsSink, mets *consumertest.MetricsSink) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	f := otlpreceiver.NewFactory()
-	cfg := f.CreateDefaultConfig().(*otlpreceiver.Config)
-	cfg.Protocols.GRPC = configoptional.None[configgrpc.ServerConfig]()
-	cfg.Protocols.HTTP.GetOrInsertDefault().ServerConfig.NetAddr.Endpoint = addr
-	logs, mets = new(consumertest.LogsSink), new(consumertest.MetricsSink)
-	ctx := context.Background()
-	lr, err := f.CreateLogs(ctx, receivertest.NewNopSettings(f.Type()), cfg, logs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mr, err := f.CreateMetrics(ctx, receivertest.NewNopSettings(f.Type()), cfg, mets)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := lr.Start(ctx, componenttest.NewNopHost()); err != nil {
-		t.Fatal(err)
-	}
-	if err := mr.Start(ctx, componenttest.NewNopHost()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		lr.Shutdown(context.Background())
-		mr.Shutdown(context.Background())
-	})
-	return "http://" + addr, logs, mets
-}
 
 func fixtureEvents(t *testing.T) []event.Event {
 	t.Helper()
@@ -115,7 +72,7 @@ func waitFor(t *testing.T, what string, ok func() bool) {
 // what the feed computed: one per explained failure, with its workload,
 // cause, pod and time, and one summary per disruption.
 func TestLogsReachACollector(t *testing.T) {
-	endpoint, logs, _ := collector(t)
+	endpoint, logs, _ := otlptest.Collector(t)
 	ctx := context.Background()
 	evs := fixtureEvents(t)
 	st, err := store.Open(ctx, filepath.Join(t.TempDir(), "events.db"))
@@ -250,7 +207,7 @@ func TestLogsReachACollector(t *testing.T) {
 // recorded run and checks that the collector received the values
 // Prometheus shows.
 func TestRolloutSignalsReachACollector(t *testing.T) {
-	endpoint, _, mets := collector(t)
+	endpoint, _, mets := otlptest.Collector(t)
 	ctx := context.Background()
 	exp, err := otlp.New(ctx, otlp.Options{Endpoint: endpoint, Interval: time.Hour})
 	if err != nil {
@@ -363,7 +320,7 @@ func labels(m *dto.Metric) map[string]string {
 // shows the escapes.
 func TestLogsHostileNames(t *testing.T) {
 	const hostile = "\x1b]0;owned\x07\x1b[2J\u009b31m\r\nFORGED"
-	endpoint, logs, _ := collector(t)
+	endpoint, logs, _ := otlptest.Collector(t)
 	ctx := context.Background()
 	evs := fixtureEvents(t)
 	h := func(s string) string {

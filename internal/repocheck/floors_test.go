@@ -30,7 +30,7 @@ var floors = [][]string{
 	// the text and markdown reports, the simulation of many agents.
 	{"web", "metrics", "export", "lab/ingress", "analysis/textreport", "lab/fleet"},
 	// 4, delivering: the export sinks, the kubectl plugin, the node agent.
-	{"export/k8sevents", "export/otlp", "kubectl", "agent"},
+	{"export/k8sevents", "export/otlp", "export/otlp/otlptest", "kubectl", "agent"},
 	// 5, the lab's runs.
 	{"lab/scenario"},
 	// 6, the commands.
