@@ -47,16 +47,7 @@ func TestEnvoyRemovalEndsRotation(t *testing.T) {
 		if !snapshots {
 			b.Reset()
 		}
-		err := ingest.ParseEnvoyClusters(strings.NewReader(b.String()), ingest.Options{ProxyName: "node-a"}, func(rec *ingest.Record) error {
-			if rec.Err != nil {
-				t.Fatalf("snapshot rejected: %v", rec.Err)
-			}
-			r.add(rec.Event())
-			return nil
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
+		r.envoySnapshots(t, b.String())
 		res, err := AnalyzeEvents(r.events, store.Query{Window: event.Window{From: r.t0 - 2*60*s, To: r.t0 + 2*60*s}}, Options{})
 		if err != nil {
 			t.Fatal(err)
@@ -210,16 +201,7 @@ func TestMeshedClientRaceByTheMeshLag(t *testing.T) {
 				}
 				fmt.Fprintf(&sb, "%s::%s::health_flags::healthy\n", cluster, b.addr())
 			}
-			err := ingest.ParseEnvoyClusters(strings.NewReader(sb.String()), ingest.Options{ProxyName: "node-a"}, func(rec *ingest.Record) error {
-				if rec.Err != nil {
-					t.Fatalf("snapshot rejected: %v", rec.Err)
-				}
-				r.add(rec.Event())
-				return nil
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
+			r.envoySnapshots(t, sb.String())
 		}
 		fs := clientFailures(analyzeAll(t, r))
 		want := CauseUnexplained // 2 s after the watch's removal: beyond kube-proxy's assumed 1 s
@@ -229,5 +211,21 @@ func TestMeshedClientRaceByTheMeshLag(t *testing.T) {
 		if len(fs) != 1 || fs[0].Cause != want {
 			t.Errorf("snapshots=%v: %+v, want one %s", snapshots, fs, want)
 		}
+	}
+}
+
+// envoySnapshots adds what node-a's envoy's /clusters snapshots in text
+// say, as drainscope import --format envoy-clusters stores it.
+func (r *rec) envoySnapshots(t *testing.T, text string) {
+	t.Helper()
+	err := ingest.ParseEnvoyClusters(strings.NewReader(text), ingest.Options{ProxyName: "node-a"}, func(rec *ingest.Record) error {
+		if rec.Err != nil {
+			t.Fatalf("snapshot rejected: %v", rec.Err)
+		}
+		r.add(rec.Event())
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

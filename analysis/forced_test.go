@@ -17,6 +17,22 @@ import (
 // phrases as adverbs: "exited 3 ms before, while".)
 var dangling = regexp.MustCompile(`(?i)(^|\s)(of|with|at|on|to|from|by|for|than|in|the|a|an|now)\s*($|[,;:.)])|\S  +\S`)
 
+// checkText checks that text (the what of a failure) says each of want
+// and none of not.
+func checkText(t *testing.T, what, text string, want, not []string) {
+	t.Helper()
+	for _, w := range want {
+		if !strings.Contains(text, w) {
+			t.Errorf("%s %q lacks %q", what, text, w)
+		}
+	}
+	for _, n := range not {
+		if strings.Contains(text, n) {
+			t.Errorf("%s %q says %q", what, text, n)
+		}
+	}
+}
+
 // checkProse fails t for each explanation, summary or fix in res that
 // ends in, or holds, an empty template value.
 func checkProse(t *testing.T, res *Result) {
@@ -134,16 +150,7 @@ func TestForcedDeletionKill(t *testing.T) {
 				}{"explanation", f.Explanation, tc.explain})
 			}
 			for _, c := range texts {
-				for _, w := range c.want {
-					if !strings.Contains(c.text, w) {
-						t.Errorf("%s %q lacks %q", c.what, c.text, w)
-					}
-				}
-				for _, n := range tc.not {
-					if strings.Contains(c.text, n) {
-						t.Errorf("%s %q says %q", c.what, c.text, n)
-					}
-				}
+				checkText(t, c.what, c.text, c.want, tc.not)
 			}
 		})
 	}
@@ -228,16 +235,7 @@ func TestKubeletEvictionKill(t *testing.T) {
 				what, text string
 				want       []string
 			}{{"explanation", fs[0].Explanation, tc.explain}, {"fix", fix, tc.fix}} {
-				for _, w := range c.want {
-					if !strings.Contains(c.text, w) {
-						t.Errorf("%s %q lacks %q", c.what, c.text, w)
-					}
-				}
-				for _, n := range tc.not {
-					if strings.Contains(c.text, n) {
-						t.Errorf("%s %q says %q", c.what, c.text, n)
-					}
-				}
+				checkText(t, c.what, c.text, c.want, tc.not)
 			}
 			if len(res.Disruptions) != 1 || res.Disruptions[0].Trigger != tc.disrupted {
 				t.Errorf("disruptions %+v, want one %s", res.Disruptions, tc.disrupted)
