@@ -11,7 +11,8 @@ import (
 // event ends within range. The importers refuse later times too.
 var maxTime = time.Date(2262, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
 
-// Validate reports the first thing wrong with e, naming the field.
+// Validate reports the first thing wrong with e, naming the field: among
+// them a string past its bound (Bounds).
 func (e *Event) Validate() error {
 	switch {
 	case !e.Kind.Valid():
@@ -27,5 +28,8 @@ func (e *Event) Validate() error {
 	case e.ID == 0:
 		return errors.New("field id: not sealed (call Seal once the event is complete)")
 	}
-	return nil
+	// The named fields only: a store indexes some, and the bounds are
+	// Kubernetes' own. Attributes are bounded where they come from an
+	// untrusted party (CheckBounds).
+	return e.checkFields()
 }
