@@ -23,8 +23,12 @@ var ErrRefused = errors.New("events refused")
 // in its rows, so that the same rows fail again however often they are
 // retried: an event that does not validate; in Postgres a data exception
 // (SQLSTATE class 22, such as 22021 invalid byte sequence or 22P05
-// untranslatable character) or an integrity violation (class 23); in
-// SQLite a constraint, a value too big or a type mismatch. Everything else
+// untranslatable character), an integrity violation (class 23) or a row
+// past one of its limits (54000 program_limit_exceeded: an index row
+// longer than a B-tree takes, about 2.7 KB); in SQLite a constraint, a
+// value too big or a type mismatch. A batch refused row-level is split
+// until the rows refused alone are found (Writer), so a limit of the
+// batch rather than of a row costs only the splitting. Everything else
 // (a connection lost, the server down or read-only, a timeout, a full
 // disk, a busy database) is transient: the batch is kept and retried.
 func RowLevel(err error) bool {
@@ -37,7 +41,7 @@ func RowLevel(err error) bool {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
 		class := pe.Code[:min(2, len(pe.Code))]
-		return class == "22" || class == "23"
+		return class == "22" || class == "23" || pe.Code == pgProgramLimitExceeded
 	}
 	var se *sqlite.Error
 	if errors.As(err, &se) {
@@ -48,6 +52,10 @@ func RowLevel(err error) bool {
 	}
 	return false
 }
+
+// pgProgramLimitExceeded is the SQLSTATE of an index row too long for its
+// index, among other limits.
+const pgProgramLimitExceeded = "54000"
 
 // lineError is an error's message on one line, for logs, still wrapping
 // the error so that RowLevel can read its code.

@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"math/rand/v2"
 	"net"
+	"net/netip"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -29,6 +31,7 @@ func TestRowLevel(t *testing.T) {
 		"22001 string too long":              pg("22001"),
 		"23502 not null":                     pg("23502"),
 		"23514 check, no partition":          pg("23514"),
+		"54000 index row too long":           pg("54000"),
 		"wrapped on one line":                wrapLine("store x: appending 3 events", pg("22021")),
 		"wrapped twice":                      fmt.Errorf("writing: %w", wrapLine("store x", pg("23505"))),
 		"an event that does not validate":    checkBatch([]event.Event{{Kind: "bogus"}}),
@@ -43,6 +46,7 @@ func TestRowLevel(t *testing.T) {
 		"25006 read-only transaction":  pg("25006"),
 		"40001 serialization failure":  pg("40001"),
 		"53100 disk full":              pg("53100"),
+		"54001 statement too complex":  pg("54001"),
 		"P0001 raised by a trigger":    pg("P0001"),
 		"short code":                   pg("2"),
 		"connection refused":           &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")},
@@ -61,6 +65,18 @@ func TestRowLevel(t *testing.T) {
 			t.Errorf("%s (%v): row-level", name, err)
 		}
 	}
+}
+
+// incompressible is n bytes of random letters and digits: Postgres
+// compresses an index row before it measures it.
+func incompressible(n int) string {
+	const abc = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+	r := rand.New(rand.NewPCG(uint64(n), 7))
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = abc[r.IntN(len(abc))]
+	}
+	return string(b)
 }
 
 // sqliteError runs stmt on a table that refuses NULL and, by a trigger,
@@ -318,6 +334,17 @@ func TestWriterPostgresRefusedRow(t *testing.T) {
 		// Its day partition would end past int64: Validate refuses it
 		// rather than leave Postgres to fail creating the partition.
 		{"time past 2261", "field time", func(e *event.Event) { e.Time = math.MaxInt64 - 1000; e.Seal() }},
+		// Past its bound, refused by Validate before Postgres sees it.
+		{"a 10 KB pod UID", "field pod.uid", func(e *event.Event) { e.Pod.UID = incompressible(10_000); e.Seal() }},
+		// An entity key past what a B-tree row holds (about 2.7 KB):
+		// Postgres refuses the index row, SQLSTATE 54000. A dataplane
+		// event's key holds its proxy attribute, which Validate leaves
+		// alone.
+		{"an index row past Postgres's bound", "SQLSTATE 54000", func(e *event.Event) {
+			e.Kind, e.Source, e.Service, e.Local = event.DataplaneEndpointRemoved, event.SourceDataplane, "checkout", netip.MustParseAddrPort("10.244.0.9:8080")
+			e.Attrs = map[string]string{event.AttrProxy: incompressible(10_000)}
+			e.Seal()
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s, _ := openBehindProxy(t)
