@@ -105,6 +105,7 @@ type Handler struct {
 	MaxConcurrent int   // 0: DefaultMaxConcurrent
 	BodyTimeout   time.Duration
 	Log           *slog.Logger
+	Now           func() time.Time // the clock; nil: time.Now
 	// Stages, when set, is told how long each stage of a batch took (the
 	// Stage constants), so that an operator can see what holds the slots
 	// when agents are answered 429: the review, the body, placing the
@@ -322,25 +323,30 @@ func (h *Handler) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(timeout))
 
 	t = time.Now() // not the wait for a slot: there is none, a batch past them is answered 429
-	batch, status, msg := h.read(w, r)
-	t = h.stage(StageBody, t)
-	if status != 0 {
-		writeJSON(w, status, Refusal{Error: msg})
-		return
+	evs, out := h.receive(w, r, agent)
+	// The events are checked as they are decoded: the body's stage is
+	// the time of the two less the checks'.
+	if h.Stages != nil {
+		h.Stages(StageBody, time.Since(t)-out.check)
+		h.Stages(StageCheck, out.check)
 	}
-	unplaced, i, status, msg := h.check(batch.Events, agent)
-	h.stage(StageCheck, t)
-	if status == http.StatusServiceUnavailable {
-		log.Warn("agent events: placing pods", "err", msg)
+	switch {
+	case out.status == http.StatusServiceUnavailable:
+		log.Warn("agent events: placing pods", "err", out.msg)
 		w.Header().Set("Retry-After", "5")
-		writeJSON(w, status, Refusal{Error: msg})
+		writeJSON(w, out.status, Refusal{Error: out.msg})
+		return
+	case out.status != 0 && out.event >= 0:
+		i := out.event
+		log.Warn("agent events: batch refused", "node", agent.Node, "pod", agent.PodNamespace+"/"+agent.Pod, "event", i, "err", out.msg)
+		writeJSON(w, out.status, Refusal{Error: out.msg, Event: &i})
+		return
+	case out.status != 0:
+		writeJSON(w, out.status, Refusal{Error: out.msg})
 		return
 	}
-	if status != 0 {
-		log.Warn("agent events: batch refused", "node", agent.Node, "pod", agent.PodNamespace+"/"+agent.Pod, "event", i, "err", msg)
-		writeJSON(w, status, Refusal{Error: msg, Event: &i})
-		return
-	}
+	unplaced := out.unplaced
+	batch := Batch{Events: evs}
 	if len(batch.Events) > 0 {
 		wr := h.append(r.Context(), batch.Events)
 		if h.Stages != nil {
@@ -379,12 +385,38 @@ func (c *counting) WriteHeader(code int) {
 
 func (c *counting) Unwrap() http.ResponseWriter { return c.ResponseWriter }
 
-// read decodes the body within the bounds; status is non-zero when it
-// cannot.
-func (h *Handler) read(w http.ResponseWriter, r *http.Request) (b Batch, status int, msg string) {
+// MaxEventBytes bounds one event's JSON in a batch: the strings' bounds
+// (event.Bounds, the attributes' 64 KiB) escaped at worst, with room to
+// spare. The decoder holds one event at a time; this bounds what it holds.
+const MaxEventBytes = 512 << 10
+
+// outcome is what receive made of a body: status non-zero refuses the
+// batch, with msg, and names the event refused when event >= 0; check is
+// the time the checks of the events took, unplaced the events whose pod
+// the index could not place.
+type outcome struct {
+	status   int
+	msg      string
+	event    int
+	unplaced int
+	check    time.Duration
+}
+
+// receive decodes the body as it streams, event by event, and checks each
+// one as it comes (check): the first event past MaxEvents, the first
+// longer than MaxEventBytes, the first with a string past its bound
+// (event.CheckBounds) or refused by the checks refuses the batch there,
+// before the rest of the body is read. A small gzip body can expand to
+// millions of events; none past the first refused is ever allocated.
+func (h *Handler) receive(w http.ResponseWriter, r *http.Request, agent Agent) (evs []event.Event, out outcome) {
+	out.event = -1
 	limit := h.MaxBytes
 	if limit <= 0 {
 		limit = DefaultMaxBytes
+	}
+	max := h.MaxEvents
+	if max <= 0 {
+		max = DefaultMaxEvents
 	}
 	var body io.Reader = http.MaxBytesReader(w, r.Body, limit)
 	switch enc := strings.ToLower(r.Header.Get("Content-Encoding")); enc {
@@ -392,68 +424,152 @@ func (h *Handler) read(w http.ResponseWriter, r *http.Request) (b Batch, status 
 	case "gzip":
 		zr, err := gzip.NewReader(body)
 		if err != nil {
-			return b, http.StatusBadRequest, "reading the gzip body: " + err.Error()
+			return nil, outcome{status: http.StatusBadRequest, msg: "reading the gzip body: " + err.Error(), event: -1}
 		}
 		body = &limitReader{r: zr, left: limit}
 	default:
-		return b, http.StatusUnsupportedMediaType, fmt.Sprintf("content encoding %q: send identity or gzip", enc)
+		return nil, outcome{status: http.StatusUnsupportedMediaType, msg: fmt.Sprintf("content encoding %q: send identity or gzip", enc), event: -1}
 	}
-	dec := json.NewDecoder(body)
+	budget := &eventBudget{r: body, max: MaxEventBytes}
+	dec := json.NewDecoder(budget)
+	budget.dec = dec
 	dec.DisallowUnknownFields()
-	err := dec.Decode(&b)
-	var mbe *http.MaxBytesError
-	switch {
-	case errors.As(err, &mbe) || errors.Is(err, errTooLarge):
-		return b, http.StatusRequestEntityTooLarge, fmt.Sprintf("body larger than %d bytes; nothing was stored (send smaller batches)", limit)
-	case errors.Is(err, os.ErrDeadlineExceeded):
-		return b, http.StatusRequestTimeout, "the body did not arrive in time; nothing was stored"
-	case err != nil:
-		return b, http.StatusBadRequest, "decoding the batch: " + err.Error() + "; nothing was stored"
-	}
-	max := h.MaxEvents
-	if max <= 0 {
-		max = DefaultMaxEvents
-	}
-	if len(b.Events) > max {
-		return b, http.StatusRequestEntityTooLarge, fmt.Sprintf("%d events in one batch, more than the %d taken; nothing was stored", len(b.Events), max)
-	}
-	return b, 0, ""
-}
-
-// check stamps and seals evs for agent, or names the first it refuses:
-// 403 for an event of another node, of a source agents do not record or
-// about a pod on another node, 400 for one that is not valid; 503 when
-// the pods cannot be placed yet. unplaced counts the kernel events whose
-// pod could not be placed.
-func (h *Handler) check(evs []event.Event, agent Agent) (unplaced, i, status int, msg string) {
-	for i := range evs {
-		e := &evs[i]
-		if e.Node == "" {
-			e.Node = agent.Node
+	refuse := func(i int, err error) ([]event.Event, outcome) {
+		out.status, out.event = http.StatusBadRequest, -1
+		var mbe *http.MaxBytesError
+		switch {
+		case errors.As(err, &mbe) || errors.Is(err, errTooLarge):
+			out.status, out.msg = http.StatusRequestEntityTooLarge, fmt.Sprintf("body larger than %d bytes; nothing was stored (send smaller batches)", limit)
+		case errors.Is(err, errEventTooLarge):
+			out.status, out.event = http.StatusRequestEntityTooLarge, i
+			out.msg = fmt.Sprintf("event %d: more than %d bytes of JSON; nothing was stored", i, MaxEventBytes)
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			out.status, out.msg = http.StatusRequestTimeout, "the body did not arrive in time; nothing was stored"
+		case i >= 0:
+			out.event, out.msg = i, fmt.Sprintf("decoding event %d: %v; nothing was stored", i, err)
+		default:
+			out.msg = "decoding the batch: " + err.Error() + "; nothing was stored"
 		}
-		if e.Node != agent.Node {
-			return 0, i, http.StatusForbidden, fmt.Sprintf("event %d (kind %s, time %d) is node %q's, but the token is node %q's; nothing was stored",
-				i, e.Kind, e.Time, e.Node, agent.Node)
+		return nil, out
+	}
+	delim := func(want json.Delim, what string) error {
+		tok, err := dec.Token()
+		if err != nil {
+			return err
 		}
-		if !agentSources[e.Source] {
-			return 0, i, http.StatusForbidden, fmt.Sprintf("event %d (kind %s, time %d): source %q is not an agent's; nothing was stored",
-				i, e.Kind, e.Time, e.Source)
+		if d, ok := tok.(json.Delim); !ok || d != want {
+			return fmt.Errorf("%s: want %q, got %v", what, want, tok)
 		}
-		if h.Pods != nil && e.Source == event.SourceKernel && !e.Pod.IsZero() {
-			placed, status, msg := h.placePod(i, e, agent)
+		return nil
+	}
+	if err := delim('{', "the batch"); err != nil {
+		return refuse(-1, err)
+	}
+	now := h.now()
+	seen := false
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return refuse(-1, err)
+		}
+		// encoding/json's own matching of the field name, as Batch's was.
+		if key, _ := tok.(string); !strings.EqualFold(key, "events") {
+			return refuse(-1, fmt.Errorf("json: unknown field %q", key))
+		}
+		if seen {
+			return refuse(-1, errors.New(`field "events" twice`))
+		}
+		seen = true
+		if !dec.More() {
+			return refuse(-1, io.ErrUnexpectedEOF)
+		}
+		tok, err = dec.Token()
+		if err != nil {
+			return refuse(-1, err)
+		}
+		if tok == nil {
+			continue // "events": null
+		}
+		if d, ok := tok.(json.Delim); !ok || d != '[' {
+			return refuse(-1, fmt.Errorf(`field "events": want an array, got %v`, tok))
+		}
+		for dec.More() {
+			i := len(evs)
+			if i == max {
+				out.status, out.event = http.StatusRequestEntityTooLarge, -1
+				out.msg = fmt.Sprintf("more than the %d events taken in one batch; nothing was stored", max)
+				return nil, out
+			}
+			evs = append(evs, event.Event{})
+			if err := dec.Decode(&evs[i]); err != nil {
+				return refuse(i, err)
+			}
+			t := time.Now()
+			placed, status, msg := h.check(i, &evs[i], agent, now)
+			out.check += time.Since(t)
 			if status != 0 {
-				return 0, i, status, msg
+				out.status, out.msg, out.event = status, msg, i
+				if status == http.StatusServiceUnavailable {
+					out.event = -1
+				}
+				return nil, out
 			}
 			if !placed {
-				unplaced++
+				out.unplaced++
 			}
 		}
-		e.Seal()
-		if err := e.Validate(); err != nil {
-			return 0, i, http.StatusBadRequest, fmt.Sprintf("event %d (kind %s, time %d): %v; nothing was stored", i, e.Kind, e.Time, err)
+		if err := delim(']', `field "events"`); err != nil {
+			return refuse(-1, err)
 		}
 	}
-	return unplaced, 0, 0, ""
+	if err := delim('}', "the batch"); err != nil {
+		return refuse(-1, err)
+	}
+	return evs, out
+}
+
+// check stamps and seals event i for agent, or refuses it: 400 for one
+// with a string past its bound or that is not valid, 403 for an event of
+// another node, of a source agents do not record or about a pod on
+// another node; 503 when the pods cannot be placed yet. placed is false
+// for a kernel event whose pod the index does not know.
+func (h *Handler) check(i int, e *event.Event, agent Agent, now time.Time) (placed bool, status int, msg string) {
+	// First, and without echoing the event's strings: any may be long.
+	if err := e.CheckBounds(); err != nil {
+		return false, http.StatusBadRequest, fmt.Sprintf("event %d: %v; nothing was stored", i, err)
+	}
+	if e.Node == "" {
+		e.Node = agent.Node
+	}
+	if e.Node != agent.Node {
+		return false, http.StatusForbidden, fmt.Sprintf("event %d (kind %s, time %d) is node %q's, but the token is node %q's; nothing was stored",
+			i, e.Kind, e.Time, e.Node, agent.Node)
+	}
+	if !agentSources[e.Source] {
+		return false, http.StatusForbidden, fmt.Sprintf("event %d (kind %s, time %d): source %q is not an agent's; nothing was stored",
+			i, e.Kind, e.Time, e.Source)
+	}
+	placed = true
+	if h.Pods != nil && e.Source == event.SourceKernel && !e.Pod.IsZero() {
+		var status int
+		var msg string
+		placed, status, msg = h.placePod(i, e, agent)
+		if status != 0 {
+			return false, status, msg
+		}
+	}
+	e.Seal()
+	if err := e.Validate(); err != nil {
+		return false, http.StatusBadRequest, fmt.Sprintf("event %d (kind %s, time %d): %v; nothing was stored", i, e.Kind, e.Time, err)
+	}
+	return placed, 0, ""
+}
+
+func (h *Handler) now() time.Time {
+	if h.Now != nil {
+		return h.Now()
+	}
+	return time.Now()
 }
 
 // placePod checks that kernel event i's pod is on agent's node. placed is
@@ -515,20 +631,54 @@ func (h *Handler) acquire() (release func(), ok bool) {
 	}
 }
 
-var errTooLarge = errors.New("body too large")
+var (
+	errTooLarge      = errors.New("body too large")
+	errEventTooLarge = errors.New("event too large")
+)
 
-// limitReader fails once more than left bytes were read: a bound on what a
-// compressed body may expand to.
+// eventBudget fails a read while the decoder holds more than max bytes it
+// has not consumed: the decoder reads more only to complete the value it
+// is decoding, so those bytes are that one value's, and a single event (or
+// a string between events) of megabytes is refused before it is whole.
+type eventBudget struct {
+	r    io.Reader
+	dec  *json.Decoder
+	read int64
+	max  int64
+}
+
+func (b *eventBudget) Read(p []byte) (int, error) {
+	if b.dec != nil && b.read-b.dec.InputOffset() > b.max {
+		return 0, errEventTooLarge
+	}
+	n, err := b.r.Read(p)
+	b.read += int64(n)
+	return n, err
+}
+
+// limitReader fails once more than left bytes would be read: a bound on
+// what a compressed body may expand to. It never hands on a byte past the
+// bound, and fails every read after: a decoder reading value by value
+// takes the bytes that come with an error and reports the error only when
+// it needs more, so a body past the bound must never be whole.
 type limitReader struct {
 	r    io.Reader
 	left int64
 }
 
 func (l *limitReader) Read(p []byte) (int, error) {
+	if l.left < 0 {
+		return 0, errTooLarge
+	}
+	if int64(len(p)) > l.left+1 {
+		p = p[:l.left+1]
+	}
 	n, err := l.r.Read(p)
-	if l.left -= int64(n); l.left < 0 {
+	if int64(n) > l.left {
+		n, l.left = int(l.left), -1
 		return n, errTooLarge
 	}
+	l.left -= int64(n)
 	return n, err
 }
 

@@ -10,11 +10,13 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/drainscope/drainscope/event"
+	"github.com/drainscope/drainscope/internal/memtest"
 	"github.com/drainscope/drainscope/relay"
 	"github.com/drainscope/drainscope/store"
 )
@@ -100,7 +102,11 @@ func TestHandlerBounds(t *testing.T) {
 		t.Errorf("101 events with MaxEvents 100: %d, want 413", code)
 	}
 	// 64 KiB of events gzip to far less: the bound holds after decompression.
-	big := enc(events("a", base, 100, strings.Repeat("x", 1000)))
+	long := events("a", base, 100, "p")
+	for i := range long {
+		long[i].Attrs = map[string]string{"message": strings.Repeat("x", 1000)}
+	}
+	big := enc(long)
 	if code := postRaw(t, srv.URL, "node:a", gzipped(big), true); code != http.StatusRequestEntityTooLarge {
 		t.Errorf("%d bytes gzipped to %d: %d, want 413", len(big), len(gzipped(big)), code)
 	}
@@ -114,6 +120,42 @@ func TestHandlerBounds(t *testing.T) {
 	}
 	if n := count(t, st, "a"); n != 100 {
 		t.Errorf("stored %d, want the first batch's 100 only", n)
+	}
+}
+
+// TestHandlerStringBounds: each event's strings are held to their bounds
+// as the body is decoded (event.CheckBounds), the refusal naming the
+// event and the field; one event of more JSON than MaxEventBytes is
+// refused before it is whole.
+func TestHandlerStringBounds(t *testing.T) {
+	st := sqlite(t)
+	h := &relay.Handler{Store: st, Auth: nodeToken{}}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	base := time.Now().Add(-time.Minute)
+	for _, tc := range []struct {
+		name string
+		mod  func(e *event.Event)
+		code int
+		says string
+	}{
+		{"a 10 KB pod UID", func(e *event.Event) { e.Pod.UID = strings.Repeat("u", 10_000) }, http.StatusBadRequest, "event 1: field pod.uid: 10000 bytes, past its bound of 128"},
+		{"a 300-byte namespace", func(e *event.Event) { e.Pod.Namespace = strings.Repeat("n", 300) }, http.StatusBadRequest, "field pod.namespace"},
+		{"a 100-byte proxy", func(e *event.Event) { e.Attrs = map[string]string{event.AttrProxy: strings.Repeat("p", 100)} }, http.StatusBadRequest, "field attrs[proxy]"},
+		{"a 1 MiB attribute", func(e *event.Event) { e.Attrs = map[string]string{"message": strings.Repeat("m", 1<<20)} }, http.StatusRequestEntityTooLarge, "event 1: more than 524288 bytes of JSON"},
+	} {
+		evs := events("a", base, 3, "web-1")
+		tc.mod(&evs[1])
+		code, ref := post(t, srv.URL, "node:a", evs)
+		if code != tc.code || ref.Event == nil || *ref.Event != 1 || !strings.Contains(ref.Error, tc.says) {
+			t.Errorf("%s: %d %+v, want %d naming event 1 and %q", tc.name, code, ref, tc.code, tc.says)
+		}
+	}
+	if code := postRaw(t, srv.URL, "node:a", []byte(`{"events":[],"events":[]}`), false); code != http.StatusBadRequest {
+		t.Errorf("events twice: %d, want 400", code)
+	}
+	if n := count(t, st, "a"); n != 0 {
+		t.Errorf("%d events stored, want none", n)
 	}
 }
 
@@ -155,5 +197,74 @@ func TestHandlerBackPressure(t *testing.T) {
 	os.WriteFile(tok, []byte("rotated-but-wrong"), 0o600)
 	if err := cl.Append(ctx, events("a", base, 1, "p")); err == nil || store.RowLevel(err) {
 		t.Errorf("a token the server refuses: %v, want a transient 401 (kubelet may be rotating it)", err)
+	}
+}
+
+// gzipOf compresses b at the best ratio.
+func gzipOf(t testing.TB, b []byte) []byte {
+	var buf bytes.Buffer
+	zw, _ := gzip.NewWriterLevel(&buf, gzip.BestCompression)
+	if _, err := zw.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	zw.Close()
+	return buf.Bytes()
+}
+
+// TestHandlerSmallBodyHugeBatch: a few KiB of gzip that expand to
+// millions of events are refused as they stream, with the server's heap
+// growing by a few MiB, not by the millions of events: empty events are
+// refused at the first, valid ones at the first past MaxEvents.
+func TestHandlerSmallBodyHugeBatch(t *testing.T) {
+	h := &relay.Handler{Store: sqlite(t), Auth: nodeToken{}}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	// Within the 16 MiB a body may expand to.
+	fill := func(one string) []byte {
+		var raw bytes.Buffer
+		raw.WriteString(`{"events":[`)
+		for raw.Len()+len(one)+3 < relay.DefaultMaxBytes {
+			if raw.Len() > len(`{"events":[`) {
+				raw.WriteByte(',')
+			}
+			raw.WriteString(one)
+		}
+		raw.WriteString(`]}`)
+		return raw.Bytes()
+	}
+	valid, _ := json.Marshal(events("a", time.Now().Add(-time.Minute), 1, "web-1")[0])
+	for _, tc := range []struct {
+		name     string
+		one      string
+		code     int
+		maxHeap  uint64
+		maxAlloc uint64
+	}{
+		// The empty events of the body an attacker would send: before,
+		// 5.6 million decoded (6.5 GiB at peak) before the count was
+		// checked. The first is refused: its source is no agent's.
+		{"empty events", `{}`, http.StatusForbidden, 4 << 20, 4 << 20},
+		// Valid events, identical, past MaxEvents: the 20,000 taken cost
+		// what a batch of 20,000 costs, not more.
+		{"valid events", string(valid), http.StatusRequestEntityTooLarge, 32 << 20, 64 << 20},
+	} {
+		raw := fill(tc.one)
+		n := bytes.Count(raw, []byte(tc.one))
+		body := gzipOf(t, raw)
+		var code int
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		heap, _ := memtest.Peak(func() { code = postRaw(t, srv.URL, "node:a", body, true) })
+		runtime.ReadMemStats(&after)
+		alloc := after.TotalAlloc - before.TotalAlloc
+		t.Logf("%s: %d events in %d bytes of gzip (%d of JSON) → %d; heap in use grew by at most %.1f MiB, %.1f MiB allocated in all",
+			tc.name, n, len(body), len(raw), code, float64(heap)/(1<<20), float64(alloc)/(1<<20))
+		if code != tc.code {
+			t.Errorf("%s: %d, want %d", tc.name, code, tc.code)
+		}
+		if heap > tc.maxHeap || alloc > tc.maxAlloc {
+			t.Errorf("%s: heap grew by %d bytes, %d allocated; want at most %d and %d", tc.name, heap, alloc, tc.maxHeap, tc.maxAlloc)
+		}
 	}
 }
