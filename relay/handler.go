@@ -59,6 +59,38 @@ var agentSources = map[event.Source]bool{
 // may send them to Handler.
 func AgentSource(s event.Source) bool { return agentSources[s] }
 
+// KindSource is the source that records events of kind k, and ok false
+// for a kind no source is known to record. The analysis goes by the kind:
+// a signal it reads as the kernel's, whatever the event's source says, so
+// Handler takes each kind only from its own source.
+func KindSource(k event.Kind) (s event.Source, ok bool) {
+	switch {
+	case k.IsKernel(), k == event.KernelCapabilities:
+		return event.SourceKernel, true
+	case k.IsDataplane():
+		return event.SourceDataplane, true
+	case k.IsEndpoint():
+		return event.SourceWatcher, true
+	}
+	switch k {
+	case event.PodCreated, event.PodDeletion, event.PodReady, event.PodNotReady, event.PodFinished,
+		event.ContainerStarted, event.ContainerTerminated, event.WorkloadChanged, event.ServiceChanged:
+		return event.SourceWatcher, true
+	case event.ClientFailure:
+		return event.SourceClient, true
+	}
+	return "", false
+}
+
+// ClusterWide reports whether an agent may record events of kind k about
+// pods on any node: an EndpointSlice's transitions (in all-nodes mode
+// every agent records every endpoint, in leader mode the lease holder
+// does), a workload's and a Service's changes. Handler places the pods of
+// every other kind that names one.
+func ClusterWide(k event.Kind) bool {
+	return k.IsEndpoint() || k == event.WorkloadChanged || k == event.ServiceChanged
+}
+
 // Handler takes agents' events: POST Batch as JSON (gzip allowed) with
 // "Authorization: Bearer TOKEN", the agent pod's service account token.
 //
@@ -69,26 +101,32 @@ func AgentSource(s event.Source) bool { return agentSources[s] }
 // is then sealed again, so its ID is that of what it says, node included:
 // an agent cannot send another node's ID to pre-empt its event.
 //
-// A kernel event naming a pod must also be about a pod of the token's node,
-// when Pods is set: the analysis attaches kernel events to pods (by UID,
-// else by namespace/name), so without this an agent could forge a SIGKILL
-// of a pod elsewhere under its own node's name. An event whose pod Pods
-// places on another node, whose UID is another pod's name, or whose name
-// (with a UID Pods does not know) is that of a pod on another node refuses
-// the batch like an event of another node (403, naming the event, the pod
-// and both nodes). A pod Pods does not know at all (it ended before the
-// index saw it, or longer ago than the index remembers, or it is so new
-// that the index's watch is behind the agent's) is let through and counted
-// in Stats.Unplaced: the index cannot say where it ran.
+// Each kind is taken only from its own source (KindSource): the analysis
+// goes by the kind, so a signal sent as a watcher's or a dataplane event
+// would be read as the kernel's. Client failures are no agent's: they have
+// their own endpoint and token (ingest).
 //
-// What the node check cannot tell: a watcher event (an endpoint
-// transition, a pod's readiness) is about the cluster, not the node, and
-// every agent may record any, as each does in all-nodes mode and the lease
-// holder does in leader mode; it carries the recording agent's node. So a
-// compromised node's agent can still write watcher events about pods
-// elsewhere, under its own node's name, never under another's. The same
-// holds for dataplane events: a node's proxy rules name endpoints on every
-// node.
+// An event naming a pod must also be about a pod of the token's node, when
+// Pods is set, whatever its source: the analysis attaches events to pods
+// (by UID, else by namespace/name), so without this an agent could forge a
+// SIGKILL, an exit or a container's end of a pod elsewhere under its own
+// node's name. An event whose pod Pods places on another node, whose UID
+// is another pod's name, or whose name (with a UID Pods does not know) is
+// that of a pod on another node refuses the batch like an event of another
+// node (403, naming the event, the pod and both nodes). A pod Pods does
+// not know at all (it ended before the index saw it, or longer ago than
+// the index remembers, or it is so new that the index's watch is behind
+// the agent's) is let through and counted in Stats.Unplaced: the index
+// cannot say where it ran. The kinds an agent records about pods of every
+// node (ClusterWide: an EndpointSlice's transitions, recorded by every
+// agent in all-nodes mode and by the lease holder in leader mode; a
+// workload's or a Service's changes) are not placed.
+//
+// What the checks cannot tell: a cluster-wide event is about the cluster,
+// not the node, and carries the recording agent's node, so a compromised
+// node's agent can still write endpoint transitions about pods elsewhere,
+// under its own node's name, never under another's. The same holds for
+// dataplane events: a node's proxy rules name endpoints on every node.
 //
 // The store is written by this process only. At most MaxConcurrent batches
 // are taken at once, merged into at most MergeWriters store writes; past
@@ -97,8 +135,8 @@ func AgentSource(s event.Source) bool { return agentSources[s] }
 type Handler struct {
 	Store store.Store
 	Auth  Authenticator
-	// Pods, when set, places the pods kernel events name (PodIndex);
-	// nil: only the events' node is checked.
+	// Pods, when set, places the pods events name (PodIndex); nil: only
+	// the events' node is checked.
 	Pods          PodLocator
 	MaxBytes      int64 // 0: DefaultMaxBytes
 	MaxEvents     int   // 0: DefaultMaxEvents
@@ -251,7 +289,7 @@ type Stats struct {
 	Events   int64 // events in them
 	Refused  int64 // batches refused for the token or what they say (4xx but 429)
 	Failed   int64 // batches not stored for the server's sake: 429, 503 (the agent retries)
-	Unplaced int64 // stored kernel events whose pod Pods could not place
+	Unplaced int64 // stored events whose pod Pods could not place
 }
 
 // Stats reports the counts so far.
@@ -264,7 +302,7 @@ func (h *Handler) Stats() Stats {
 func (s Stats) String() string {
 	out := fmt.Sprintf("%d batches stored (%d events), %d refused, %d to retry", s.Stored, s.Events, s.Refused, s.Failed)
 	if s.Unplaced > 0 {
-		out += fmt.Sprintf(", %d kernel events of pods the server could not place", s.Unplaced)
+		out += fmt.Sprintf(", %d events of pods the server could not place", s.Unplaced)
 	}
 	return out
 }
@@ -530,9 +568,10 @@ func (h *Handler) receive(w http.ResponseWriter, r *http.Request, agent Agent) (
 
 // check stamps and seals event i for agent, or refuses it: 400 for one
 // with a string past its bound or that is not valid, 403 for an event of
-// another node, of a source agents do not record or about a pod on
-// another node; 503 when the pods cannot be placed yet. placed is false
-// for a kernel event whose pod the index does not know.
+// another node, of a source agents do not record, of a kind its source
+// does not record, or about a pod on another node; 503 when the pods
+// cannot be placed yet. placed is false for an event whose pod the index
+// does not know.
 func (h *Handler) check(i int, e *event.Event, agent Agent, now time.Time) (placed bool, status int, msg string) {
 	// First, and without echoing the event's strings: any may be long.
 	if err := e.CheckBounds(); err != nil {
@@ -549,8 +588,16 @@ func (h *Handler) check(i int, e *event.Event, agent Agent, now time.Time) (plac
 		return false, http.StatusForbidden, fmt.Sprintf("event %d (kind %s, time %d): source %q is not an agent's; nothing was stored",
 			i, e.Kind, e.Time, e.Source)
 	}
+	// An unknown kind is Validate's to refuse, below.
+	if src, ok := KindSource(e.Kind); e.Kind.Valid() && (!ok || !agentSources[src]) {
+		return false, http.StatusForbidden, fmt.Sprintf("event %d (kind %s, time %d): kind %s is no agent's to send (client failures have their own endpoint); nothing was stored",
+			i, e.Kind, e.Time, e.Kind)
+	} else if ok && src != e.Source {
+		return false, http.StatusForbidden, fmt.Sprintf("event %d (kind %s, time %d): kind %s comes from source %s only, not %s; nothing was stored",
+			i, e.Kind, e.Time, e.Kind, src, e.Source)
+	}
 	placed = true
-	if h.Pods != nil && e.Source == event.SourceKernel && !e.Pod.IsZero() {
+	if h.Pods != nil && !e.Pod.IsZero() && !ClusterWide(e.Kind) {
 		var status int
 		var msg string
 		placed, status, msg = h.placePod(i, e, agent)
@@ -572,8 +619,8 @@ func (h *Handler) now() time.Time {
 	return time.Now()
 }
 
-// placePod checks that kernel event i's pod is on agent's node. placed is
-// false when Pods does not know the pod.
+// placePod checks that event i's pod is on agent's node. placed is false
+// when Pods does not know the pod.
 func (h *Handler) placePod(i int, e *event.Event, agent Agent) (placed bool, status int, msg string) {
 	ref := e.Pod
 	refuse := func(why string) (bool, int, string) {

@@ -119,6 +119,11 @@ func runAgent(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	if err := checkAgentWrite(*dsn, *server, retention); err != nil {
 		return err
 	}
+	if *server != "" && wf.AllPods {
+		// The server places the pod of every event an agent sends and
+		// refuses those of pods on other nodes (docs/agent-server.md).
+		return fmt.Errorf("%w: --all-pods with --server: the server takes only this node's pods' events", errUsage)
+	}
 	if *sampleNodes < 1 {
 		return fmt.Errorf("%w: --sample-nodes %d: want 1 or more", errUsage, *sampleNodes)
 	}

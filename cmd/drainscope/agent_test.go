@@ -27,6 +27,7 @@ func TestAgentRefusesBadFlags(t *testing.T) {
 		{[]string{"--server=http://127.0.0.1:8080", "--store=/tmp/x.db"}, "choose one"},
 		{[]string{"--server=http://127.0.0.1:8080", "--retention=1d"}, "drainscope serve prunes"},
 		{[]string{"--server=127.0.0.1:8080"}, "want http(s)://host"},
+		{[]string{"--server=http://127.0.0.1:8080", "--all-pods"}, "only this node's pods' events"},
 	} {
 		code, _, stderr := runCLI(t, append([]string{"agent"}, tc.args...)...)
 		if code != 2 || !strings.Contains(stderr, tc.want) {
