@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"cmp"
 	"compress/gzip"
 	"context"
 	"encoding/json"
@@ -29,6 +30,18 @@ const (
 	DefaultMaxEvents     = 20000    // events in one batch
 	DefaultMaxConcurrent = 64       // batches taken at once (read, checked, waiting for a merged write)
 	DefaultBodyTimeout   = 30 * time.Second
+	// DefaultMaxAge is how old an event may be when it arrives: as long as
+	// the pod index remembers a deleted pod (DefaultPodRetain), since an
+	// older event's pod could not be placed. An agent holds its events
+	// through a server outage (its buffer, a million events by default)
+	// and sends them once the server is back, within seconds; what it
+	// held past the hour is refused, and an agent writing through the
+	// server drops such events before sending them (store.WriterOptions
+	// MaxAge).
+	DefaultMaxAge = DefaultPodRetain
+	// DefaultMaxAhead is how far past the server's clock an event's time
+	// may be: the skew between a node's clock and the server's.
+	DefaultMaxAhead = time.Minute
 )
 
 // Batch is the body an agent posts: events as package event defines them,
@@ -141,9 +154,12 @@ type Handler struct {
 	MaxBytes      int64 // 0: DefaultMaxBytes
 	MaxEvents     int   // 0: DefaultMaxEvents
 	MaxConcurrent int   // 0: DefaultMaxConcurrent
-	BodyTimeout   time.Duration
-	Log           *slog.Logger
-	Now           func() time.Time // the clock; nil: time.Now
+	// MaxAge and MaxAhead bound an event's time around the server's clock
+	// (0: DefaultMaxAge, DefaultMaxAhead).
+	MaxAge, MaxAhead time.Duration
+	BodyTimeout      time.Duration
+	Log              *slog.Logger
+	Now              func() time.Time // the clock; nil: time.Now
 	// Stages, when set, is told how long each stage of a batch took (the
 	// Stage constants), so that an operator can see what holds the slots
 	// when agents are answered 429: the review, the body, placing the
@@ -596,6 +612,9 @@ func (h *Handler) check(i int, e *event.Event, agent Agent, now time.Time) (plac
 		return false, http.StatusForbidden, fmt.Sprintf("event %d (kind %s, time %d): kind %s comes from source %s only, not %s; nothing was stored",
 			i, e.Kind, e.Time, e.Kind, src, e.Source)
 	}
+	if msg := h.checkTime(e, now); msg != "" {
+		return false, http.StatusBadRequest, fmt.Sprintf("event %d (kind %s): %s; nothing was stored", i, e.Kind, msg)
+	}
 	placed = true
 	if h.Pods != nil && !e.Pod.IsZero() && !ClusterWide(e.Kind) {
 		var status int
@@ -610,6 +629,22 @@ func (h *Handler) check(i int, e *event.Event, agent Agent, now time.Time) (plac
 		return false, http.StatusBadRequest, fmt.Sprintf("event %d (kind %s, time %d): %v; nothing was stored", i, e.Kind, e.Time, err)
 	}
 	return placed, 0, ""
+}
+
+// checkTime says what is wrong with e's time, "" when it is within
+// MaxAge before now and MaxAhead after. An event from 1970 or 2261 would
+// sit where no one looks for it, or ahead of every window, and an old one
+// is about pods the index no longer remembers.
+func (h *Handler) checkTime(e *event.Event, now time.Time) string {
+	age, ahead := cmp.Or(h.MaxAge, DefaultMaxAge), cmp.Or(h.MaxAhead, DefaultMaxAhead)
+	at := time.Unix(0, e.Time)
+	switch d := now.Sub(at); {
+	case d > age:
+		return fmt.Sprintf("field time: %s is %v before the server's clock, more than the %v taken", at.UTC().Format(time.RFC3339Nano), d.Round(time.Second), age)
+	case -d > ahead:
+		return fmt.Sprintf("field time: %s is %v past the server's clock, more than the %v taken", at.UTC().Format(time.RFC3339Nano), (-d).Round(time.Second), ahead)
+	}
+	return ""
 }
 
 func (h *Handler) now() time.Time {

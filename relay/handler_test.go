@@ -268,3 +268,64 @@ func TestHandlerSmallBodyHugeBatch(t *testing.T) {
 		}
 	}
 }
+
+// TestHandlerTimes: an event's time must lie within MaxAge (an hour)
+// before the server's clock and MaxAhead (a minute) after it. Each event
+// out of bounds is a refusal of its own, naming the field and the bound:
+// the agent's client and Writer store the rest of its batch and drop it
+// alone.
+func TestHandlerTimes(t *testing.T) {
+	st := sqlite(t)
+	now := time.Now()
+	h := &relay.Handler{Store: st, Auth: nodeToken{}, Now: func() time.Time { return now }}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	for _, tc := range []struct {
+		name string
+		at   time.Time
+		says string // "" for taken
+	}{
+		{"59 min before", now.Add(-59 * time.Minute), ""},
+		{"61 min before", now.Add(-61 * time.Minute), "field time: " + now.Add(-61*time.Minute).UTC().Format(time.RFC3339Nano) +
+			" is 1h1m0s before the server's clock, more than the 1h0m0s taken"},
+		{"30 s ahead", now.Add(30 * time.Second), ""},
+		{"2 min ahead", now.Add(2 * time.Minute), "is 2m0s past the server's clock, more than the 1m0s taken"},
+		{"1970", time.Unix(0, 1), "field time: 1970-01-01T00:00:00.000000001Z is"},
+		{"2261", time.Date(2261, 12, 31, 0, 0, 0, 0, time.UTC), "field time: 2261-12-31T00:00:00Z is"},
+	} {
+		code, ref := post(t, srv.URL, "node:a", events("a", tc.at, 1, "web-1"))
+		switch {
+		case tc.says == "" && code != http.StatusOK:
+			t.Errorf("%s: %d %+v, want 200", tc.name, code, ref)
+		case tc.says != "" && (code != http.StatusBadRequest || ref.Event == nil || *ref.Event != 0 || !strings.Contains(ref.Error, tc.says)):
+			t.Errorf("%s: %d %+v, want 400 naming event 0 and %q", tc.name, code, ref, tc.says)
+		}
+	}
+
+	// Through the agent's client and a Writer (without the agent's own
+	// MaxAge): 100 events, three of them out of bounds.
+	tok := filepath.Join(t.TempDir(), "token")
+	os.WriteFile(tok, []byte("node:b"), 0o600)
+	cl, err := relay.NewClient(srv.URL, tok, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := events("b", now.Add(-10*time.Minute), 100, "web-2")
+	for _, i := range []int{3, 50, 97} {
+		evs[i].Time = now.Add(-3 * time.Hour).UnixNano()
+		evs[i].Seal()
+	}
+	w := store.NewWriter(cl, store.WriterOptions{Batch: 100, Interval: 10 * time.Millisecond})
+	w.Add(evs...)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := w.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ws := w.Stats(); ws.Written != 97 || ws.Rejected != 3 {
+		t.Errorf("writer %+v: want 97 written, 3 refused", ws)
+	}
+	if n := count(t, st, "b"); n != 97 {
+		t.Errorf("%d of node b's events stored, want 97", n)
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/netip"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -192,6 +193,45 @@ func closeWriter(t *testing.T, w *Writer) {
 	defer cancel()
 	if err := w.Close(ctx); err != nil {
 		t.Fatalf("Close: %v (stats %+v)", err, w.Stats())
+	}
+}
+
+// Events older than MaxAge when their write comes are dropped and counted
+// as refused, never sent: a relay refuses them, and a buffer of them held
+// through a long outage would be split down to single events, two
+// requests each. The others are written in their order, a batch a write.
+func TestWriterDropsEventsPastMaxAge(t *testing.T) {
+	f := newRefusingStore()
+	var logs logBuffer
+	w := NewWriter(f, WriterOptions{Batch: 100, Interval: 10 * time.Millisecond, MaxAge: time.Hour,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	now := time.Now()
+	evs := eventgen.Rollout(300, now.Add(-time.Minute), 7, "checkout")
+	var fresh []event.ID
+	for i := range evs {
+		if i%3 == 0 {
+			evs[i].Time = now.Add(-2*time.Hour + time.Duration(i)*time.Millisecond).UnixNano()
+			evs[i].Seal()
+		} else {
+			fresh = append(fresh, evs[i].ID)
+		}
+	}
+	w.Add(evs...)
+	closeWriter(t, w)
+	st := w.Stats()
+	if st.Written != 200 || st.Rejected != 100 || st.Pending != 0 {
+		t.Fatalf("stats %+v; want 200 written, 100 refused for their age", st)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !slices.Equal(f.order, fresh) {
+		t.Errorf("stored %d events; want the 200 fresh ones, in their order", len(f.order))
+	}
+	if f.calls != 3 {
+		t.Errorf("%d writes; want 3, one per batch of 100, none for the old events", f.calls)
+	}
+	if lines := logs.lines("older than the store takes"); len(lines) != 3 || !strings.Contains(lines[0], "events=34") {
+		t.Errorf("want a line per batch, the first naming its 34 old events:\n%s", strings.Join(lines, "\n"))
 	}
 }
 

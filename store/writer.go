@@ -21,7 +21,13 @@ type WriterOptions struct {
 	Limit int
 	// RetryMax caps the pause between failed writes (default 10 s).
 	RetryMax time.Duration
-	Logger   *slog.Logger
+	// MaxAge, when set, drops the events older than it when their write
+	// comes, counted in Rejected, for a store that refuses them: the
+	// server's relay takes an agent's events of the last hour only. Sent,
+	// a buffer of such events held through a long outage would be refused
+	// and split down to single events, two requests each.
+	MaxAge time.Duration
+	Logger *slog.Logger
 }
 
 // WriterStats counts what a Writer did.
@@ -237,10 +243,23 @@ func (w *Writer) loop() {
 func (w *Writer) flushOnce(ctx context.Context) (int, error) {
 	w.mu.Lock()
 	n := min(len(w.pending), w.opt.Batch)
-	batch := w.pending[:n:n]
+	stale, oldest := 0, int64(0)
+	if w.opt.MaxAge > 0 && n > 0 {
+		// Under the lock: Add may be copying the buffer to grow it.
+		stale, oldest = staleFirst(w.pending[:n], time.Now().Add(-w.opt.MaxAge).UnixNano())
+	}
+	batch := w.pending[stale:n:n]
 	w.mu.Unlock()
 	if n == 0 {
 		return 0, nil
+	}
+	if stale > 0 {
+		w.opt.Logger.Warn("events older than the store takes; dropped (counted in drainscope_events_dropped_total{reason=\"rejected_row\"})",
+			"events", stale, "max_age", w.opt.MaxAge, "oldest", time.Unix(0, oldest).UTC())
+		w.settled(0, stale)
+		if len(batch) == 0 {
+			return n, nil
+		}
 	}
 	if _, err := w.settle(ctx, batch, false); err != nil {
 		w.mu.Lock()
@@ -250,6 +269,35 @@ func (w *Writer) flushOnce(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	return n, nil
+}
+
+// staleFirst moves the events of evs older than cut to its front, the
+// others after them in their order, and reports how many there are and
+// the oldest time among them.
+func staleFirst(evs []event.Event, cut int64) (stale int, oldest int64) {
+	for i := range evs {
+		if evs[i].Time < cut {
+			if stale == 0 || evs[i].Time < oldest {
+				oldest = evs[i].Time
+			}
+			stale++
+		}
+	}
+	if stale == 0 || stale == len(evs) {
+		return stale, oldest
+	}
+	fresh := make([]event.Event, 0, len(evs)-stale)
+	j := 0
+	for i := range evs {
+		if evs[i].Time < cut {
+			evs[j] = evs[i]
+			j++
+		} else {
+			fresh = append(fresh, evs[i])
+		}
+	}
+	copy(evs[j:], fresh)
+	return stale, oldest
 }
 
 // settle writes batch, the oldest events held, isolating the events the

@@ -167,6 +167,11 @@ func runAgent(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		Logger:          slog.Default(),
 		Version:         version,
 	}
+	if *server != "" {
+		// The server refuses older events one by one; the agent drops
+		// what it held longer than that through an outage at once.
+		cfg.Writer.MaxAge = relay.DefaultMaxAge
+	}
 	cfg.Kernel.Collector.Cgroups = *cgroups
 	cfg.Kernel.Collector.RingBufferSize = *ringBuffer
 	cfg.Kernel.Collector.WithoutFeatures = withoutFeats
