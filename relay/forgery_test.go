@@ -20,7 +20,12 @@ import (
 // use of their places (TestAgentWritesOnlyItsNode runs PodIndex against a
 // real API server).
 type fakePods struct {
-	pods []relay.PodPlace
+	pods  []relay.PodPlace
+	addrs map[netip.Addr][]relay.AddrTenure
+}
+
+func (f *fakePods) Holders(ip netip.Addr) ([]relay.AddrTenure, error) {
+	return f.addrs[ip], nil
 }
 
 func (f *fakePods) Place(ref event.PodRef) (relay.PodPlace, bool, error) {
@@ -52,14 +57,18 @@ type forgeryBench struct {
 }
 
 func newForgeryBench(t *testing.T) *forgeryBench {
-	b := &forgeryBench{t: t, st: sqlite(t), base: time.Now().Add(-2 * time.Minute),
+	b := &forgeryBench{t: t, st: sqlite(t), base: time.Now().Add(-30 * time.Minute),
 		web1: event.PodRef{Namespace: "shop", Name: "web-1", UID: "uid-web-1", Container: "app"},
 		web9: event.PodRef{Namespace: "shop", Name: "web-9", UID: "uid-web-9", Container: "app"},
 		ip1:  netip.MustParseAddr("10.244.1.1"), ip9: netip.MustParseAddr("10.244.2.9"),
 	}
-	b.pods = &fakePods{pods: []relay.PodPlace{
-		{Namespace: "shop", Name: "web-1", UID: "uid-web-1", Node: "node-a"},
-		{Namespace: "shop", Name: "web-9", UID: "uid-web-9", Node: "node-b"},
+	web1 := relay.PodPlace{Namespace: "shop", Name: "web-1", UID: "uid-web-1", Node: "node-a"}
+	web9 := relay.PodPlace{Namespace: "shop", Name: "web-9", UID: "uid-web-9", Node: "node-b"}
+	created := b.base.Add(-time.Minute).UnixNano()
+	b.pods = &fakePods{pods: []relay.PodPlace{web1, web9}, addrs: map[netip.Addr][]relay.AddrTenure{
+		b.ip1: {{Pod: web1, From: created}},
+		// web-9 gave its address up when it was deleted, after its exit.
+		b.ip9: {{Pod: web9, From: created, To: b.base.Add(11_100 * time.Millisecond).UnixNano()}},
 	}}
 	b.h = &relay.Handler{Store: b.st, Auth: nodeToken{}, Pods: b.pods}
 	srv := httptest.NewServer(b.h)
@@ -248,4 +257,49 @@ func TestKindSource(t *testing.T) {
 			t.Errorf("kind %s: source %s, agent's: %v", k, src, agent)
 		}
 	}
+}
+
+// TestForgedAddresses: node-a's agent can neither make web-9's address
+// (a pod on node-b) its own pod's, which would hand web-9's clients'
+// failures to web-1, nor prove failures on it with kernel events that
+// name no pod; at web-9's time or within reach of it. Its own pod's
+// address and an address no pod held are taken.
+func TestForgedAddresses(t *testing.T) {
+	b := newForgeryBench(t)
+	at := func(ms int) int64 { return b.base.Add(time.Duration(ms) * time.Millisecond).UnixNano() }
+	addr9 := netip.AddrPortFrom(b.ip9, 8080)
+	client := netip.MustParseAddrPort("10.244.3.3:40001") // the client of the failure web-9 served
+	b.refuse([]forged{
+		// With no pod: an inferred failure on web-9's address, which the
+		// analysis gives to web-9.
+		{"a refused SYN on web-9's address", event.Event{Time: at(10_400), Kind: event.ConnRefused, Source: event.SourceKernel,
+			Local: addr9, Remote: netip.MustParseAddrPort("10.244.3.3:40010"), Reason: "NO_SOCKET"}, `local address 10.244.2.9 is pod shop/web-9's`},
+		{"a reset on web-9's address, 90 s after it gave it up", event.Event{Time: at(11_100 + 90_000), Kind: event.RSTSent, Source: event.SourceKernel,
+			Local: addr9, Remote: netip.MustParseAddrPort("10.244.3.3:40011"), Reason: "NOT_SPECIFIED", Flags: event.FlagUnreadData},
+			`on node "node-b", which held it until`},
+		// Its own pod claiming web-9's address: web-9's client's failure
+		// would be web-1's.
+		{"web-1's reset on web-9's address", event.Event{Time: at(10_490), Kind: event.RSTSent, Source: event.SourceKernel, Pod: b.web1,
+			PID: 7, Comm: "server", Local: addr9, Remote: client, Reason: "NOT_SPECIFIED"}, `local address 10.244.2.9 is pod shop/web-9's`},
+		{"web-1 ready on web-9's address", event.Event{Time: at(10_490), Kind: event.PodReady, Source: event.SourceWatcher, Pod: b.web1,
+			Local: netip.AddrPortFrom(b.ip9, 0)}, `no pod of node "node-a" held it then`},
+		{"a refused SYN on web-9's address, IPv4 in IPv6", event.Event{Time: at(10_401), Kind: event.ConnRefused, Source: event.SourceKernel,
+			Local: netip.AddrPortFrom(netip.AddrFrom16(b.ip9.As16()), 8080), Remote: netip.MustParseAddrPort("10.244.3.3:40012"), Reason: "NO_SOCKET"},
+			`local address 10.244.2.9 is pod shop/web-9's`},
+	})
+	// Taken: web-1's own address, with its pod and without; an address
+	// no pod held (the node's own); web-9's address an hour after it
+	// gave it up, past the analysis's reach.
+	b.postOK("node:node-a", []event.Event{
+		{Time: at(12_000), Kind: event.RSTSent, Source: event.SourceKernel, Pod: b.web1, PID: 7, Local: netip.AddrPortFrom(b.ip1, 8080),
+			Remote: netip.MustParseAddrPort("10.244.3.3:40020"), Reason: "NOT_SPECIFIED"},
+		{Time: at(12_001), Kind: event.ConnRefused, Source: event.SourceKernel, Local: netip.AddrPortFrom(b.ip1, 8080),
+			Remote: netip.MustParseAddrPort("10.244.3.3:40021")},
+		{Time: at(12_002), Kind: event.ConnRefused, Source: event.SourceKernel, Local: netip.MustParseAddrPort("192.168.0.10:10250"),
+			Remote: netip.MustParseAddrPort("10.244.3.3:40022")},
+		{Time: at(12_003), Kind: event.PodReady, Source: event.SourceWatcher, Pod: b.web1, Local: netip.AddrPortFrom(b.ip1, 0)},
+	})
+	late := event.Event{Time: at(11_100 + 20*60_000), Kind: event.ConnRefused, Source: event.SourceKernel, Local: addr9,
+		Remote: netip.MustParseAddrPort("10.244.3.3:40023")}
+	b.postOK("node:node-a", []event.Event{late})
 }

@@ -135,6 +135,17 @@ func ClusterWide(k event.Kind) bool {
 // agent in all-nodes mode and by the lease holder in leader mode; a
 // workload's or a Service's changes) are not placed.
 //
+// A kernel event's local address, and a pod's readiness's (ReadsLocal),
+// must be an address of a pod of the token's node at the event's time, or
+// no pod's address at all (checkLocal, over Pods' Holders): the analysis
+// gives a pod the addresses its events name, and with them the failures of
+// the clients that dialled them, and reads a kernel event with no pod as
+// proof of a failure on the pod that held its address. An address a pod of
+// another node held at the event's time, or within minutes of it (the
+// analysis gives an address to the nearest holder within two), refuses the
+// batch (403, naming the address, the pod and both nodes). The remote
+// address is not checked: a node's sockets talk to pods on every node.
+//
 // What the checks cannot tell: a cluster-wide event is about the cluster,
 // not the node, and carries the recording agent's node, so a compromised
 // node's agent can still write endpoint transitions about pods elsewhere,
@@ -624,11 +635,79 @@ func (h *Handler) check(i int, e *event.Event, agent Agent, now time.Time) (plac
 			return false, status, msg
 		}
 	}
+	if h.Pods != nil && ReadsLocal(e.Kind) && e.Local.IsValid() {
+		if status, msg := h.checkLocal(i, e, agent); status != 0 {
+			return false, status, msg
+		}
+	}
 	e.Seal()
 	if err := e.Validate(); err != nil {
 		return false, http.StatusBadRequest, fmt.Sprintf("event %d (kind %s, time %d): %v; nothing was stored", i, e.Kind, e.Time, err)
 	}
 	return placed, 0, ""
+}
+
+// ReadsLocal reports whether the analysis reads the local address of an
+// event of kind k as an address of the node that recorded it: its pod's
+// (the analysis gives the pod the address, and with it the failures of
+// the clients that dialled it), or, for a kernel event with no pod, the
+// address whose clients' failures the event proves (a refused SYN, a
+// reset). An endpoint's address is any node's pod's.
+func ReadsLocal(k event.Kind) bool {
+	return k.IsKernel() || k == event.PodReady || k == event.PodNotReady
+}
+
+// How the tenures of an address are read for an event at time t: a pod
+// of the token's node held the address then if its tenure, widened by
+// ownBefore and ownAfter, covers t; a pod of another node stands in the
+// way if its tenure comes within otherReach of t.
+const (
+	// ownBefore: the nodes' clocks against the API server's.
+	ownBefore = time.Minute
+	// ownAfter: an agent names an ended pod in its kernel events for two
+	// minutes after the pod is gone (its cache's linger), and the clocks.
+	ownAfter = 3 * time.Minute
+	// otherReach: the analysis gives an address to the pod that held it,
+	// else to the nearest that held it within two minutes (its Retain);
+	// and the clocks.
+	otherReach = 5 * time.Minute
+)
+
+// checkLocal refuses event i when its local address is one a pod of
+// another node held at its time or near it, and no pod of agent's node
+// held it then: 403 naming the address, the pod and both nodes. An
+// address no pod is known to have held (a node's own, a Service's, one
+// of a pod the index never saw) is let through.
+func (h *Handler) checkLocal(i int, e *event.Event, agent Agent) (status int, msg string) {
+	ip := e.Local.Addr().Unmap()
+	ts, err := h.Pods.Holders(ip)
+	if err != nil {
+		return http.StatusServiceUnavailable, "placing the events' addresses: " + err.Error() + "; nothing was stored, retry later"
+	}
+	t := e.Time
+	var other *AddrTenure
+	for j := range ts {
+		a := &ts[j]
+		switch {
+		case a.Pod.Node == agent.Node:
+			if a.From-int64(ownBefore) <= t && (a.To == 0 || t <= a.To+int64(ownAfter)) {
+				return 0, ""
+			}
+		case a.Pod.Node != "":
+			if a.From-int64(otherReach) <= t && (a.To == 0 || t <= a.To+int64(otherReach)) {
+				other = a
+			}
+		}
+	}
+	if other == nil {
+		return 0, ""
+	}
+	held := "holds it"
+	if other.To != 0 {
+		held = "held it until " + time.Unix(0, other.To).UTC().Format(time.RFC3339Nano)
+	}
+	return http.StatusForbidden, fmt.Sprintf("event %d (kind %s, time %d): local address %s is pod %s/%s's (uid %q), on node %q, which %s; no pod of node %q held it then; the token is node %q's; nothing was stored",
+		i, e.Kind, e.Time, ip, other.Pod.Namespace, other.Pod.Name, other.Pod.UID, other.Pod.Node, held, agent.Node, agent.Node)
 }
 
 // checkTime says what is wrong with e's time, "" when it is within

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -356,8 +357,9 @@ func TestAgentWritesOnlyItsNode(t *testing.T) {
 
 // agentCannotForgePodsElsewhere: under its own node's name, node A's agent
 // cannot store a kernel event about a pod on node B (shop/web-9), by its
-// UID, its name or both, nor after the pod is deleted; it can store one of
-// its own pod (shop/web-1), and one of a pod the server cannot place.
+// UID, its name or both, nor after the pod is deleted, nor one on web-9's
+// address; it can store one of its own pod (shop/web-1), and one of a pod
+// the server cannot place.
 func agentCannotForgePodsElsewhere(t *testing.T, ctx context.Context, c *cluster, url string, h *relay.Handler, pods *relay.PodIndex, st store.Store) {
 	base := time.Now().Add(-30 * time.Second)
 	kernel := func(at time.Duration, ref event.PodRef) event.Event {
@@ -411,6 +413,42 @@ func agentCannotForgePodsElsewhere(t *testing.T, ctx context.Context, c *cluster
 		}
 	}
 	check("while web-9 runs")
+
+	// Addresses, from the pods' status as the API server holds it: node
+	// A's kernel event with no pod on web-9's address is refused, on
+	// web-1's taken.
+	for p, ip := range map[*corev1.Pod]string{c.web1: "10.244.1.1", c.web9: "10.244.2.9"} {
+		cur, err := c.cs.CoreV1().Pods(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cur.Status.Phase, cur.Status.PodIP, cur.Status.PodIPs = corev1.PodRunning, ip, []corev1.PodIP{{IP: ip}}
+		if _, err := c.cs.CoreV1().Pods(p.Namespace).UpdateStatus(ctx, cur, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for ip := netip.MustParseAddr("10.244.2.9"); ; {
+		if ts, _ := pods.Holders(ip); len(ts) == 1 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("the pod index did not see web-9's address")
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	refused := func(local string) event.Event {
+		e := event.Event{Time: base.Add(2500 * time.Millisecond).UnixNano(), Kind: event.ConnRefused, Node: "node-a", Source: event.SourceKernel,
+			Local: netip.MustParseAddrPort(local), Remote: netip.MustParseAddrPort("10.244.3.3:40000")}
+		e.Seal()
+		return e
+	}
+	if code, r := post(t, url, c.tokens["agent-a"], []event.Event{refused("10.244.2.9:8080")}); code != http.StatusForbidden || !strings.Contains(r.Error, "is pod shop/web-9's") {
+		t.Errorf("node A's refused SYN on web-9's address: %d %+v, want 403 naming web-9", code, r)
+	}
+	if code, r := post(t, url, c.tokens["agent-a"], []event.Event{refused("10.244.1.1:8080")}); code != http.StatusOK {
+		t.Errorf("node A's refused SYN on web-1's address: %d %+v, want 200", code, r)
+	}
 	// Node B's agent stores its own pod's events.
 	evB := kernel(3*time.Second, ref(c.web9))
 	evB.Node = ""
