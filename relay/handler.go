@@ -410,10 +410,8 @@ func (h *Handler) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		writeJSON(w, out.status, Refusal{Error: out.msg})
 		return
 	}
-	unplaced := out.unplaced
-	batch := Batch{Events: evs}
-	if len(batch.Events) > 0 {
-		wr := h.append(r.Context(), batch.Events)
+	if len(evs) > 0 {
+		wr := h.append(r.Context(), evs)
 		if h.Stages != nil {
 			h.Stages(StageQueue, wr.queue)
 			h.Stages(StageWrite, wr.write)
@@ -423,16 +421,16 @@ func (h *Handler) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 				writeJSON(w, http.StatusBadRequest, Refusal{Error: "the store refused the batch: " + err.Error()})
 				return
 			}
-			log.Warn("agent events: storing", "node", agent.Node, "events", len(batch.Events), "err", err)
+			log.Warn("agent events: storing", "node", agent.Node, "events", len(evs), "err", err)
 			w.Header().Set("Retry-After", "5")
 			writeJSON(w, http.StatusServiceUnavailable, Refusal{Error: "the store failed; nothing was stored, retry later"})
 			return
 		}
 	}
 	h.stored.Add(1)
-	h.events.Add(int64(len(batch.Events)))
-	h.unplaced.Add(int64(unplaced))
-	writeJSON(w, http.StatusOK, Result{Stored: len(batch.Events)})
+	h.events.Add(int64(len(evs)))
+	h.unplaced.Add(int64(out.unplaced))
+	writeJSON(w, http.StatusOK, Result{Stored: len(evs)})
 }
 
 // counting keeps the status a response was answered with.
@@ -545,9 +543,6 @@ func (h *Handler) receive(w http.ResponseWriter, r *http.Request, agent Agent) (
 			return refuse(-1, errors.New(`field "events" twice`))
 		}
 		seen = true
-		if !dec.More() {
-			return refuse(-1, io.ErrUnexpectedEOF)
-		}
 		tok, err = dec.Token()
 		if err != nil {
 			return refuse(-1, err)
