@@ -253,7 +253,7 @@ func TestKindSource(t *testing.T) {
 		if !ok {
 			t.Errorf("kind %s has no source", k)
 		}
-		if agent := relay.AgentSource(src); agent == (k == event.ClientFailure) {
+		if agent := relay.AgentSource(src); agent == (k == event.ClientFailure || k == event.ProxyState) {
 			t.Errorf("kind %s: source %s, agent's: %v", k, src, agent)
 		}
 	}

@@ -89,7 +89,7 @@ func KindSource(k event.Kind) (s event.Source, ok bool) {
 	case event.PodCreated, event.PodDeletion, event.PodReady, event.PodNotReady, event.PodFinished,
 		event.ContainerStarted, event.ContainerTerminated, event.WorkloadChanged, event.ServiceChanged:
 		return event.SourceWatcher, true
-	case event.ClientFailure:
+	case event.ClientFailure, event.ProxyState: // a client's log, a mesh proxy's: imported, no agent's
 		return event.SourceClient, true
 	}
 	return "", false
@@ -612,7 +612,7 @@ func (h *Handler) check(i int, e *event.Event, agent Agent, now time.Time) (plac
 	}
 	// An unknown kind is Validate's to refuse, below.
 	if src, ok := KindSource(e.Kind); e.Kind.Valid() && (!ok || !agentSources[src]) {
-		return false, http.StatusForbidden, fmt.Sprintf("event %d (kind %s, time %d): kind %s is no agent's to send (client failures have their own endpoint); nothing was stored",
+		return false, http.StatusForbidden, fmt.Sprintf("event %d (kind %s, time %d): kind %s is no agent's to send (client failures and proxies' logs are imported); nothing was stored",
 			i, e.Kind, e.Time, e.Kind)
 	} else if ok && src != e.Source {
 		return false, http.StatusForbidden, fmt.Sprintf("event %d (kind %s, time %d): kind %s comes from source %s only, not %s; nothing was stored",
