@@ -126,9 +126,12 @@ func (im *Importer) Import(ctx context.Context, name string, r io.Reader) (*Summ
 			p.rejected.Add(1)
 			return nil
 		}
-		if rec.Kind != "" {
+		switch {
+		case rec.Kind == event.ProxyState:
+			sum.States++
+		case rec.Kind != "":
 			sum.Changes++
-		} else {
+		default:
 			sum.Failures++
 		}
 		p.failures.Add(1)
@@ -254,6 +257,7 @@ type Summary struct {
 	Resolved  int  // failures attributed to a pod
 	Rejected  int  // lines that could not be read
 	Changes   int  // proxy endpoint changes found (envoy-clusters), stored like failures
+	States    int  // a mesh proxy's states found (istio-proxy, linkerd-proxy), stored like failures
 	DryRun    bool // no store: failures were counted, not stored
 	ByField   map[string]int
 	Examples  []*LineError // the first MaxExamples rejections
@@ -283,6 +287,7 @@ func (s *Summary) Add(o *Summary) {
 	s.Resolved += o.Resolved
 	s.Rejected += o.Rejected
 	s.Changes += o.Changes
+	s.States += o.States
 	s.DryRun = s.DryRun || o.DryRun
 	for k, v := range o.ByField {
 		s.ByField[k] += v
@@ -303,6 +308,9 @@ func (s *Summary) Counts() string {
 	}
 	if s.Changes > 0 {
 		return fmt.Sprintf("%d proxy endpoint changes (%s), %d rejected", s.Changes, stored, s.Rejected)
+	}
+	if s.States > 0 {
+		return fmt.Sprintf("%d states of the proxy (%s), %d rejected", s.States, stored, s.Rejected)
 	}
 	return fmt.Sprintf("%d lines read: %d succeeded, %d failed (%s, %d attributed to a pod), %d rejected",
 		s.Lines, s.Successes, s.Failures, stored, s.Resolved, s.Rejected)

@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -54,8 +55,11 @@ func TestProxyLogStates(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if sum.Changes != len(tc.want) || sum.Failures != 0 || len(st.events) != len(tc.want) {
+			if sum.States != len(tc.want) || sum.Changes != 0 || sum.Failures != 0 || len(st.events) != len(tc.want) {
 				t.Fatalf("%s, %d stored; want %d states", sum.Counts(), len(st.events), len(tc.want))
+			}
+			if want := fmt.Sprintf("%d states of the proxy (%d stored), 0 rejected", len(tc.want), len(tc.want)); sum.Counts() != want {
+				t.Errorf("summary %q, want %q", sum.Counts(), want)
 			}
 			for i, w := range tc.want {
 				e := st.events[i]
