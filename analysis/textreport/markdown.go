@@ -98,6 +98,10 @@ func WriteMarkdown(w io.Writer, r *analysis.Result) error {
 		p("")
 		p("### %s", mdEscape(t.Pod.String()))
 		p("")
+		if c := containersPhrase(t); c != "" {
+			p("%s", mdEscape(c))
+			p("")
+		}
 		p("| time | from deletion | event |")
 		p("|---|---:|---|")
 		for _, rw := range timelineRows(t) {

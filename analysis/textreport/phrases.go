@@ -90,6 +90,22 @@ func timelineRows(t *analysis.PodTimeline) []row {
 		}
 		add(x.Time, "container terminated %s %s", x.Reason, how)
 	}
+	// The rows above are the app's; the other containers' ends are
+	// their own, each named, so the report says which container did what.
+	for _, c := range t.Containers {
+		if c.App {
+			continue
+		}
+		name := containerPhrase(c)
+		add(c.Sigterm, "SIGTERM to %s", name)
+		if x := c.Exit; x != nil {
+			how := fmt.Sprintf("with code %d", x.Code)
+			if x.Signal != "" {
+				how = "by " + x.Signal
+			}
+			add(x.Time, "%s exited %s", name, how)
+		}
+	}
 	sort.SliceStable(rows, func(i, j int) bool { return rows[i].t < rows[j].t })
 	return rows
 }
@@ -411,4 +427,42 @@ func plural(n int, one, many string) string {
 		return one
 	}
 	return many
+}
+
+// containerPhrase names a container of a pod of several and what it was:
+// "container proxy (the inbound proxy)", "container istio-proxy (native
+// sidecar, the inbound proxy)".
+func containerPhrase(c analysis.ContainerView) string {
+	name := c.Name
+	if name == "" {
+		name = c.ID[:min(len(c.ID), 12)]
+	}
+	var what []string
+	switch {
+	case c.App:
+		what = append(what, "the app: serves the Service's port")
+	case c.Role == event.ContainerRoleSidecar:
+		what = append(what, "native sidecar")
+	case c.Role == event.ContainerRoleInit:
+		what = append(what, "init container")
+	}
+	if c.Inbound {
+		what = append(what, "the inbound proxy")
+	}
+	if len(what) == 0 {
+		return "container " + name
+	}
+	return "container " + name + " (" + strings.Join(what, ", ") + ")"
+}
+
+// containersPhrase lists a pod's containers when it has several, or "".
+func containersPhrase(t *analysis.PodTimeline) string {
+	if len(t.Containers) == 0 {
+		return ""
+	}
+	names := make([]string, len(t.Containers))
+	for i, c := range t.Containers {
+		names[i] = strings.TrimPrefix(containerPhrase(c), "container ")
+	}
+	return "containers: " + strings.Join(names, "; ") + "; the SIGTERM, exit and kill without a container named are the app's"
 }

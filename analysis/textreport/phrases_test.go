@@ -40,3 +40,42 @@ func TestLagLineNamesTheProxy(t *testing.T) {
 		t.Error("a lag line with no lag measured")
 	}
 }
+
+// A pod of several containers: the report names each and what it was, and
+// puts a container's own SIGTERM and exit on its own rows, apart from the
+// app's.
+func TestContainerRows(t *testing.T) {
+	const s = int64(1e9)
+	tl := &analysis.PodTimeline{
+		Deletion: 10 * s,
+		Sigterm:  &analysis.SignalView{Time: 15 * s, Sender: "runc", Target: "sampleapp"},
+		Exit:     &analysis.ExitView{Time: 20 * s, Comm: "sampleapp"},
+		Containers: []analysis.ContainerView{
+			{Name: "app", App: true, Sigterm: 15 * s, Exit: &analysis.ExitView{Time: 20 * s}},
+			{Name: "proxy", Inbound: true, Sigterm: 10*s + 20e6, Exit: &analysis.ExitView{Time: 10*s + 50e6}},
+			{Name: "istio-proxy", Role: event.ContainerRoleSidecar, Inbound: true},
+			{ID: "0123456789abcdef0123", Exit: &analysis.ExitView{Time: 21 * s, Signal: "SIGKILL"}},
+		},
+	}
+	var got []string
+	for _, r := range timelineRows(tl) {
+		got = append(got, r.text)
+	}
+	want := []string{
+		"deletion observed, grace period 0 ms",
+		"SIGTERM to container proxy (the inbound proxy)",
+		"container proxy (the inbound proxy) exited with code 0",
+		"SIGTERM from runc to sampleapp",
+		"sampleapp exited with code 0",
+		"container 0123456789ab exited by SIGKILL",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("rows\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if got, want := containersPhrase(tl), "containers: app (the app: serves the Service's port); proxy (the inbound proxy); istio-proxy (native sidecar, the inbound proxy); 0123456789ab"; !strings.HasPrefix(got, want) {
+		t.Errorf("containers line %q, want it to begin %q", got, want)
+	}
+	if containersPhrase(&analysis.PodTimeline{}) != "" {
+		t.Error("a containers line for a pod of one container")
+	}
+}

@@ -125,6 +125,9 @@ func textPodTimeline(p textLine, t *analysis.PodTimeline, rules []analysis.RuleV
 	}
 	meta = append(meta, t.IPs...)
 	p("  %s (%s)", t.Pod.String(), strings.Join(meta, ", "))
+	if c := containersPhrase(t); c != "" {
+		p("    %s", c)
+	}
 	ref := t.Deletion
 	for _, rw := range timelineRows(t) {
 		off := ""
