@@ -525,7 +525,7 @@ func TestImageBinaryIsStatic(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"CGO_ENABLED=0", "FROM scratch", "./cmd/drainscope"} {
+	for _, want := range []string{"CGO_ENABLED=0", "FROM scratch", "./cmd/drainscope", "-tags " + imageTags} {
 		if !bytes.Contains(df, []byte(want)) {
 			t.Errorf("Dockerfile lacks %q", want)
 		}
@@ -534,7 +534,7 @@ func TestImageBinaryIsStatic(t *testing.T) {
 		t.Skip("-short: not building the binary")
 	}
 	exe := filepath.Join(t.TempDir(), "drainscope")
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", exe, "../cmd/drainscope")
+	cmd := exec.Command("go", "build", "-tags", imageTags, "-trimpath", "-ldflags", "-s -w", "-o", exe, "../cmd/drainscope")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("%v\n%s", err, out)
@@ -554,7 +554,50 @@ func TestImageBinaryIsStatic(t *testing.T) {
 	}
 	st, _ := os.Stat(exe)
 	t.Logf("static binary: %.1f MiB", float64(st.Size())/(1<<20))
+	// Its lab command says where the lab is, and fails; asked for help,
+	// it answers as every command does.
+	out, err := exec.Command(exe, "lab").CombinedOutput()
+	if err == nil || !bytes.Contains(out, []byte("built without the lab")) {
+		t.Errorf("the image's drainscope lab: %v, %s; want an error saying the lab is not in this build", err, out)
+	}
+	if out, err := exec.Command(exe, "lab", "-h").CombinedOutput(); err != nil {
+		t.Errorf("the image's drainscope lab -h: %v, %s", err, out)
+	}
 }
+
+// imageTags are the build tags deploy/Dockerfile builds the image's binary
+// with: nolab leaves the lab out (cmd/drainscope/lab_off.go).
+const imageTags = "nolab"
+
+// TestImageHoldsNoLab lists the packages the image's binary is built from
+// (go list -deps with the Dockerfile's tags): none is the lab's (a
+// control-plane launcher, a simulated kubelet, the fleet simulation, the
+// load and sample service), while the checkout's own build, which the
+// README's lab command runs, holds them.
+func TestImageHoldsNoLab(t *testing.T) {
+	deps := func(tags ...string) []string {
+		args := append([]string{"list", "-deps"}, tags...)
+		out, err := exec.Command("go", append(args, "../cmd/drainscope")...).Output()
+		if err != nil {
+			t.Fatalf("go list: %v", err)
+		}
+		var lab []string
+		for _, p := range strings.Fields(string(out)) {
+			if p == labPackages || strings.HasPrefix(p, labPackages+"/") {
+				lab = append(lab, p)
+			}
+		}
+		return lab
+	}
+	if lab := deps("-tags", imageTags); len(lab) > 0 {
+		t.Errorf("the image's binary is built from the lab's packages %v", lab)
+	}
+	if lab := deps(); !slices.Contains(lab, labPackages+"/scenario") {
+		t.Errorf("the lab's build holds %v, want %s/scenario among them", lab, labPackages)
+	}
+}
+
+const labPackages = "github.com/drainscope/drainscope/lab"
 
 // TestRolloutAlertsFireOnTheServersSignals evaluates the rollout alerts of
 // the PrometheusRule (kustomize/monitoring/prometheusrule.yaml, which

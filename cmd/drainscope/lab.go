@@ -1,3 +1,5 @@
+//go:build !nolab
+
 package main
 
 import (
@@ -94,6 +96,11 @@ down. See docs/lab.md.
 
 Flags:
 `
+
+// labSummary is the lab command's line in drainscope's usage.
+const labSummary = "run the local lab: a real single-node Kubernetes that drops requests"
+
+func init() { commands["lab"] = command{labSummary, runLab} }
 
 func runLab(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	if len(args) > 0 {

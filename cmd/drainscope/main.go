@@ -34,7 +34,6 @@ type command struct {
 var commands = map[string]command{
 	"agent":   {"record pod, endpoint and kernel events on this node", runAgent},
 	"serve":   {"serve the web timeline and the JSON API", runServe},
-	"lab":     {"run the local lab: a real single-node Kubernetes that drops requests", runLab},
 	"import":  {"import client failures from load-test or proxy logs", runImport},
 	"report":  {"print rollouts, pod timelines, failures by cause and fixes", runReport},
 	"migrate": {"apply the store's schema migrations and print its version", runMigrate},
