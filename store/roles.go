@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -33,10 +34,15 @@ import (
 //     cannot UPDATE or TRUNCATE events or change the schema.
 //
 // SetupRoles refuses, naming the reason, an agent or server role that can
-// become more than that: a superuser; a role with CREATEROLE or BYPASSRLS,
-// itself or through a role it is a member of; a member of the owner, of
-// Definer, of the schema's owner, or of any predefined role
-// (pg_read_all_data, pg_write_all_data, pg_execute_server_program, …).
+// become more than that: a superuser; a role with CREATEROLE, BYPASSRLS or
+// REPLICATION, itself or through a role it is a member of; a member of the
+// owner, of Definer, of the schema's owner, of any predefined role
+// (pg_read_all_data, pg_write_all_data, pg_execute_server_program, …), or
+// of any role with rights on the tables (a day partition included) or
+// CREATE in the schema. It revokes what other roles granted the two on the
+// tables (a grant WITH GRANT OPTION passed on), as their grantor, and
+// then checks that neither can read (the agent), change, empty or pass
+// on events.
 type Roles struct {
 	Agent  string
 	Server string
@@ -132,31 +138,55 @@ CREATE TABLE events_shape (LIKE events INCLUDING DEFAULTS);
 // rolesTables are the tables SetupRoles hands to the definer role.
 var rolesTables = []string{"events", "events_shape", "schema_migrations", "digests"}
 
+// rolesAllTables are every table SetupRoles grants on; with events' day
+// partitions, rolesRelations (a condition on pg_class c, with the list as
+// the query's $2) picks them all.
+var rolesAllTables = append(slices.Clone(rolesTables), "entities", "event_seconds")
+
+const rolesRelations = `(c.oid = ANY (SELECT to_regclass(t) FROM unnest($2::text[]) t)
+	OR c.oid IN (SELECT inhrelid FROM pg_inherits WHERE inhparent = to_regclass('events')))`
+
+// hasAttr says that a role, or one it is a member of, has an attribute.
+func hasAttr(self bool, name, a string) string {
+	if self {
+		return "has " + a
+	}
+	return "is a member of " + name + ", which has " + a
+}
+
 // escalations lists why role (by name) could become more than a role of
 // its own: each role it is a member of (itself included) is checked for
 // the attributes and the memberships that reach further. Empty when none.
 func escalations(ctx context.Context, tx pgx.Tx, role, owner, definer string) ([]string, error) {
-	rows, err := tx.Query(ctx, `SELECT r.rolname, r.rolname = me.rolname, r.rolsuper, r.rolcreaterole, r.rolbypassrls,
+	rows, err := tx.Query(ctx, `SELECT r.rolname, r.rolname = me.rolname, r.rolsuper, r.rolcreaterole, r.rolbypassrls, r.rolreplication,
 			r.oid < 16384 AND r.rolname LIKE 'pg\_%',
-			r.oid = (SELECT nspowner FROM pg_namespace WHERE nspname = current_schema())
+			r.oid = (SELECT nspowner FROM pg_namespace WHERE nspname = current_schema()),
+			coalesce((SELECT string_agg(DISTINCT c.relname, ', ' ORDER BY c.relname) FROM pg_class c
+				WHERE `+rolesRelations+` AND (c.relowner = r.oid
+					OR EXISTS (SELECT 1 FROM aclexplode(c.relacl) a WHERE a.grantee = r.oid))), ''),
+			EXISTS (SELECT 1 FROM pg_namespace n, aclexplode(n.nspacl) a
+				WHERE n.nspname = current_schema() AND a.grantee = r.oid AND a.privilege_type = 'CREATE')
 		FROM pg_roles me JOIN pg_roles r ON pg_has_role(me.oid, r.oid, 'MEMBER')
-		WHERE me.rolname = $1 ORDER BY r.rolname`, role)
+		WHERE me.rolname = $1 ORDER BY r.rolname`, role, rolesAllTables)
 	if err != nil {
 		return nil, err
 	}
 	var why []string
 	for rows.Next() {
-		var name string
-		var self, super, createRole, bypassRLS, predefined, schemaOwner bool
-		if err := rows.Scan(&name, &self, &super, &createRole, &bypassRLS, &predefined, &schemaOwner); err != nil {
+		var name, rights string
+		var self, super, createRole, bypassRLS, replication, predefined, schemaOwner, schemaCreate bool
+		if err := rows.Scan(&name, &self, &super, &createRole, &bypassRLS, &replication, &predefined, &schemaOwner, &rights, &schemaCreate); err != nil {
 			return nil, err
 		}
-		attr := func(a string) string {
-			if self {
-				return "has " + a
-			}
-			return "is a member of " + name + ", which has " + a
+		// A role it is a member of with rights of its own on the tables
+		// or the schema lends them: its own grants SetupRoles resets.
+		if !self && rights != "" {
+			why = append(why, "is a member of "+name+", which has rights on "+rights)
 		}
+		if !self && schemaCreate {
+			why = append(why, "is a member of "+name+", which may create in the schema")
+		}
+		attr := func(a string) string { return hasAttr(self, name, a) }
 		switch {
 		case !self && name == owner:
 			why = append(why, "is a member of "+name+", the owner that runs the migrations")
@@ -184,6 +214,10 @@ func escalations(ctx context.Context, tx pgx.Tx, role, owner, definer string) ([
 		}
 		if bypassRLS {
 			why = append(why, attr("BYPASSRLS"))
+		}
+		if replication {
+			// A replication connection streams every table's rows.
+			why = append(why, attr("REPLICATION"))
 		}
 	}
 	return why, rows.Err()
@@ -315,8 +349,62 @@ func SetupRoles(ctx context.Context, dsn string, r Roles) error {
 				return fail("handing "+p+" to "+r.Definer, err)
 			}
 		}
-		return nil
+		if err := revokeOthersGrants(ctx, tx, []string{r.Agent, r.Server}); err != nil {
+			return fmt.Errorf("store %s: roles: %w", st.name, err)
+		}
+		return checkGranted(ctx, tx, r)
 	})
+}
+
+// revokeOthersGrants revokes what roles other than a table's owner granted
+// the roles on the tables (a role given a privilege WITH GRANT OPTION may
+// pass it on): the owner's REVOKE leaves those standing. Each is revoked
+// as its grantor, which the migrating role must be able to become.
+func revokeOthersGrants(ctx context.Context, tx pgx.Tx, roles []string) error {
+	rows, err := tx.Query(ctx, `SELECT c.oid::regclass::text, pg_get_userbyid(a.grantor), pg_get_userbyid(a.grantee), a.privilege_type
+		FROM pg_class c, aclexplode(c.relacl) a
+		WHERE `+rolesRelations+` AND a.grantor <> c.relowner AND pg_get_userbyid(a.grantee) = ANY ($1::text[])
+		ORDER BY 1, 2, 3, 4`, roles, rolesAllTables)
+	if err != nil {
+		return fmt.Errorf("reading the tables' grants: %s", oneLine(err))
+	}
+	type grant struct{ Table, Grantor, Grantee, Priv string }
+	grants, err := pgx.CollectRows(rows, pgx.RowToStructByPos[grant])
+	if err != nil {
+		return fmt.Errorf("reading the tables' grants: %s", oneLine(err))
+	}
+	for _, g := range grants {
+		revoke := "REVOKE " + g.Priv + " ON " + g.Table + " FROM " + pgx.Identifier{g.Grantee}.Sanitize() + " CASCADE"
+		for _, q := range []string{"SET LOCAL ROLE " + pgx.Identifier{g.Grantor}.Sanitize(), revoke, "RESET ROLE"} {
+			if _, err := tx.Exec(ctx, q); err != nil {
+				return fmt.Errorf("%s granted %s on %s to %s, which it must not have; revoking it as %s: %s (run %q as %s)",
+					g.Grantor, g.Priv, g.Table, g.Grantee, g.Grantor, oneLine(err), revoke, g.Grantor)
+			}
+		}
+	}
+	return nil
+}
+
+// checkGranted holds the roles to what SetupRoles means them to have,
+// after every grant: the agent cannot read, change or empty events, nor
+// pass on what it has; the server cannot change or empty them, nor pass
+// anything on. It catches what the refusals above did not foresee.
+func checkGranted(ctx context.Context, tx pgx.Tx, r Roles) error {
+	for _, c := range []struct{ role, privs string }{
+		{r.Agent, "SELECT, UPDATE, DELETE, TRUNCATE, REFERENCES, TRIGGER, INSERT WITH GRANT OPTION"},
+		{r.Server, "UPDATE, TRUNCATE, REFERENCES, TRIGGER, SELECT WITH GRANT OPTION, INSERT WITH GRANT OPTION, DELETE WITH GRANT OPTION"},
+	} {
+		for _, p := range strings.Split(c.privs, ", ") {
+			var has bool
+			if err := tx.QueryRow(ctx, "SELECT has_table_privilege($1, 'events', $2)", c.role, p).Scan(&has); err != nil {
+				return fmt.Errorf("checking %s's rights: %s", c.role, oneLine(err))
+			}
+			if has {
+				return fmt.Errorf("after the grants %s still has %s on events, through a grant this cannot revoke: revoke it and run migrate --roles again", c.role, p)
+			}
+		}
+	}
+	return nil
 }
 
 // setupDefiner creates the NOLOGIN role that owns the tables and the

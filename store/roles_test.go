@@ -192,6 +192,7 @@ func TestPostgresRoles(t *testing.T) {
 	}
 
 	t.Run("escalations", testRolesRefuseEscalation)
+	t.Run("others' grants", testRolesRevokeOthersGrants)
 }
 
 // escalationRole creates a role (LOGIN unless attrs say NOLOGIN) for a test, as the throwaway
@@ -253,6 +254,22 @@ func testRolesRefuseEscalation(t *testing.T) {
 		t.Fatal(err)
 	}
 	creator := escalationRole(t, owner, "NOLOGIN CREATEROLE")
+	// Groups with rights of their own: on events, on a day partition, in
+	// the schema.
+	readers := escalationRole(t, owner, "NOLOGIN")
+	partReaders := escalationRole(t, owner, "NOLOGIN")
+	creators := escalationRole(t, owner, "NOLOGIN")
+	day := partitionName(partitionStart(time.Now().UnixNano()))
+	for _, q := range []string{
+		"GRANT SELECT ON events TO " + readers,
+		"SELECT drainscope_create_partition(" + fmt.Sprint(partitionStart(time.Now().UnixNano())) + ")",
+		"GRANT SELECT ON " + day + " TO " + partReaders,
+		"GRANT CREATE ON SCHEMA " + pgx.Identifier{schemaOf(t, c)}.Sanitize() + " TO " + creators,
+	} {
+		if _, err := c.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
 	for _, tc := range []struct {
 		what, attrs string
 		memberOf    []string
@@ -266,6 +283,10 @@ func testRolesRefuseEscalation(t *testing.T) {
 		{"a member of pg_read_all_data", "", []string{"pg_read_all_data"}, "pg_read_all_data"},
 		{"a member of pg_write_all_data", "", []string{"pg_write_all_data"}, "pg_write_all_data"},
 		{"a superuser", "SUPERUSER", nil, "superuser"},
+		{"REPLICATION", "REPLICATION", nil, "REPLICATION"},
+		{"a member of a role that may read events", "", []string{readers}, "which has rights on events"},
+		{"a member of a role that may read a day partition", "", []string{partReaders}, "which has rights on " + day},
+		{"a member of a role that may create in the schema", "", []string{creators}, "may create in the schema"},
 	} {
 		for _, as := range []string{"agent", "server"} {
 			role := escalationRole(t, owner, tc.attrs, tc.memberOf...)
@@ -294,4 +315,87 @@ func testRolesRefuseEscalation(t *testing.T) {
 			}
 		}
 	}
+}
+
+// schemaOf is the connection's current schema.
+func schemaOf(t *testing.T, c *pgx.Conn) string {
+	t.Helper()
+	var s string
+	if err := c.QueryRow(context.Background(), "SELECT current_schema()").Scan(&s); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// A role given a privilege WITH GRANT OPTION passed SELECT and DELETE on
+// events, and its option, to the agent and the server: the owner's REVOKE
+// leaves those grants standing. migrate --roles revokes them as their
+// grantor, and afterwards neither can read, delete or grant on events.
+func testRolesRevokeOthersGrants(t *testing.T) {
+	ctx := context.Background()
+	owner, agentDSN, serverDSN := setupRoles(t)
+	c, err := pgx.Connect(ctx, owner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	var definer string
+	if err := c.QueryRow(ctx, "SELECT pg_get_userbyid(relowner) FROM pg_class WHERE oid = 'events'::regclass").Scan(&definer); err != nil {
+		t.Fatal(err)
+	}
+	agent, server := roleOf(t, agentDSN), roleOf(t, serverDSN)
+	lender := escalationRole(t, owner, "NOLOGIN")
+	for _, q := range []string{
+		"GRANT SELECT, DELETE, TRUNCATE ON events TO " + lender + " WITH GRANT OPTION",
+		"GRANT USAGE ON SCHEMA " + pgx.Identifier{schemaOf(t, c)}.Sanitize() + " TO " + lender,
+		"SET ROLE " + lender,
+		"GRANT SELECT, DELETE, TRUNCATE ON events TO " + agent + " WITH GRANT OPTION",
+		"GRANT TRUNCATE ON events TO " + server + " WITH GRANT OPTION",
+		"RESET ROLE",
+	} {
+		if _, err := c.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	// What the grants gave before the run: the agent reads events.
+	if a, err := pgx.Connect(ctx, agentDSN); err != nil {
+		t.Fatal(err)
+	} else {
+		_, err := a.Exec(ctx, "SELECT count(*) FROM events")
+		a.Close(ctx)
+		if err != nil {
+			t.Fatalf("the lent grant did not take: %v", err)
+		}
+	}
+	if err := SetupRoles(ctx, owner, Roles{Agent: agent, Server: server, Definer: definer}); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{"SELECT count(*) FROM events", "DELETE FROM events", "TRUNCATE events"} {
+		refused(t, "the agent", agentDSN, q)
+	}
+	refused(t, "the server", serverDSN, "TRUNCATE events")
+	// A GRANT without the option is a warning, not an error: ask for the
+	// option itself.
+	for _, c2 := range []struct{ role, priv string }{
+		{agent, "SELECT WITH GRANT OPTION"}, {agent, "INSERT WITH GRANT OPTION"}, {agent, "DELETE"},
+		{server, "TRUNCATE WITH GRANT OPTION"}, {server, "SELECT WITH GRANT OPTION"},
+	} {
+		var has bool
+		if err := c.QueryRow(ctx, "SELECT has_table_privilege($1, 'events', $2)", c2.role, c2.priv).Scan(&has); err != nil {
+			t.Fatal(err)
+		}
+		if has {
+			t.Errorf("%s still has %s on events", c2.role, c2.priv)
+		}
+	}
+}
+
+// roleOf is the user a DSN logs in as.
+func roleOf(t *testing.T, dsn string) string {
+	t.Helper()
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u.User.Username()
 }
