@@ -27,6 +27,12 @@ func TestDisplay(t *testing.T) {
 	if !utf8.ValidString(got) {
 		t.Errorf("Display gave invalid UTF-8: %q", got)
 	}
+	// Invisible characters and the separators that break a line as \n
+	// does: a name that looks like another, a forged line.
+	if got, want := Display("pay\u200bment\u200c\u200d\u2060\ufeff\u2028FORGED\u2029", -1),
+		`pay\u200bment\u200c\u200d\u2060\ufeff\u2028FORGED\u2029`; got != want {
+		t.Errorf("Display = %q, want %q", got, want)
+	}
 	if got := DisplayText("a\tb\nc\x1b", -1); got != "a\tb\nc\\x1b" {
 		t.Errorf("DisplayText kept %q", got)
 	}

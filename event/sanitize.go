@@ -131,15 +131,19 @@ func displayEscape(r rune, keepLines bool) string {
 		return fmt.Sprintf(`\x%02x`, r)
 	case r >= 0x80 && r <= 0x9f, // C1 controls: 0x9b is a CSI to some terminals
 		r >= 0x202a && r <= 0x202e, r >= 0x2066 && r <= 0x2069, // bidirectional overrides
-		r == 0x200e || r == 0x200f || r == 0x061c:
+		r == 0x200e || r == 0x200f || r == 0x061c,
+		// Invisible: zero-width space, joiners, word joiner, BOM; and the
+		// line and paragraph separators, which break a line as \n does.
+		r >= 0x200b && r <= 0x200d, r == 0x2060, r == 0xfeff, r == 0x2028, r == 0x2029:
 		return fmt.Sprintf(`\u%04x`, r)
 	}
 	return ""
 }
 
 // Display returns s as one name or value may be shown on a line: every
-// control character (newline and tab included), C1 control and
-// bidirectional override written as an escape (\x1b, \u009b, \u202e),
+// control character (newline and tab included), C1 control, bidirectional
+// override, invisible character (\u200b, \ufeff) and line or paragraph
+// separator (\u2028) written as an escape (\x1b, \u009b, \u202e),
 // invalid UTF-8 as U+FFFD, and at most max bytes of s shown (0: MaxDisplay;
 // negative: no bound), the rest counted ("…(+1048000 bytes)").
 func Display(s string, max int) string {

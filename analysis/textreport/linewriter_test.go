@@ -36,11 +36,12 @@ func TestLineWriterChunks(t *testing.T) {
 	chunk := lineChunk
 	defer func() { lineChunk = chunk }()
 	for _, write := range []struct {
-		name string
-		fn   func(*bytes.Buffer, *analysis.Result) error
+		name, escaped string
+		fn            func(*bytes.Buffer, *analysis.Result) error
 	}{
-		{"text", func(b *bytes.Buffer, r *analysis.Result) error { return WriteText(b, r) }},
-		{"markdown", func(b *bytes.Buffer, r *analysis.Result) error { return WriteMarkdown(b, r) }},
+		{"text", `\x1b[31m\u0085\u202e`, func(b *bytes.Buffer, r *analysis.Result) error { return WriteText(b, r) }},
+		// Markdown's source escapes the backslashes and the bracket.
+		{"markdown", `\\x1b\[31m\\u0085\\u202e`, func(b *bytes.Buffer, r *analysis.Result) error { return WriteMarkdown(b, r) }},
 	} {
 		// In chunks (the default size), a line at a time, whole.
 		var chunked, lines, whole bytes.Buffer
@@ -59,7 +60,7 @@ func TestLineWriterChunks(t *testing.T) {
 		if !bytes.Equal(chunked.Bytes(), lines.Bytes()) || !bytes.Equal(chunked.Bytes(), whole.Bytes()) {
 			t.Errorf("%s: chunked %d bytes, line by line %d, whole %d: not the same", write.name, chunked.Len(), lines.Len(), whole.Len())
 		}
-		if bytes.ContainsAny(chunked.Bytes(), "\x1b\u0085\u202e") || !bytes.Contains(chunked.Bytes(), []byte(`\x1b[31m\u0085\u202e`)) {
+		if bytes.ContainsAny(chunked.Bytes(), "\x1b\u0085\u202e") || !bytes.Contains(chunked.Bytes(), []byte(write.escaped)) {
 			t.Errorf("%s: a control reached the output raw, or was not escaped", write.name)
 		}
 	}

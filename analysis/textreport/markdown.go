@@ -11,7 +11,10 @@ import (
 // mdEscape keeps cluster-supplied names from breaking a table, and shows
 // their control characters escaped (event.Display; the writer bounds lines).
 func mdEscape(s string) string {
-	r := strings.NewReplacer("|", `\|`, "\n", " ", "<", "&lt;", ">", "&gt;")
+	// A name's [text](url) or ![image](url) stays text: every bracket
+	// escaped, and every backslash, so that none escapes an escape. A
+	// backquote may make a code span, where no link forms.
+	r := strings.NewReplacer(`\`, `\\`, "[", `\[`, "]", `\]`, "|", `\|`, "\n", " ", "<", "&lt;", ">", "&gt;")
 	return r.Replace(event.Display(s, -1))
 }
 

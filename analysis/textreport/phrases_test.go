@@ -79,3 +79,27 @@ func TestContainerRows(t *testing.T) {
 		t.Error("a containers line for a pod of one container")
 	}
 }
+
+// A name that holds a markdown link or image, however escaped, stays text
+// in the markdown report: no bracket is left unescaped, and the invisible
+// characters and separators are shown as escapes.
+func TestMarkdownNamesStayText(t *testing.T) {
+	for _, name := range []string{
+		"![x](http://attacker.invalid/pixel.png)",
+		"[click](javascript:alert(1))",
+		`\[x\](http://attacker.invalid)`,
+		`\\[x\\](http://attacker.invalid)`,
+		"pay\u200bment\u2028FORGED\ufeff",
+	} {
+		got := mdEscape(name)
+		// Outside escapes: drop each escaped pair, then no bracket,
+		// separator or invisible character may remain.
+		bare := strings.NewReplacer(`\\`, "", `\[`, "", `\]`, "").Replace(got)
+		if strings.ContainsAny(bare, "[]\u200b\u2028\ufeff") {
+			t.Errorf("mdEscape(%q) = %q: a bracket or an invisible character left as it is", name, got)
+		}
+	}
+	if got, want := mdEscape("pay\u200bment\u2028x"), `pay\\u200bment\\u2028x`; got != want {
+		t.Errorf("mdEscape = %q, want %q", got, want)
+	}
+}
