@@ -106,7 +106,13 @@ func (p *podState) learnContainer(e *event.Event) {
 		return
 	}
 	if r := e.Attrs[event.AttrContainerRole]; r != "" {
+		wasInit := c.role == event.ContainerRoleInit
 		c.role = r
+		if r == event.ContainerRoleInit && !wasInit && c.events > 0 && p.app == nil {
+			// Its exit, seen before the watcher named it, was taken for
+			// the app's: make the account again without it.
+			p.rederive()
+		}
 	}
 	if v := e.Attrs[event.AttrContainerPorts]; v != "" && c.ports == nil {
 		for _, f := range strings.Split(v, ",") {
@@ -189,9 +195,11 @@ func (p *podState) findApp() {
 	}
 }
 
-// otherContainer reports whether c is known not to be the app.
+// otherContainer reports whether c is known not to be the app: another
+// container once the app is known, and an init container always (it runs
+// to completion before the app starts: its exit is no end of the pod's).
 func (p *podState) otherContainer(c *ctrLife) bool {
-	return p.app != nil && c != nil && c != p.app
+	return c != nil && (c.role == event.ContainerRoleInit || p.app != nil && c != p.app)
 }
 
 // record counts e among the container's own events.
@@ -220,7 +228,7 @@ func (p *podState) rederive() {
 	p.exits, p.pids = nil, nil
 	p.ended = p.unlisted || p.lifeEvents().finished.Time != 0
 	for _, r := range p.lifeLog {
-		if r.ctr == nil || r.ctr == p.app {
+		if !p.otherContainer(r.ctr) {
 			p.lifecycleEvent(r.ev, r.ev)
 		}
 	}

@@ -209,6 +209,11 @@ func isLandmark(e *event.Event) bool {
 func (p *podState) routing(t int64, opts *Options) routingState {
 	r := p.rotationAt(t, nil)
 	switch {
+	case !r.in && p.created != 0 && (p.ready == 0 || t < p.ready):
+		// Seen created and not ready yet: its endpoint was never in
+		// rotation (its not-ready add is no leave). A connection then is
+		// the kubelet's probe's, before the pod's server listens.
+		return unrouted
 	case !r.seen || r.in || r.lastLeave == nil:
 		return routed
 	case t-r.lastLeave.t <= r.lag:
@@ -409,8 +414,15 @@ func (p *podState) ingest(k *keeper, opts *Options) bool {
 		} else if !p.isMain(e) {
 			break // an exec probe's, kubectl exec's or a worker's
 		}
-		kept := k.get()
 		c := p.container(e, true)
+		if c == nil && e.Kind.IsKernel() && p.starting() {
+			// A process of a pod still starting, whose container the
+			// capture could not name: an init container's (a mesh's
+			// iptables redirect, run to completion before the app), not
+			// an end of the app, which has served nothing yet.
+			break
+		}
+		kept := k.get()
 		if c != nil {
 			c.record(kept)
 		}
@@ -505,7 +517,10 @@ func (p *podState) evictedByKubelet() bool {
 func (p *podState) startsAgain(e *event.Event) bool {
 	switch e.Kind {
 	case event.ContainerStarted:
-		if p.otherContainer(p.container(e, false)) {
+		// An init container or a native sidecar starting is not the
+		// app running again: it starts before the app does.
+		if r := e.Attrs[event.AttrContainerRole]; r == event.ContainerRoleInit || r == event.ContainerRoleSidecar ||
+			p.otherContainer(p.container(e, false)) {
 			return false
 		}
 	case event.PodReady, event.EndpointReady:
@@ -524,6 +539,12 @@ func (p *podState) startsAgain(e *event.Event) bool {
 	}
 	end = max(end, p.lifeEvents().term.Time)
 	return e.Time-end > int64(termReportLag)
+}
+
+// starting reports whether the pod was seen created and has not been
+// ready or deleted since: it has served nothing yet.
+func (p *podState) starting() bool {
+	return p.created != 0 && p.ready == 0 && p.lifeEvents().deletion.Time == 0
 }
 
 // RepeatsSignal reports whether e delivers again, within slack, the

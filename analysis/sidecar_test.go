@@ -234,3 +234,82 @@ func TestProxyExitFromItsOwnLog(t *testing.T) {
 		})
 	}
 }
+
+// TestInitContainerExitIsNoEnd: a new pod's init container (a mesh's
+// iptables redirect) runs to completion as the pod starts. The kernel
+// sees its main process exit before the watcher names the container; the
+// watcher then reports it started and Completed, role init; then the app
+// and the proxy start and the pod turns ready. The pod has one life, not
+// a first one ended by the init container's exit, and no disruption is a
+// container's restart. As the lab's sidecar pods showed on the real
+// kubelet.
+func TestInitContainerExitIsNoEnd(t *testing.T) {
+	// Named: the capture gave the exit its container's ID. Unnamed: it
+	// gave none (the container's cgroup gone before it was read), as for
+	// some of the lab's pods.
+	for _, named := range []bool{true, false} {
+		t.Run(map[bool]string{true: "named", false: "unnamed"}[named], func(t *testing.T) { testInitContainerExit(t, named) })
+	}
+}
+
+func testInitContainerExit(t *testing.T, named bool) {
+	r := newRec()
+	p := r.pod("web-a", "10.244.0.10")
+	p.ref.Container = "cid-app"
+	initC := *p
+	initC.ref.Container, initC.pid = "cid-redirect", 3131
+	proxy := *p
+	proxy.ref.Container, proxy.pid, proxy.port = "cid-proxy", 6161, 15006
+	r.created(p, 0)
+	x := r.kernel(&initC, 700*ms, event.ProcessExit)
+	x.Flags = event.FlagMain
+	if !named {
+		x.Pod.Container = ""
+	}
+	r.add(x)
+	for _, c := range []struct {
+		d                int64
+		k                event.Kind
+		p                *tpod
+		name, role, port string
+	}{
+		{750 * ms, event.ContainerStarted, &initC, "redirect", event.ContainerRoleInit, ""},
+		{990 * ms, event.ContainerTerminated, &initC, "redirect", event.ContainerRoleInit, ""},
+		{1300 * ms, event.ContainerStarted, p, "app", event.ContainerRoleApp, "8080/TCP"},
+		{1300 * ms, event.ContainerStarted, &proxy, "proxy", event.ContainerRoleApp, ""},
+	} {
+		e := r.podEvent(c.p, c.d, c.k)
+		e.Pod.Container = c.name
+		e.Attrs = map[string]string{event.AttrContainerID: c.p.ref.Container, event.AttrContainerRole: c.role}
+		if c.port != "" {
+			e.Attrs[event.AttrContainerPorts] = c.port
+		}
+		if c.k == event.ContainerTerminated {
+			e.Reason = "Completed"
+		}
+		r.add(e)
+	}
+	// Its endpoint is added not ready; the kubelet's readiness probe,
+	// from the node's address, meets no listener on the proxy's port yet.
+	r.endpoint(p, 760*ms, event.EndpointAdded, "lab")
+	probe := r.kernel(&proxy, 1400*ms, event.ConnRefused)
+	probe.PID, probe.Comm, probe.Pod.Container = 0, "", ""
+	probe.Local, probe.Remote = proxy.addr(), netip.MustParseAddrPort("10.244.0.1:45716")
+	r.add(probe)
+	r.ready(p, 2*s)
+	r.connClosed(&proxy, 5*s, client(1), "peer", 0)
+	res := analyzeAll(t, r)
+	if n := res.Inference.Inferred; n != 0 {
+		t.Errorf("%d failures inferred: the probe refused before the pod was ever ready was in no rotation", n)
+	}
+	if len(res.Disruptions) != 0 {
+		for _, d := range res.Disruptions {
+			t.Errorf("disruption %s %v, want none: the init container's exit ended no life", d.Trigger, d.Replaced)
+		}
+	}
+	for _, tl := range res.Timelines {
+		if tl.Ended() {
+			t.Errorf("timeline of %s from %d ended (exit %+v): the init container's exit taken for the app's", tl.Pod.Name, tl.Created, tl.Exit)
+		}
+	}
+}
