@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"runtime"
 	"slices"
+	"strings"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -21,6 +23,7 @@ import (
 type File struct {
 	Path string // in the image, absolute
 	From string // on this host
+	Data []byte // the file's content when From is empty (a configuration the lab writes)
 	Mode int64
 }
 
@@ -32,6 +35,9 @@ type Image struct {
 	Entrypoint []string
 	Cmd        []string
 	User       string // uid:gid; "" for root
+	// StopSignal is the signal the runtime stops the container with
+	// (the image's STOPSIGNAL); "" for SIGTERM.
+	StopSignal string
 }
 
 // Write builds img and writes it as an image archive (the layout `docker
@@ -47,9 +53,12 @@ func (img Image) Write(path string) error {
 	files := slices.Clone(img.Files)
 	slices.SortFunc(files, func(a, b File) int { return compare(a.Path, b.Path) })
 	for _, f := range files {
-		b, err := os.ReadFile(f.From)
-		if err != nil {
-			return fmt.Errorf("image %s: %w", img.Ref, err)
+		b := f.Data
+		if f.From != "" {
+			var err error
+			if b, err = os.ReadFile(f.From); err != nil {
+				return fmt.Errorf("image %s: %w", img.Ref, err)
+			}
 		}
 		// Parent directories first, as a tar from a real file system has.
 		for _, d := range parents(f.Path) {
@@ -91,7 +100,7 @@ func (img Image) Write(path string) error {
 	}
 	cf = cf.DeepCopy()
 	cf.OS, cf.Architecture = "linux", runtime.GOARCH
-	cf.Config = v1.Config{Entrypoint: img.Entrypoint, Cmd: img.Cmd, User: img.User}
+	cf.Config = v1.Config{Entrypoint: img.Entrypoint, Cmd: img.Cmd, User: img.User, StopSignal: img.StopSignal}
 	if im, err = mutate.ConfigFile(im, cf); err != nil {
 		return fmt.Errorf("image %s: %w", img.Ref, err)
 	}
@@ -136,4 +145,49 @@ func CheckStatic(path string) error {
 		}
 	}
 	return nil
+}
+
+// LinkedFiles are the files a dynamically linked program needs in an image
+// without a C library: the program, at its path on this host, and the
+// shared objects and the dynamic loader ldd names for it, each at the path
+// ldd resolved it to (their links followed), where the loader's default
+// search finds them. A statically linked program is returned alone.
+func LinkedFiles(program string) ([]File, error) {
+	out, err := exec.Command("ldd", program).CombinedOutput()
+	if err != nil && !strings.Contains(string(out), "not a dynamic executable") {
+		return nil, fmt.Errorf("ldd %s: %w: %s", program, err, strings.TrimSpace(string(out)))
+	}
+	libs, missing := lddPaths(string(out))
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("%s needs %s, which ldd does not find", program, strings.Join(missing, ", "))
+	}
+	files := []File{{Path: program, From: program, Mode: 0o755}}
+	for _, lib := range libs {
+		files = append(files, File{Path: lib, From: lib, Mode: 0o755})
+	}
+	return files, nil
+}
+
+// lddPaths reads ldd's output: "libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6
+// (0x…)" and "/lib64/ld-linux-x86-64.so.2 (0x…)" give their paths; the
+// vDSO ("linux-vdso.so.1 (0x…)") has none and is the kernel's; "libx.so.1
+// => not found" is missing.
+func lddPaths(out string) (paths, missing []string) {
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		var p string
+		switch {
+		case len(f) >= 4 && f[1] == "=>" && f[2] == "not" && f[3] == "found":
+			missing = append(missing, f[0])
+			continue
+		case len(f) >= 3 && f[1] == "=>":
+			p = f[2]
+		case len(f) >= 1:
+			p = f[0]
+		}
+		if strings.HasPrefix(p, "/") && !slices.Contains(paths, p) {
+			paths = append(paths, p)
+		}
+	}
+	return paths, missing
 }
