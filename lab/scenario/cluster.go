@@ -73,6 +73,9 @@ type Options struct {
 	// Binary is a statically linked drainscope binary, for the images a
 	// real node runs (the sample service and the sandbox); NodeKubelet only.
 	Binary string
+	// Sidecar builds and imports the sidecar profile's images too (the
+	// proxy, the redirect's iptables; SidecarImages); NodeKubelet only.
+	Sidecar bool
 	// Shadow, when set, is a second eBPF capture beside the lab's own
 	// (process node only), see ShadowKernel.
 	Shadow *ShadowKernel

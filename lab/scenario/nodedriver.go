@@ -81,6 +81,9 @@ func (s *simNode) MemoryLimits() bool { return false }
 func (s *simNode) StorageLimits() bool { return false }
 
 func (s *simNode) preflight(o Options) error {
+	if o.Sidecar {
+		return errors.New("scenario: the sidecar images run on the real node only (--node kubelet)")
+	}
 	if len(o.AppCommand) == 0 {
 		return errors.New("scenario: no command for the sample service")
 	}
@@ -223,7 +226,15 @@ func (c *Cluster) kubeletLog(match string, lines int) string {
 	return strings.Join(out[max(len(out)-lines, 0):], "\n")
 }
 
-func (r *realNode) preflight(o Options) error { return PreflightKubelet(o.BinDir, o.Binary) }
+func (r *realNode) preflight(o Options) error {
+	if err := PreflightKubelet(o.BinDir, o.Binary); err != nil {
+		return err
+	}
+	if o.Sidecar {
+		return PreflightSidecar()
+	}
+	return nil
+}
 
 func (r *realNode) controlPlane(c *Cluster) ([]string, []string) {
 	// The chart's agent is a DaemonSet.

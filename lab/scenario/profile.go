@@ -41,6 +41,9 @@ type Profile struct {
 	// minReadySeconds: each new pod counts as available, and the next
 	// old pod ends, this long after it became ready.
 	MinReady time.Duration
+	// Sidecar makes the profile the sidecar one: its runs are
+	// SidecarRuns (a proxy beside the app), on the real node only.
+	Sidecar bool
 }
 
 // LongLived tells whether the profile runs the long-lived sequence.
@@ -77,6 +80,15 @@ var Profiles = map[string]Profile{
 		Replicas: 4, Clients: 20, Interval: 110 * time.Millisecond, Timeout: 5 * time.Second,
 		ExitDelay: 3 * time.Second, PreStop: 5 * time.Second, Grace: 30 * time.Second, ProbePeriod: 2 * time.Second,
 	},
+	// sidecar rolls out a Deployment whose pods hold a mesh's proxy
+	// beside the app, once per way the proxy ends (SidecarRuns); the
+	// runs last longer than short's, as a draining proxy outlives its app
+	// by ProxyGrace.
+	"sidecar": {
+		Name: "sidecar", Duration: 40 * time.Second, RolloutAt: 5 * time.Second, Sidecar: true,
+		Replicas: 4, Clients: 20, Interval: 110 * time.Millisecond, Timeout: 5 * time.Second,
+		ExitDelay: 3 * time.Second, PreStop: 5 * time.Second, Grace: 30 * time.Second, ProbePeriod: time.Second,
+	},
 	// ci is the end-to-end test's: short runs that still cover a whole
 	// rollout and the last pod's exit.
 	"ci": {
@@ -111,6 +123,10 @@ func (p Profile) Validate() error {
 		return fmt.Errorf("profile %s: settle %v and gap %v: want both positive, or neither", p.Name, p.Settle, p.Gap)
 	case p.MinReady < 0 || p.MinReady%time.Second != 0:
 		return fmt.Errorf("profile %s: minReadySeconds %v: want whole seconds, 0 or more", p.Name, p.MinReady)
+	case p.Sidecar && p.Settle > 0:
+		return fmt.Errorf("profile %s: a sidecar profile has no settle time", p.Name)
+	case p.Sidecar && ProxyGrace(p) >= p.Grace:
+		return fmt.Errorf("profile %s: the draining proxy's %v must end within the grace period %v", p.Name, ProxyGrace(p), p.Grace)
 	}
 	return nil
 }
@@ -130,6 +146,9 @@ type Run struct {
 	PreStop   bool // add a preStop sleep to the pod spec
 	Rollout   bool // false for the control run
 	What      string
+	// Sidecar, when set, puts a mesh's proxy beside the app, of that
+	// kind (the sidecar profile's runs, SidecarRuns).
+	Sidecar SidecarKind
 }
 
 // Runs are the experiment's runs, in order.
@@ -143,20 +162,35 @@ var Runs = []Run{
 
 // SelectRuns returns the runs named in a comma-separated list, in the
 // experiment's order; an empty list selects all.
-func SelectRuns(list string) ([]Run, error) {
+func SelectRuns(list string) ([]Run, error) { return selectRuns(Runs, list) }
+
+// Runs are the profile's runs: SidecarRuns for the sidecar profile, Runs
+// for the others.
+func (p Profile) Runs() []Run {
+	if p.Sidecar {
+		return SidecarRuns
+	}
+	return Runs
+}
+
+// SelectProfileRuns returns the runs of p's named in a comma-separated
+// list, in the experiment's order; an empty list selects all.
+func SelectProfileRuns(p Profile, list string) ([]Run, error) { return selectRuns(p.Runs(), list) }
+
+func selectRuns(all []Run, list string) ([]Run, error) {
 	if strings.TrimSpace(list) == "" {
-		return slices.Clone(Runs), nil
+		return slices.Clone(all), nil
 	}
 	want := map[string]bool{}
 	for _, n := range strings.Split(list, ",") {
 		n = strings.TrimSpace(n)
-		if !slices.ContainsFunc(Runs, func(r Run) bool { return r.Name == n }) {
-			return nil, fmt.Errorf("unknown run %q (want some of: %s)", n, runNames())
+		if !slices.ContainsFunc(all, func(r Run) bool { return r.Name == n }) {
+			return nil, fmt.Errorf("unknown run %q (want some of: %s)", n, RunNames(all))
 		}
 		want[n] = true
 	}
 	var out []Run
-	for _, r := range Runs {
+	for _, r := range all {
 		if want[r.Name] {
 			out = append(out, r)
 		}
@@ -164,9 +198,10 @@ func SelectRuns(list string) ([]Run, error) {
 	return out, nil
 }
 
-func runNames() string {
+// RunNames lists the runs' names, comma-separated.
+func RunNames(runs []Run) string {
 	var s []string
-	for _, r := range Runs {
+	for _, r := range runs {
 		s = append(s, r.Name)
 	}
 	return strings.Join(s, ",")

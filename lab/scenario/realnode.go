@@ -113,6 +113,14 @@ func (c *Cluster) upKubelet(ctx context.Context, node *realNode, start time.Time
 		return fmt.Errorf("relaying the API server to the pod network: %w", err)
 	}
 	c.stops = append(c.stops, stop)
+	images := Images(o.Binary)
+	if o.Sidecar {
+		more, err := SidecarImages()
+		if err != nil {
+			return err
+		}
+		images = append(images, more...)
+	}
 	o.progress("starting containerd and the kubelet (%s) …", controlplane.Version)
 	node.n, err = realnode.Start(ctx, realnode.Config{
 		Dir:          realDir,
@@ -125,7 +133,7 @@ func (c *Cluster) upKubelet(ctx context.Context, node *realNode, start time.Time
 		PodCIDR:      c.net.PodCIDR(),
 		CgroupRoot:   realCgroupRoot,
 		SandboxImage: SandboxImage,
-		Images:       Images(o.Binary),
+		Images:       images,
 		Log:          c.log,
 	})
 	if err != nil {

@@ -28,6 +28,9 @@ func WriteTable(w io.Writer, runs []RunResult) error {
 		if r.Run.PreStop {
 			shutdown += "+preStop"
 		}
+		if r.Run.Sidecar != "" {
+			shutdown += ", proxy " + string(r.Run.Sidecar)
+		}
 		if !r.Run.Rollout {
 			shutdown = "no rollout"
 		}

@@ -58,7 +58,8 @@ type PodRecord struct {
 	UID  string
 	IP   netip.Addr
 	// Containers maps a container's name to the ID its runtime gave it
-	// (status.containerStatuses' containerID without the runtime:// prefix).
+	// (status.containerStatuses' and initContainerStatuses' containerID
+	// without the runtime:// prefix).
 	Containers map[string]string
 }
 
@@ -106,6 +107,11 @@ func Execute(ctx context.Context, c *Cluster, cfg Config) ([]RunResult, error) {
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	for _, r := range cfg.Runs {
+		if err := checkSidecar(c, r); err != nil {
+			return nil, err
+		}
 	}
 	var out []RunResult
 	for i, r := range cfg.Runs {
@@ -422,6 +428,13 @@ func deployment(name string, r Run, p Profile) *appsv1.Deployment {
 			Sleep: &corev1.SleepAction{Seconds: int64(p.PreStop / time.Second)},
 		}}
 	}
+	spec := corev1.PodSpec{
+		Containers:                    []corev1.Container{ctr},
+		TerminationGracePeriodSeconds: &grace,
+	}
+	if r.Sidecar != "" {
+		addSidecar(&spec, r, p)
+	}
 	return &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: Namespace, Labels: labels(r)},
 		Spec: appsv1.DeploymentSpec{
@@ -433,10 +446,7 @@ func deployment(name string, r Run, p Profile) *appsv1.Deployment {
 			},
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels(r)},
-				Spec: corev1.PodSpec{
-					Containers:                    []corev1.Container{ctr},
-					TerminationGracePeriodSeconds: &grace,
-				},
+				Spec:       spec,
 			},
 		},
 	}
@@ -534,7 +544,8 @@ func runPods(ctx context.Context, c *Cluster, r Run) ([]PodRecord, error) {
 		}
 		ip, _ := netip.ParseAddr(p.Status.PodIP)
 		rec := PodRecord{Name: p.Name, UID: string(p.UID), IP: ip, Containers: map[string]string{}}
-		for _, cs := range p.Status.ContainerStatuses {
+		// Init containers too: a native sidecar is one.
+		for _, cs := range slices.Concat(p.Status.InitContainerStatuses, p.Status.ContainerStatuses) {
 			if _, id, ok := strings.Cut(cs.ContainerID, "://"); ok {
 				rec.Containers[cs.Name] = id
 			}
