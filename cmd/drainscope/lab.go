@@ -30,6 +30,7 @@ const labUsage = `usage: drainscope lab [--profile short|seed000|ci] [--runs con
                       [--proxy-mode nftables|iptables|iptables-legacy] [--ingress haproxy]
                       [--store DSN] [--duration D] [--rollout-at D] [--no-kernel]
                       [--serve ADDR] [--keep] [--direct-writes] [-v]
+       drainscope lab --profile sidecar --node kubelet [--runs sidecar-exit,sidecar-native,sidecar-drain]
        drainscope lab --profile longlived [--node kubelet] [--settle 20m] [--gap 3m] [--min-ready 150s] [--store DSN]
        drainscope lab cleanup
        drainscope lab simulate --nodes 500,1000,2000,5000 --store postgres://… (docs/scale.md)
@@ -78,6 +79,22 @@ pod is its server address, the mechanism its termination state), its own
 server list is recorded as the dataplane events of node "haproxy", and the
 report prints its removal lag after the EndpointSlice change beside
 kube-proxy's. See docs/ingress-lab.md.
+
+With --profile sidecar (real node only: --node kubelet) every pod holds a
+mesh's inbound proxy beside the app: Debian's HAProxy 2.6 in a container
+"proxy" on port 15006, to which an init container's iptables rule in the
+pod's network namespace redirects the traffic for the app's port 8080 (as
+Istio's init container does); it forwards to the app on 127.0.0.1:8080. The
+app drains properly in every run (Connection: close while draining, exit
+when idle, behind a 5 s preStop sleep); the proxy ends three ways:
+
+  sidecar-exit    a regular container: SIGTERM at the deletion, HAProxy stops at once
+  sidecar-native  a native sidecar (init container, restartPolicy Always): its
+                  preStop starts its drain, the kubelet stops it after the app
+  sidecar-drain   a regular container stopped by SIGUSR1: it keeps serving for 15 s,
+                  answering Connection: close, then leaves once idle
+
+See docs/lab.md.
 
 With --profile longlived the lab deploys one Deployment whose pods do what
 pods that have run for days do (an exec readiness probe every 2 s, a worker
@@ -130,7 +147,7 @@ func runLab(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	progress := os.Stderr
 	fmt.Fprintf(progress, "drainscope lab: profile %s, runs %s, %s node, recording into %s\n", p.Name, runNames(selected), f.nodeKind, st.Describe())
 	started := time.Now()
-	c, err := scenario.Up(ctx, f.options(exe, st, log, progress))
+	c, err := scenario.Up(ctx, f.options(p, exe, st, log, progress))
 	if err != nil {
 		return err
 	}
@@ -215,7 +232,7 @@ type labFlags struct {
 func defineLabFlags(fs *flag.FlagSet) *labFlags {
 	f := &labFlags{}
 	fs.StringVar(&f.profileName, "profile", "short", "experiment shape: "+strings.Join(scenario.ProfileNames(), ", ")+" (seed000: 110 s runs, rollout at 25 s)")
-	fs.StringVar(&f.runs, "runs", "", "comma-separated runs to do (default all): control, exit, graceful, prestop, drain")
+	fs.StringVar(&f.runs, "runs", "", "comma-separated runs to do (default all of the profile's): control, exit, graceful, prestop, drain; with --profile sidecar: sidecar-exit, sidecar-native, sidecar-drain")
 	fs.StringVar(&f.dsn, "store", os.Getenv("DRAINSCOPE_STORE"), "store DSN: postgres://… or a SQLite file path (default: "+store.DefaultPath()+"; env DRAINSCOPE_STORE)")
 	fs.DurationVar(&f.duration, "duration", 0, "load per run (overrides the profile)")
 	fs.DurationVar(&f.rolloutAt, "rollout-at", 0, "rollout start from the start of the load (overrides the profile)")
@@ -272,9 +289,15 @@ func (f *labFlags) profile() (scenario.Profile, []scenario.Run, error) {
 	if err := p.Validate(); err != nil {
 		return scenario.Profile{}, nil, fmt.Errorf("%w: %v", errUsage, err)
 	}
-	selected, err := scenario.SelectRuns(f.runs)
+	selected, err := scenario.SelectProfileRuns(p, f.runs)
 	if err != nil {
 		return scenario.Profile{}, nil, fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if p.Sidecar && f.nodeKind != scenario.NodeKubelet {
+		return scenario.Profile{}, nil, fmt.Errorf("%w: --profile %s runs on the real node only: add --node kubelet (the proxy and its iptables redirect are containers)", errUsage, p.Name)
+	}
+	if p.Sidecar && f.ingressKind != "" {
+		return scenario.Profile{}, nil, fmt.Errorf("%w: --ingress is for the short profiles' runs, not --profile %s", errUsage, p.Name)
 	}
 	if !slices.Contains(scenario.ProxyModes, f.proxyMode) {
 		return scenario.Profile{}, nil, fmt.Errorf("%w: --proxy-mode %q: want one of %s", errUsage, f.proxyMode, strings.Join(scenario.ProxyModes, ", "))
@@ -304,6 +327,11 @@ func (f *labFlags) profile() (scenario.Profile, []scenario.Run, error) {
 func (f *labFlags) preflight(p scenario.Profile) (exe string, err error) {
 	if f.ingressKind != "" {
 		if err := scenario.PreflightIngress(f.ingressKind); err != nil {
+			return "", err
+		}
+	}
+	if p.Sidecar {
+		if err := scenario.PreflightSidecar(); err != nil {
 			return "", err
 		}
 	}
@@ -341,8 +369,9 @@ func labLogger(verbose bool) *slog.Logger {
 }
 
 // options are the lab cluster's options the flags choose.
-func (f *labFlags) options(exe string, st store.Store, log *slog.Logger, progress io.Writer) scenario.Options {
+func (f *labFlags) options(p scenario.Profile, exe string, st store.Store, log *slog.Logger, progress io.Writer) scenario.Options {
 	return scenario.Options{
+		Sidecar:      p.Sidecar,
 		AppCommand:   []string{exe, "lab", "sampleapp"},
 		Images:       map[string]simnode.Image{scenario.ServerImage: {Entrypoint: []string{exe}}}, // --keep's server
 		Store:        st,
