@@ -25,7 +25,7 @@ import (
 )
 
 var (
-	labStore    = flag.String("lab-store", "", "TestLabEndToEnd or TestLabLongLived (run one): record into this SQLite file (kept) instead of a temporary one")
+	labStore    = flag.String("lab-store", "", "TestLabEndToEnd, TestLabLongLived or TestLabSidecar (run one): record into this SQLite file (kept) instead of a temporary one")
 	labDescribe = flag.String("lab-describe", "", "TestLabEndToEnd: write kubectl describe deployment's output for the exit run, with its Event, to this file")
 )
 
