@@ -35,7 +35,7 @@ import (
 // on the right pods and containers, and no proxy exit in the other runs
 // (checkSidecarCauses).
 func TestLabSidecar(t *testing.T) {
-	requireRealNode(t, "the sidecar profile's runs on the real node take about five minutes")
+	requireRealNode(t, "the sidecar profile's runs on the real node take three to six minutes")
 	if err := scenario.PreflightSidecar(); err != nil {
 		testenv.Unavailable(t, err.Error())
 	}
