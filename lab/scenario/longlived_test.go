@@ -4,9 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"log/slog"
 	"net/netip"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -39,34 +37,11 @@ var (
 // for a failure on a pod that was not terminating.
 func TestLabLongLived(t *testing.T) {
 	requireRealNode(t, "the long-lived sequence takes about five minutes")
-	bin := buildStatic(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute) // the lab lock may be held for a while
 	defer cancel()
-	dbPath := filepath.Join(t.TempDir(), "events.db")
-	if *labStore != "" {
-		dbPath = *labStore // kept for a look afterwards
-	}
-	st, err := store.Open(ctx, dbPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	c, err := scenario.Up(ctx, scenario.Options{
-		Node:        scenario.NodeKubelet,
-		Binary:      bin,
-		Store:       st,
-		WaitForLock: true,
-		Log:         log,
-		Progress:    testWriter{t},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	lab := upRealNode(ctx, t, false)
+	c, st, log := lab.c, lab.st, lab.log
 	defer c.Down()
-	if !c.Kernel() {
-		t.Fatalf("the kernel capture must run on the real node: %v", c.KernelErr)
-	}
 	p := scenario.Profiles["longlived"]
 	p.Settle, p.Gap, p.MinReady = *longSettle, *longGap, *longReady
 	start := time.Now()

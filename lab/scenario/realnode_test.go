@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/drainscope/drainscope/analysis"
 	"github.com/drainscope/drainscope/controlplane"
 	"github.com/drainscope/drainscope/event"
@@ -23,7 +25,6 @@ import (
 	"github.com/drainscope/drainscope/lab/realnode"
 	"github.com/drainscope/drainscope/lab/scenario"
 	"github.com/drainscope/drainscope/store"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // buildStatic builds drainscope as deploy/Dockerfile does (static, no C
@@ -101,6 +102,52 @@ func checkNothingLeft(t *testing.T, who string, before, after map[string]string)
 	}
 }
 
+// upRealNode opens the test's store (the -lab-store file when given, kept)
+// and brings up the real node's cluster recording into it, waiting for
+// the lab lock, with the kernel capture on; sidecar adds the sidecar
+// profile's images. The store closes at the test's end; Down is the
+// caller's, and a caller that checks the host takes hostState before.
+func upRealNode(ctx context.Context, t *testing.T, sidecar bool) realLab {
+	t.Helper()
+	bin := buildStatic(t)
+	dbPath := filepath.Join(t.TempDir(), "events.db")
+	if *labStore != "" {
+		dbPath = *labStore // kept for a look afterwards
+	}
+	st, err := store.Open(ctx, dbPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	c, err := scenario.Up(ctx, scenario.Options{
+		Node:        scenario.NodeKubelet,
+		Binary:      bin,
+		Sidecar:     sidecar,
+		Store:       st,
+		WaitForLock: true,
+		Log:         log,
+		Progress:    testWriter{t},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.Kernel() {
+		c.Down()
+		t.Fatalf("the kernel capture must run on the real node: %v", c.KernelErr)
+	}
+	return realLab{c, st, dbPath, log}
+}
+
+// realLab is upRealNode's cluster, its store and the store's file, and
+// the log the lab writes to.
+type realLab struct {
+	c      *scenario.Cluster
+	st     store.Store
+	dbPath string
+	log    *slog.Logger
+}
+
 var containerID = regexp.MustCompile(`^[0-9a-f]{64}$`)
 
 // testLabRealNode, the real node's side of TestLabNodeParity, runs the exit and preStop runs on a real kubelet with
@@ -114,30 +161,13 @@ var containerID = regexp.MustCompile(`^[0-9a-f]{64}$`)
 // nil when it stopped early.
 func testLabRealNode(t *testing.T) map[string]map[analysis.Cause]int {
 	requireRealNode(t, "the real node's lab runs take about three minutes")
-	bin := buildStatic(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute) // the lab lock may be held for a while
 	defer cancel()
-	dbPath := filepath.Join(t.TempDir(), "events.db")
-	st, err := store.Open(ctx, dbPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	// Before Up, and so before the lab lock: another real node's lab may
 	// still be running (checkNothingLeft).
 	before := hostState(t)
-	c, err := scenario.Up(ctx, scenario.Options{
-		Node:        scenario.NodeKubelet,
-		Binary:      bin,
-		Store:       st,
-		WaitForLock: true,
-		Log:         log,
-		Progress:    testWriter{t},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	lab := upRealNode(ctx, t, false)
+	c, st, log, dbPath := lab.c, lab.st, lab.log, lab.dbPath
 	downed := false
 	defer func() {
 		if !downed {
@@ -145,9 +175,6 @@ func testLabRealNode(t *testing.T) map[string]map[analysis.Cause]int {
 		}
 	}()
 	start := time.Now()
-	if !c.Kernel() {
-		t.Fatalf("the kernel capture must run on the real node: %v", c.KernelErr)
-	}
 	if d := c.NodeDescription(); !strings.Contains(d, "containerd://") || !strings.Contains(d, "kubelet v1.37") {
 		t.Errorf("node description %q does not name the real runtime and kubelet", d)
 	}

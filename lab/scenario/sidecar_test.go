@@ -4,10 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
-	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -39,32 +37,11 @@ func TestLabSidecar(t *testing.T) {
 	if err := scenario.PreflightSidecar(); err != nil {
 		testenv.Unavailable(t, err.Error())
 	}
-	bin := buildStatic(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 35*time.Minute) // the lab lock may be held for a while
 	defer cancel()
-	dbPath := filepath.Join(t.TempDir(), "events.db")
-	if *labStore != "" {
-		dbPath = *labStore // kept for a look afterwards
-	}
-	st, err := store.Open(ctx, dbPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	before := hostState(t)
-	c, err := scenario.Up(ctx, scenario.Options{
-		Node:        scenario.NodeKubelet,
-		Binary:      bin,
-		Sidecar:     true,
-		Store:       st,
-		WaitForLock: true,
-		Log:         log,
-		Progress:    testWriter{t},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	before := hostState(t) // before the lab lock: see checkNothingLeft
+	lab := upRealNode(ctx, t, true)
+	c, st, log := lab.c, lab.st, lab.log
 	downed := false
 	defer func() {
 		if !downed {
@@ -72,9 +49,6 @@ func TestLabSidecar(t *testing.T) {
 		}
 	}()
 	start := time.Now()
-	if !c.Kernel() {
-		t.Fatalf("the kernel capture must run on the real node: %v", c.KernelErr)
-	}
 	p := scenario.Profiles["sidecar"]
 	// Long enough for the last replaced pod's end: on this machine its
 	// deletion came up to 30 s into the rollout (each new pod starts an
