@@ -203,8 +203,15 @@ func testLabRealNode(t *testing.T) map[string]map[analysis.Cause]int {
 		if len(r.Replaced) != 4 || len(r.New) != 4 {
 			t.Errorf("run %s: %d pods replaced by %d, want 4 by 4", r.Run.Name, len(r.Replaced), len(r.New))
 		}
+		// A pod may hold no client's connection at its SIGTERM (the
+		// clients' keep-alive connections went elsewhere, or ended in its
+		// preStop sleep); the run's replaced pods together hold some.
+		conns := 0
 		for _, pod := range r.Replaced {
-			checkRealTermination(t, r, pod, events, p)
+			conns += checkRealTermination(t, r, pod, events, p)
+		}
+		if conns == 0 {
+			t.Errorf("run %s: no FIN or RST of any replaced pod's connections after its SIGTERM", r.Run.Name)
 		}
 		causes[r.Run.Name] = checkRealCauses(ctx, t, st, r)
 	}
@@ -227,9 +234,9 @@ func testLabRealNode(t *testing.T) map[string]map[analysis.Cause]int {
 // holds it: the watcher's deletion, the runtime's SIGTERM to the app
 // container's process (attributed by containerd's cgroup path to this pod
 // and container), after the preStop sleep where the run has one, its exit,
-// its connections' FIN or RST, and its endpoint leaving rotation and being
-// removed.
-func checkRealTermination(t *testing.T, r scenario.RunResult, pod scenario.PodRecord, events []event.Event, p scenario.Profile) {
+// and its endpoint leaving rotation and being removed. It returns how many
+// of its connections' FINs and RSTs after SIGTERM the kernel recorded.
+func checkRealTermination(t *testing.T, r scenario.RunResult, pod scenario.PodRecord, events []event.Event, p scenario.Profile) (conns int) {
 	t.Helper()
 	app := pod.Containers["app"]
 	if !containerID.MatchString(app) {
@@ -238,7 +245,7 @@ func checkRealTermination(t *testing.T, r scenario.RunResult, pod scenario.PodRe
 	}
 	var deletion, sigterm, exit, leaving, removed int64
 	var sender string
-	conns, flaps := 0, 0
+	flaps := 0
 	for _, e := range events {
 		if e.Pod.UID != pod.UID {
 			continue
@@ -292,9 +299,6 @@ func checkRealTermination(t *testing.T, r scenario.RunResult, pod scenario.PodRe
 		if exit < sigterm {
 			t.Errorf("%s: exit before SIGTERM", name)
 		}
-		if conns == 0 {
-			t.Errorf("%s: no FIN or RST of the pod's connections after SIGTERM", name)
-		}
 		if leaving > removed || leaving < deletion-int64(100*time.Millisecond) {
 			t.Errorf("%s: endpoint left rotation at %d, removed at %d, deletion at %d: out of order", name, leaving, removed, deletion)
 		}
@@ -302,6 +306,7 @@ func checkRealTermination(t *testing.T, r scenario.RunResult, pod scenario.PodRe
 			time.Duration(sigterm-deletion).Round(time.Millisecond), time.Duration(exit-sigterm).Round(time.Millisecond),
 			time.Duration(removed-deletion).Round(time.Millisecond), conns, flaps)
 	}
+	return conns
 }
 
 // checkRealCauses checks that the analysis finds, on the real node, what
