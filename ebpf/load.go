@@ -186,21 +186,31 @@ func (c *Collector) loadPrograms(spec *ebpf.CollectionSpec, kernel *btf.Spec, cf
 	return nil
 }
 
+// oneProgram is spec with only its program name, and every map, variable
+// and type: each program is loaded on its own, so that one the kernel
+// refuses leaves the others running.
+func oneProgram(spec *ebpf.CollectionSpec, name string) (*ebpf.CollectionSpec, error) {
+	ps, found := spec.Programs[name]
+	if !found {
+		return nil, fmt.Errorf("program %s missing from the object", name)
+	}
+	return &ebpf.CollectionSpec{
+		Maps:      spec.Maps,
+		Programs:  map[string]*ebpf.ProgramSpec{name: ps},
+		Variables: spec.Variables,
+		Types:     spec.Types,
+		ByteOrder: spec.ByteOrder,
+	}, nil
+}
+
 func (c *Collector) loadProgram(spec *ebpf.CollectionSpec, kernel *btf.Spec, cache *btf.Cache, def programDef) error {
 	var tp *btf.Typedef
 	if err := kernel.TypeByName("btf_trace_"+def.name, &tp); err != nil {
 		return fmt.Errorf("tracepoint %s not in this kernel (no btf_trace_%s in its BTF): %w", def.tracepoint, def.name, err)
 	}
-	ps, found := spec.Programs[def.name]
-	if !found {
-		return fmt.Errorf("program %s missing from the object", def.name)
-	}
-	sub := &ebpf.CollectionSpec{
-		Maps:      spec.Maps,
-		Programs:  map[string]*ebpf.ProgramSpec{def.name: ps},
-		Variables: spec.Variables,
-		Types:     spec.Types,
-		ByteOrder: spec.ByteOrder,
+	sub, err := oneProgram(spec, def.name)
+	if err != nil {
+		return err
 	}
 	coll, err := ebpf.NewCollectionWithOptions(sub, ebpf.CollectionOptions{
 		MapReplacements: c.maps.Maps,

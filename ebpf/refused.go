@@ -183,16 +183,9 @@ var refusedAttach = map[string]ebpf.AttachType{
 }
 
 func (c *Collector) loadFallbackProgram(spec *ebpf.CollectionSpec, kernel *btf.Spec, cache *btf.Cache, def fallbackDef) error {
-	ps, ok := spec.Programs[def.name]
-	if !ok {
-		return fmt.Errorf("program %s missing from the object", def.name)
-	}
-	sub := &ebpf.CollectionSpec{
-		Maps:      spec.Maps,
-		Programs:  map[string]*ebpf.ProgramSpec{def.name: ps},
-		Variables: spec.Variables,
-		Types:     spec.Types,
-		ByteOrder: spec.ByteOrder,
+	sub, err := oneProgram(spec, def.name)
+	if err != nil {
+		return err
 	}
 	opts := ebpf.CollectionOptions{
 		MapReplacements: map[string]*ebpf.Map{
