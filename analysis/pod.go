@@ -2,6 +2,7 @@ package analysis
 
 import (
 	"cmp"
+	"math"
 	"net/netip"
 	"slices"
 	"strings"
@@ -14,12 +15,15 @@ import (
 // landmark events and per-node endpoint transitions, never the pod's full
 // event history (connection events only update counters).
 type podState struct {
-	ref      event.PodRef
-	wl       event.Workload
-	node     string
-	first    int64
-	last     int64
-	created  int64
+	ref     event.PodRef
+	wl      event.Workload
+	node    string
+	first   int64
+	last    int64
+	created int64
+	// born: its creation was seen as it happened, not re-observed by a
+	// list (an agent's restart lists every pod as created).
+	born     bool
 	ready    int64 // first pod_ready
 	notReady int64 // first pod_not_ready
 
@@ -209,7 +213,7 @@ func isLandmark(e *event.Event) bool {
 func (p *podState) routing(t int64, opts *Options) routingState {
 	r := p.rotationAt(t, nil)
 	switch {
-	case !r.in && p.created != 0 && (p.ready == 0 || t < p.ready):
+	case !r.in && p.born && !p.readyBy(t):
 		// Seen created and not ready yet: its endpoint was never in
 		// rotation (its not-ready add is no leave). A connection then is
 		// the kubelet's probe's, before the pod's server listens.
@@ -386,6 +390,7 @@ func (p *podState) ingest(k *keeper, opts *Options) bool {
 	case event.PodCreated:
 		if p.created == 0 {
 			p.created = e.Time
+			p.born = !e.Flags.Has(event.FlagObserved)
 		}
 	case event.PodReady:
 		if p.ready == 0 {
@@ -541,10 +546,27 @@ func (p *podState) startsAgain(e *event.Event) bool {
 	return e.Time-end > int64(termReportLag)
 }
 
-// starting reports whether the pod was seen created and has not been
-// ready or deleted since: it has served nothing yet.
+// starting reports whether the pod was seen created (as it happened) and
+// has not been ready or deleted since: it has served nothing yet.
 func (p *podState) starting() bool {
-	return p.created != 0 && p.ready == 0 && p.lifeEvents().deletion.Time == 0
+	return p.born && !p.readyBy(math.MaxInt64) && p.lifeEvents().deletion.Time == 0
+}
+
+// readyBy reports whether anything showed the pod ready at or before t:
+// the pod's own readiness, or an endpoint of it ready on some node (where
+// the watcher missed the pod's).
+func (p *podState) readyBy(t int64) bool {
+	if p.ready != 0 && p.ready <= t {
+		return true
+	}
+	for i := range p.ep {
+		for _, tr := range p.ep[i].trans {
+			if tr.ready && tr.t <= t {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // RepeatsSignal reports whether e delivers again, within slack, the

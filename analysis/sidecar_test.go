@@ -313,3 +313,26 @@ func testInitContainerExit(t *testing.T, named bool) {
 		}
 	}
 }
+
+// TestListedPodIsNotStarting: after an agent's restart its list names
+// every pod created, a pod long ready among them; one not ready at that
+// moment (its readiness probe failing under load) is no pod still
+// starting. Its app's crash, which the capture named no container for, is
+// still the pod's end.
+func TestListedPodIsNotStarting(t *testing.T) {
+	r := newRec()
+	p := r.pod("web-a", "10.244.0.10")
+	listed := r.podEvent(p, 0, event.PodCreated)
+	listed.Flags = event.FlagObserved
+	r.add(listed)
+	// It crashes: no deletion, an exit the capture named no container for.
+	x := r.kernel(p, 2*s+40*ms, event.ProcessExit)
+	x.Flags, x.Pod.Container, x.Code = event.FlagMain, "", 2
+	r.add(x)
+	res := analyzeAll(t, r)
+	for _, tl := range res.Timelines {
+		if tl.Pod.Name == "web-a" && (tl.Exit == nil || tl.Exit.Time != r.at(2*s+40*ms)) {
+			t.Errorf("web-a's exit %+v, want the app's at +2.04 s", tl.Exit)
+		}
+	}
+}
