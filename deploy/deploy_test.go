@@ -5,6 +5,7 @@ import (
 	"context"
 	"debug/elf"
 	"fmt"
+	"maps"
 	"net/http/httptest"
 	"net/netip"
 	"os"
@@ -221,8 +222,9 @@ func checkAgentPod(t *testing.T, where string, ds *appsv1.DaemonSet, kernel bool
 }
 
 // checkRBAC asserts least privilege: read-only pods, services,
-// endpointslices and the apps workloads, a list of nodes; leases only
-// where leader mode may run (auto or leader), only in a Role.
+// endpointslices and the apps workloads, a list of nodes and a get of one,
+// a list and watch of events; leases only where leader mode may run (auto
+// or leader), only in a Role.
 func checkRBAC(t *testing.T, where string, o objects, leader bool) {
 	t.Helper()
 	// The server's one ClusterRole, with server.events.enabled: create on
@@ -255,20 +257,32 @@ func checkRBAC(t *testing.T, where string, o objects, leader bool) {
 		t.Fatalf("%s: ClusterRoles %v", where, o.kinds["ClusterRole"])
 	}
 	for name, r := range o.roles {
-		var got []string
+		got := map[string][]string{}
 		for _, rule := range r.Rules {
-			// Nodes: a list (of one) at start, for the cluster's size.
-			nodes := slices.Equal(rule.Resources, []string{"nodes"}) && slices.Equal(rule.Verbs, []string{"list"})
-			if !nodes && !slices.Equal(rule.Verbs, []string{"get", "list", "watch"}) {
-				t.Errorf("%s: %s grants %v on %v", where, name, rule.Verbs, rule.Resources)
+			if len(rule.ResourceNames) > 0 || len(rule.NonResourceURLs) > 0 {
+				t.Errorf("%s: %s rule %+v", where, name, rule)
 			}
 			for _, res := range rule.Resources {
-				got = append(got, strings.Join(rule.APIGroups, "")+"/"+res)
+				key := strings.Join(rule.APIGroups, "") + "/" + res
+				got[key] = append(got[key], rule.Verbs...)
 			}
 		}
-		slices.Sort(got)
-		if want := []string{"/nodes", "/pods", "/services", "apps/daemonsets", "apps/deployments", "apps/replicasets", "apps/statefulsets", "discovery.k8s.io/endpointslices"}; !slices.Equal(got, want) {
-			t.Errorf("%s: ClusterRole covers %v, want %v", where, got, want)
+		for _, verbs := range got {
+			slices.Sort(verbs)
+		}
+		read := []string{"get", "list", "watch"}
+		want := map[string][]string{
+			"/pods": read, "/services": read, "discovery.k8s.io/endpointslices": read,
+			"apps/daemonsets": read, "apps/deployments": read, "apps/replicasets": read, "apps/statefulsets": read,
+			// Nodes: a list (of one) at start, for the cluster's size;
+			// a get of the agent's own, for its versions (node_info).
+			"/nodes": {"get", "list"},
+			// Events: the kubelet's about pods, two reasons selected by
+			// field; no get (no Event's name is known), no write.
+			"/events": {"list", "watch"},
+		}
+		if !maps.EqualFunc(got, want, slices.Equal[[]string]) {
+			t.Errorf("%s: ClusterRole grants %v, want %v", where, got, want)
 		}
 	}
 	if leader != (len(o.nsRoles) == 1) || len(o.nsRoles) > 1 {

@@ -16,9 +16,16 @@ import "fmt"
 //	                       exited), Attrs[connections]: a mesh proxy's own account of its shutdown, from its log
 //	pod_ready              Local (pod IP, port 0)
 //	pod_not_ready          Local
-//	container_started      Pod.Container, Attrs[container_id, started_at, restart_count, role, ports]: the kubelet's
-//	                       status shows a new container instance running (a start or a restart), an init container's
-//	                       too; Flags(Observed) at a list or re-observation
+//	container_started      Pod.Container, Attrs[container_id, started_at, restart_count, role, ports, prestop, prestop_sleep,
+//	                       grace_period]: the kubelet's status shows a new container instance running (a start or a
+//	                       restart), an init container's too, with what its spec gives it to stop; Flags(Observed) at a
+//	                       list or re-observation
+//	kubelet_event          Pod (Container from the Event's fieldPath), Reason (FailedPreStopHook, FailedKillPod),
+//	                       Attrs[message, count, last_timestamp]: the kubelet's own account of stopping a container, from
+//	                       its Events; recorded by the agent of the pod's node, Flags(Observed) when found at the list
+//	node_info              Node, Reason (observed), Attrs[apiserver_version, kubelet_version, kube_proxy_version,
+//	                       container_runtime]: the versions the node runs, from its Node and the API server's /version;
+//	                       recorded by the node's agent when it starts and every 10 minutes
 //	container_terminated   Code (exit code), Signal, Reason (Completed, Error, OOMKilled …),
 //	                       Attrs[container_id, started_at, finished_at, restart_count, message, role]
 //	endpoint_added         Local (endpoint address), Service, Slice, Attrs[conditions, last_change_trigger_time]
@@ -105,6 +112,13 @@ const (
 	// ProxyState is a mesh proxy's own account of its shutdown, from its
 	// log (istio-agent's, linkerd-proxy's), imported with the pod named.
 	ProxyState Kind = "proxy_state"
+
+	// KubeletEvent is a kubelet's Event about stopping a pod's container:
+	// a preStop hook that failed (so SIGTERM came at once), a kill that
+	// failed.
+	KubeletEvent Kind = "kubelet_event"
+	// NodeInfo is the versions a node and its API server run.
+	NodeInfo Kind = "node_info"
 )
 
 // Kinds lists every kind, each new one at the end.
@@ -115,7 +129,7 @@ var Kinds = []Kind{
 	Signal, ProcessExit, ListenerClosed, ConnClosed, RSTSent, RSTReceived, ConnRefused,
 	ClientFailure, WorkloadChanged, ServiceChanged, KernelCapabilities,
 	DataplaneEndpointAdded, DataplaneEndpointRemoved,
-	PodFinished, ProxyState,
+	PodFinished, ProxyState, KubeletEvent, NodeInfo,
 }
 
 // Attributes of kernel_capabilities.
@@ -239,6 +253,43 @@ const (
 	// port is documentation: a container may listen on others). The
 	// endpoint kinds use the same key for their slice's ports.
 	AttrContainerPorts = "ports"
+
+	// What a container_started's spec gives the container to stop:
+	// AttrPreStop its preStop handler (PreStopSleep, PreStopExec,
+	// PreStopHTTP, PreStopTCP; absent for none), AttrPreStopSleep the
+	// seconds it waits when the handler says (the sleep action, or an exec
+	// of "sleep N" alone or through a shell), AttrGracePeriod the pod's
+	// terminationGracePeriodSeconds.
+	AttrPreStop      = "prestop"
+	AttrPreStopSleep = "prestop_sleep"
+	AttrGracePeriod  = "grace_period"
+
+	// kubelet_event: the Event's count and lastTimestamp (RFC 3339) as
+	// the kubelet last wrote them; the message is AttrMessage.
+	AttrCount         = "count"
+	AttrLastTimestamp = "last_timestamp"
+
+	// node_info: GitVersion of the API server's /version, and the Node's
+	// status.nodeInfo kubeletVersion, kubeProxyVersion (empty on 1.31+
+	// nodes, where the field is deprecated) and containerRuntimeVersion.
+	AttrAPIServerVersion = "apiserver_version"
+	AttrKubeletVersion   = "kubelet_version"
+	AttrKubeProxyVersion = "kube_proxy_version"
+	AttrContainerRuntime = "container_runtime"
+)
+
+// preStop handler types (Attrs[prestop] of container_started).
+const (
+	PreStopSleep = "sleep" // lifecycle.preStop.sleep (the sleep action, 1.30+)
+	PreStopExec  = "exec"
+	PreStopHTTP  = "httpGet"
+	PreStopTCP   = "tcpSocket"
+)
+
+// The kubelet's Event reasons recorded as kubelet_event.
+const (
+	KubeletFailedPreStopHook = "FailedPreStopHook"
+	KubeletFailedKillPod     = "FailedKillPod"
 )
 
 // What a container is to its pod (Attrs[role] of the container kinds).

@@ -87,7 +87,8 @@ func KindSource(k event.Kind) (s event.Source, ok bool) {
 	}
 	switch k {
 	case event.PodCreated, event.PodDeletion, event.PodReady, event.PodNotReady, event.PodFinished,
-		event.ContainerStarted, event.ContainerTerminated, event.WorkloadChanged, event.ServiceChanged:
+		event.ContainerStarted, event.ContainerTerminated, event.WorkloadChanged, event.ServiceChanged,
+		event.KubeletEvent, event.NodeInfo:
 		return event.SourceWatcher, true
 	case event.ClientFailure, event.ProxyState: // a client's log, a mesh proxy's: imported, no agent's
 		return event.SourceClient, true

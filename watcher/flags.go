@@ -102,7 +102,7 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 	fs.IntVar(&f.LeaderAbove, "leader-above-nodes", LeaderAboveNodes, "with --endpoints-mode auto: the cluster size (nodes at start) past which one elected agent records the EndpointSlices")
 	fs.StringVar(&f.Lease.Namespace, "lease-namespace", "", "namespace of the leader Lease (default $POD_NAMESPACE, else default)")
 	fs.StringVar(&f.Lease.Name, "lease-name", "drainscope-endpointslices", "name of the leader Lease")
-	fs.DurationVar(&f.Observe, "observe-interval", ObserveEvery, "how often to record again the state of every endpoint, pod, container and Service watched (as at the initial list), so that any window of history holds each one's state")
+	fs.DurationVar(&f.Observe, "observe-interval", ObserveEvery, "how often to record again the state of every endpoint, pod, container and Service watched (as at the initial list), so that any window of history holds each one's state, and the versions the node runs")
 }
 
 // Options turns the flags into watcher Options (without Sink and Logger).

@@ -117,10 +117,17 @@ func (w *Watcher) emitPod(at time.Time, k event.Kind, st *podState, fill func(*e
 	if fill != nil {
 		fill(&e)
 	}
+	w.emitOwn(at, &e)
+}
+
+// emitOwn delivers an event of this node's own (its pods', its kubelet's,
+// its versions) in either Mode: only the cluster-wide watches' events wait
+// for leadership (emitShared).
+func (w *Watcher) emitOwn(at time.Time, e *event.Event) {
 	w.emitMu.Lock()
 	defer w.emitMu.Unlock()
 	e.Time = w.stamp(at)
-	w.deliver(&e)
+	w.deliver(e)
 }
 
 // emitEndpoint builds an endpoint event and hands it to emitShared.
@@ -222,7 +229,8 @@ func stripPod(obj any) (any, error) {
 			Labels: p.Labels, OwnerReferences: p.OwnerReferences, CreationTimestamp: p.CreationTimestamp,
 			DeletionTimestamp: p.DeletionTimestamp, DeletionGracePeriodSeconds: p.DeletionGracePeriodSeconds,
 		},
-		Spec: corev1.PodSpec{NodeName: p.Spec.NodeName},
+		// The grace period its containers' preStop hooks and SIGTERM share.
+		Spec: corev1.PodSpec{NodeName: p.Spec.NodeName, TerminationGracePeriodSeconds: p.Spec.TerminationGracePeriodSeconds},
 		Status: corev1.PodStatus{
 			Phase: p.Status.Phase, PodIP: p.Status.PodIP, PodIPs: p.Status.PodIPs,
 			// Why a pod ended with no deletion (Evicted, Shutdown …).
@@ -243,22 +251,22 @@ func stripPod(obj any) (any, error) {
 	}
 	out.Status.InitContainerStatuses = stripStatuses(p.Status.InitContainerStatuses)
 	out.Status.ContainerStatuses = stripStatuses(p.Status.ContainerStatuses)
-	// Which init containers are sidecars, and the ports each container
-	// declares.
+	// Which init containers are sidecars, the ports each container
+	// declares and its preStop hook.
 	out.Spec.InitContainers = stripContainers(p.Spec.InitContainers)
 	out.Spec.Containers = stripContainers(p.Spec.Containers)
 	return out, nil
 }
 
-// stripContainers keeps each container's name, restart policy and ports
-// (their number and protocol).
+// stripContainers keeps each container's name, restart policy, ports
+// (their number and protocol) and preStop hook (stripLifecycle).
 func stripContainers(list []corev1.Container) []corev1.Container {
 	if len(list) == 0 {
 		return nil
 	}
 	out := make([]corev1.Container, len(list))
 	for i, c := range list {
-		out[i] = corev1.Container{Name: c.Name, RestartPolicy: c.RestartPolicy}
+		out[i] = corev1.Container{Name: c.Name, RestartPolicy: c.RestartPolicy, Lifecycle: stripLifecycle(c.Lifecycle)}
 		if len(c.Ports) > 0 {
 			out[i].Ports = make([]corev1.ContainerPort, len(c.Ports))
 			for j, p := range c.Ports {

@@ -84,10 +84,12 @@ type kubelet struct {
 	cs   kubernetes.Interface
 	ns   string
 	node string
+	// edit, when set, changes each pod's spec before it is created.
+	edit func(*corev1.Pod)
 }
 
 func (k *kubelet) podSpec(name, app, ip string) *corev1.Pod {
-	return &corev1.Pod{
+	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: k.ns, Labels: map[string]string{"app": app},
 			Annotations: map[string]string{"drainscope.test/ip": ip}},
 		Spec: corev1.PodSpec{
@@ -97,6 +99,10 @@ func (k *kubelet) podSpec(name, app, ip string) *corev1.Pod {
 				Ports: []corev1.ContainerPort{{ContainerPort: 8080}}}},
 		},
 	}
+	if k.edit != nil {
+		k.edit(p)
+	}
+	return p
 }
 
 // start creates the pod and reports it running and ready at ip.
@@ -996,8 +1002,10 @@ func TestIntegrationLeaderElection(t *testing.T) {
 	k.start(ctx, "web-0", "web", "10.244.0.50")
 	lc.waitFor(t, 30*time.Second, "the leader to record web-0", hasKinds(event.EndpointAdded))
 	time.Sleep(300 * time.Millisecond)
-	if n := len(fc.snapshot()); n != 0 {
-		t.Errorf("the follower recorded %d events", n)
+	// The follower records nothing of the cluster-wide watches; its own
+	// node's versions (node_info) are its to record in either mode.
+	if evs := fc.snapshot(); len(evs) != count(evs, event.NodeInfo) {
+		t.Errorf("the follower recorded %d events:\n%s", len(evs)-count(evs, event.NodeInfo), describe(evs))
 	}
 
 	// The leader goes away and releases the Lease; the follower takes
@@ -1353,5 +1361,157 @@ func TestIntegrationStatefulSetWorkload(t *testing.T) {
 	}
 	if f, to := got[2].Attrs[event.AttrReplicasFrom], got[2].Attrs[event.AttrReplicasTo]; f != "2" || to != "1" {
 		t.Errorf("scale-down from %q to %q, want 2 to 1", f, to)
+	}
+}
+
+// kubeletEventOf is the Event the kubelet's recorder writes about pod p
+// (core/v1, named as the recorder names it): about its container when
+// container is not "", else the pod itself.
+func kubeletEventOf(p *corev1.Pod, reason, container, message string, at time.Time) *corev1.Event {
+	ts := metav1.NewTime(at.Truncate(time.Second))
+	ev := &corev1.Event{
+		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s.%x", p.Name, at.UnixNano()), Namespace: p.Namespace},
+		InvolvedObject: corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: p.Namespace, Name: p.Name,
+			UID: p.UID, ResourceVersion: p.ResourceVersion},
+		Reason: reason, Message: message, Type: corev1.EventTypeWarning,
+		Source:         corev1.EventSource{Component: "kubelet", Host: p.Spec.NodeName},
+		FirstTimestamp: ts, LastTimestamp: ts, Count: 1,
+	}
+	if container != "" {
+		ev.InvolvedObject.FieldPath = "spec.containers{" + container + "}"
+	}
+	return ev
+}
+
+// TestIntegrationKubeletEvents: the kubelet's FailedPreStopHook Event about
+// a pod of the agent's node, created as the kubelet's recorder creates it
+// and then updated as it counts a repeat, is recorded twice (count 1, then
+// 2) with the pod's UID and the container its fieldPath names; an update
+// that counts nothing is not recorded, and neither is the same Event about
+// a pod on another node, which that node's agent records. The pod's
+// container_started carries the hook its spec gives it, as the API serves
+// the spec back.
+func TestIntegrationKubeletEvents(t *testing.T) {
+	cp := controlPlane(t)
+	ns := "kubelet-events"
+	k := setup(t, cp, ns)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if _, err := cp.RegisterNode(ctx, controlplane.NodeOptions{Name: "node-b", InternalIP: "10.244.1.1", PodCIDR: "10.244.1.0/24"}); err != nil {
+		t.Fatal(err)
+	}
+	_, c := startWatcher(t, cp.Config(), ns)
+	k.edit = func(p *corev1.Pod) {
+		p.Spec.Containers[0].Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{
+			Exec: &corev1.ExecAction{Command: []string{"/bin/sh", "-c", "sleep 5"}}}}
+	}
+	p := k.start(ctx, "stopping", "web", "10.244.0.61")
+	other := (&kubelet{t: t, cs: cp.Client(), ns: ns, node: "node-b"}).start(ctx, "elsewhere", "api", "10.244.1.61")
+	// The kubelet writes of a pod it runs: the watcher knows the pod first.
+	started := c.waitFor(t, time.Minute, "the pod's start", func(evs []event.Event) bool {
+		return first(ofPod(evs, "stopping"), event.ContainerStarted) != nil
+	})
+	stop := map[string]string{}
+	for key, v := range first(ofPod(started, "stopping"), event.ContainerStarted).Attrs {
+		if key == event.AttrPreStop || key == event.AttrPreStopSleep || key == event.AttrGracePeriod {
+			stop[key] = v
+		}
+	}
+	if want := map[string]string{event.AttrPreStop: event.PreStopExec, event.AttrPreStopSleep: "5", event.AttrGracePeriod: "30"}; !maps.Equal(stop, want) {
+		t.Errorf("container_started: the spec's stop %v, want %v", stop, want)
+	}
+
+	evs := cp.Client().CoreV1().Events(ns)
+	at := time.Now()
+	ev, err := evs.Create(ctx, kubeletEventOf(p, event.KubeletFailedPreStopHook, "app", "PreStopHook failed", at), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := evs.Create(ctx, kubeletEventOf(other, event.KubeletFailedPreStopHook, "app", "PreStopHook failed", at), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ev.Labels = map[string]string{"drainscope.test/touched": "true"}
+	if ev, err = evs.Update(ctx, ev, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ev.Count, ev.LastTimestamp = 2, metav1.NewTime(at.Truncate(time.Second).Add(2*time.Second))
+	if _, err := evs.Update(ctx, ev, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	kubeletEvents := func(evs []event.Event) []event.Event { return ofKind(evs, event.KubeletEvent, nil) }
+	c.waitKind(t, 2, "the Event and its repeat", kubeletEvents)
+	// One watch, in order: the other node's Event, created before the
+	// repeat, was seen before it; give a stray record a moment anyway.
+	time.Sleep(200 * time.Millisecond)
+	got := kubeletEvents(c.snapshot())
+	if len(got) != 2 {
+		t.Fatalf("%d kubelet_event, want 2:\n%s", len(got), describe(got))
+	}
+	for i, e := range got {
+		last := at.Truncate(time.Second).Add(time.Duration(2*i) * time.Second).UTC().Format(time.RFC3339Nano)
+		want := event.PodRef{Namespace: ns, Name: "stopping", UID: string(p.UID), Container: "app"}
+		if e.Pod != want || e.Reason != event.KubeletFailedPreStopHook || e.Node != "node-a" || e.Flags != 0 ||
+			e.Attrs[event.AttrCount] != strconv.Itoa(i+1) || e.Attrs[event.AttrMessage] != "PreStopHook failed" ||
+			e.Attrs[event.AttrLastTimestamp] != last {
+			t.Errorf("kubelet_event %d: %s %v on %s flags %b attrs %v; want %s %v count %d last_timestamp %s",
+				i, e.Reason, e.Pod, e.Node, e.Flags, e.Attrs, event.KubeletFailedPreStopHook, want, i+1, last)
+		}
+	}
+}
+
+// TestIntegrationKubeletEventsAtList: an Event the kubelet wrote before
+// the watch began (a pod's failed kill, about the pod itself) is recorded
+// from the list, flagged observed.
+func TestIntegrationKubeletEventsAtList(t *testing.T) {
+	cp := controlPlane(t)
+	ns := "kubelet-events-list"
+	k := setup(t, cp, ns)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	p := k.start(ctx, "stuck", "web", "10.244.0.71")
+	const msg = "error killing pod: failed to \"KillContainer\" for \"app\" with KillContainerError: \"rpc error: code = DeadlineExceeded\""
+	if _, err := cp.Client().CoreV1().Events(ns).Create(ctx, kubeletEventOf(p, event.KubeletFailedKillPod, "", msg, time.Now()), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	_, c := startWatcher(t, cp.Config(), ns)
+	got := c.waitKind(t, 1, "the listed Event", func(evs []event.Event) []event.Event { return ofKind(evs, event.KubeletEvent, nil) })
+	e := got[0]
+	if want := (event.PodRef{Namespace: ns, Name: "stuck", UID: string(p.UID)}); e.Pod != want || e.Reason != event.KubeletFailedKillPod ||
+		e.Flags != event.FlagObserved || e.Attrs[event.AttrMessage] != msg || e.Attrs[event.AttrCount] != "1" {
+		t.Errorf("listed kubelet_event: %s %v flags %b attrs %v", e.Reason, e.Pod, e.Flags, e.Attrs)
+	}
+}
+
+// TestIntegrationNodeInfo: node_info carries the API server's version, as
+// its /version says, and the agent's Node's versions from its
+// status.nodeInfo.
+func TestIntegrationNodeInfo(t *testing.T) {
+	cp := controlPlane(t)
+	ns := "node-info"
+	setup(t, cp, ns)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	nodes := cp.Client().CoreV1().Nodes()
+	n, err := nodes.Get(ctx, "node-a", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Status.NodeInfo.KubeletVersion, n.Status.NodeInfo.ContainerRuntimeVersion = "v1.37.2", "containerd://2.1.4"
+	if _, err := nodes.UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	v, err := cp.Client().Discovery().ServerVersion()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, c := startWatcher(t, cp.Config(), ns)
+	e := c.waitKind(t, 1, "node_info", func(evs []event.Event) []event.Event { return ofKind(evs, event.NodeInfo, nil) })[0]
+	want := map[string]string{event.AttrAPIServerVersion: v.GitVersion, event.AttrKubeletVersion: "v1.37.2",
+		event.AttrContainerRuntime: "containerd://2.1.4"}
+	if !maps.Equal(e.Attrs, want) || e.Node != "node-a" || e.Reason != event.ChangeObserved || e.Flags != event.FlagObserved {
+		t.Errorf("node_info on %s, %s, flags %b, attrs %v; want attrs %v", e.Node, e.Reason, e.Flags, e.Attrs, want)
+	}
+	if v.GitVersion == "" {
+		t.Error("the API server gave no version")
 	}
 }

@@ -66,6 +66,9 @@ type podState struct {
 	containers map[string]string // container ID → name
 	// running is each container's running instance, by container name.
 	running map[string]containerRun
+	// grace is the pod's terminationGracePeriodSeconds, -1 when unset:
+	// the time its containers' preStop hooks and SIGTERM share.
+	grace int64
 }
 
 // deletionInfo is what a pod_deletion event carries.
@@ -87,6 +90,7 @@ type containerRun struct {
 	restarts  int32
 	role      containerRole
 	ports     unique.Handle[string] // portsOf its spec
+	stop      stopSpec              // preStopOf its spec
 }
 
 // podTracker turns Pod states into pod events and keeps the lookup tables.
@@ -163,6 +167,10 @@ func (t *podTracker) apply(p *corev1.Pod, flags event.Flags, silent bool) {
 	isNew := st == nil
 	if isNew {
 		st = &podState{terminated: map[string][]uint64{}, containers: map[string]string{}, running: map[string]containerRun{}}
+	}
+	st.grace = -1
+	if g := p.Spec.TerminationGracePeriodSeconds; g != nil {
+		st.grace = *g
 	}
 	st.rv = p.ResourceVersion
 	ref := event.PodRef{Namespace: p.Namespace, Name: p.Name, UID: uid}
@@ -318,11 +326,12 @@ func (t *podTracker) started(st *podState, cs *corev1.ContainerStatus, spec *cor
 	}
 	was, ok := st.running[cs.Name]
 	if ok && was.id == run.id {
-		run.ports = was.ports // a container's ports cannot change
+		// A container's ports and lifecycle cannot change.
+		run.ports, run.stop = was.ports, was.stop
 		st.running[cs.Name] = run
 		return
 	}
-	run.ports = portsOf(spec)
+	run.ports, run.stop = portsOf(spec), preStopOf(spec)
 	st.running[cs.Name] = run
 	if !silent {
 		t.emitStarted(t.at, st, cs.Name, run, flags)
@@ -339,6 +348,15 @@ func (t *podTracker) emitStarted(at time.Time, st *podState, name string, run co
 		}
 		if run.ports != (unique.Handle[string]{}) {
 			e.Attrs[event.AttrContainerPorts] = run.ports.Value()
+		}
+		if run.stop.hook != hookNone {
+			e.Attrs[event.AttrPreStop] = run.stop.hook.String()
+		}
+		if run.stop.timed {
+			e.Attrs[event.AttrPreStopSleep] = strconv.Itoa(int(run.stop.sleep))
+		}
+		if st.grace >= 0 {
+			e.Attrs[event.AttrGracePeriod] = strconv.FormatInt(st.grace, 10)
 		}
 	}, flags)
 }
@@ -587,6 +605,25 @@ func (t *podTracker) PodByUID(uid string) (event.PodRef, event.Workload, bool) {
 	}
 	for i := len(t.gone) - 1; i >= 0; i-- {
 		if t.gone[i].pod.ref.UID == uid {
+			return t.find(t.gone[i].pod)
+		}
+	}
+	return t.find(nil)
+}
+
+// podByName is the pod of that namespace and name, else the newest
+// deleted one still resolvable: for a reference that gives no UID. A walk
+// of every pod; the references that need it are rare.
+func (t *podTracker) podByName(ns, name string) (event.PodRef, event.Workload, bool) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	for _, st := range t.pods {
+		if st.ref.Namespace == ns && st.ref.Name == name {
+			return t.find(st)
+		}
+	}
+	for i := len(t.gone) - 1; i >= 0; i-- {
+		if r := t.gone[i].pod.ref; r.Namespace == ns && r.Name == name {
 			return t.find(t.gone[i].pod)
 		}
 	}

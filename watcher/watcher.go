@@ -8,7 +8,9 @@
 // Attrs), and hands them to a sink. Beside them it records the changes of each
 // Deployment, StatefulSet and DaemonSet that begin a rollout or end its pods
 // (a new pod template, a change of replicas, its deletion) and each Service's
-// addresses and ports, with the EndpointSlices.
+// addresses and ports, with the EndpointSlices; and beside the pods the
+// kubelet's Events of a stop that failed (a preStop hook, a kill) and the
+// versions the node runs.
 //
 // A broken watch loses nothing and doubles nothing: the watcher keeps the
 // state it last reported, so an update replayed after a reconnect reports
@@ -83,10 +85,12 @@ type Options struct {
 	// "kubernetes.io/service-name=web".
 	SliceSelector string
 	// PodNode restricts the pod watch to pods bound to that node
-	// (spec.nodeName), as an agent on each node does. Empty watches every
-	// pod (cluster-wide).
+	// (spec.nodeName), as an agent on each node does, and the kubelet's
+	// Events it records to those about them; node_info reads that Node's
+	// versions. Empty watches every pod (cluster-wide).
 	PodNode string
-	// NoPods and NoSlices turn a watch off.
+	// NoPods and NoSlices turn a watch off; NoPods the kubelet's Events'
+	// too.
 	NoPods, NoSlices bool
 
 	// Mode chooses who records EndpointSlice transitions; default
@@ -102,7 +106,8 @@ type Options struct {
 	// everything it tracks (every endpoint, pod, running container and
 	// Service, flagged event.FlagObserved), as it does at its initial
 	// list, so that any window of history holds each one's state however
-	// long ago it began; default ObserveEvery.
+	// long ago it began, and the versions the node runs (node_info);
+	// default ObserveEvery.
 	ObserveInterval time.Duration
 	// NoSharedObserve: record no observed state of the cluster-wide
 	// watches (every endpoint and Service, at the initial list, at a
@@ -253,7 +258,9 @@ func (w *Watcher) Stats() Stats {
 // Run watches until ctx ends. The initial lists are taken as the state to
 // start from: recorded as observed (event.FlagObserved), not as
 // transitions; everything after them is a transition, and every
-// ObserveInterval the state is recorded again as observed.
+// ObserveInterval the state is recorded again as observed. The node's
+// versions (node_info) are recorded once the lists are done and every
+// ObserveInterval.
 func (w *Watcher) Run(ctx context.Context) error {
 	if !w.running.CompareAndSwap(false, true) {
 		return errors.New("watcher: Run called twice")
@@ -271,6 +278,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 
 	var waits []cache.InformerSynced
 	var svcs *serviceHandler
+	var podsSynced cache.InformerSynced
 	if !w.opts.NoPods {
 		// Owner lookups: ReplicaSets, stripped to their owner references.
 		f := informers.NewSharedInformerFactoryWithOptions(w.cs, 0,
@@ -288,6 +296,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 
 		ctrl, done := runInformer(ctx, "pods", w.podListWatch(), &corev1.Pod{}, stripPod,
 			&podHandler{w}, w.opts.Now, w.watchError("pods"))
+		podsSynced = ctrl.HasSynced
 		waits, running = append(waits, ctrl.HasSynced), append(running, done)
 	}
 	if !w.opts.NoSlices {
@@ -324,12 +333,24 @@ func (w *Watcher) Run(ctx context.Context) error {
 		}
 	}()
 	running = append(running, observations)
+	nodeInfo := make(chan struct{})
+	go func() { defer close(nodeInfo); w.runNodeInfo(ctx) }()
+	running = append(running, nodeInfo)
 	if w.opts.Mode == Leader && !w.opts.NoSlices {
 		// Run returns after the election ended, so that a leader going
 		// away has released the Lease by then.
 		elected := make(chan struct{})
 		go func() { defer close(elected); w.runElection(ctx) }()
 		running = append(running, elected)
+	}
+	if podsSynced != nil {
+		// The kubelet's Events are placed by their pod (kubeletPod): the
+		// pods' initial list first.
+		if !cache.WaitForCacheSync(ctx.Done(), podsSynced) {
+			return ctx.Err()
+		}
+		evWaits, evRunning := w.runKubeletEvents(ctx)
+		waits, running = append(waits, evWaits...), append(running, evRunning...)
 	}
 	if !cache.WaitForCacheSync(ctx.Done(), waits...) {
 		return ctx.Err()

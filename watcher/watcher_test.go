@@ -3,6 +3,7 @@ package watcher
 import (
 	"context"
 	"flag"
+	"maps"
 	"net/netip"
 	"sync"
 	"testing"
@@ -11,6 +12,8 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/version"
+	fakediscovery "k8s.io/client-go/discovery/fake"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
@@ -121,6 +124,7 @@ func TestWatcherFakeClientset(t *testing.T) {
 		OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "Deployment", Name: "web", Controller: ptr.To(true)}}}}
 	sl := slice("web-1", "web", "1", ep("old", "10.244.0.2", true, true, false))
 	cs := fake.NewClientset(old, rs, sl)
+	cs.Discovery().(*fakediscovery.FakeDiscovery).FakedServerVersion = &version.Info{GitVersion: "v1.37.2"}
 
 	c := newCollector()
 	w, err := New(cs, Options{Node: "node-a", Sink: c.sink})
@@ -135,8 +139,11 @@ func TestWatcherFakeClientset(t *testing.T) {
 	if ref, wl, ok := w.Pods().PodByUID("uid-old"); !ok || ref.Name != "old" || wl != (event.Workload{Kind: "Deployment", Name: "web"}) {
 		t.Fatalf("PodByUID = %v %v %v", ref, wl, ok)
 	}
-	// The initial lists are recorded as observed state, not transitions.
-	initial := c.waitFor(t, 5*time.Second, "initial state", hasKinds(event.EndpointReady))
+	// The initial lists are recorded as observed state, not transitions,
+	// and the API server's version once they are done.
+	initial := c.waitFor(t, 5*time.Second, "initial state", func(evs []event.Event) bool {
+		return hasKinds(event.EndpointReady)(evs) && hasKinds(event.NodeInfo)(evs)
+	})
 	observed := map[event.Kind]event.Event{}
 	for _, e := range initial {
 		if e.Flags != event.FlagObserved {
@@ -154,8 +161,13 @@ func TestWatcherFakeClientset(t *testing.T) {
 	if e, ok := observed[event.ContainerStarted]; !ok || e.Attrs[AttrContainerID] != "c0ffee-old" || e.Pod.Container != "app" {
 		t.Errorf("observed container %+v", e)
 	}
-	if len(initial) != 3 {
-		t.Errorf("initial state: %d events, want 3:\n%s", len(initial), describe(initial))
+	// Cluster-wide (no PodNode): the API server's version, no Node's.
+	if e, ok := observed[event.NodeInfo]; !ok || e.Reason != event.ChangeObserved || !e.Pod.IsZero() ||
+		!maps.Equal(e.Attrs, map[string]string{event.AttrAPIServerVersion: "v1.37.2"}) {
+		t.Errorf("observed node_info %+v", e)
+	}
+	if len(initial) != 4 {
+		t.Errorf("initial state: %d events, want 4:\n%s", len(initial), describe(initial))
 	}
 	c.mu.Lock()
 	c.events = nil
@@ -213,7 +225,7 @@ func TestWatcherFakeClientset(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	st := w.Stats()
-	if st.Events != 4+3 || st.Pods != 0 || st.Endpoints != 0 || st.Slices != 1 || !st.Leader {
+	if st.Events != 4+4 || st.Pods != 0 || st.Endpoints != 0 || st.Slices != 1 || !st.Leader {
 		t.Errorf("stats %+v", st)
 	}
 }
