@@ -32,6 +32,7 @@ type collector struct {
 	// changes and every ended pod life, those of the read's lead too.
 	acct                        account
 	kernels                     map[string]NodeKernel // by node: the latest kernel_capabilities
+	cluster                     Cluster               // the versions the node_info events gave
 	proxies                     map[string]NodeProxy  // by node: the proxy mode of the latest kernel_capabilities
 	fromSigterm, fromExit       hist
 	infFromSigterm, infFromExit hist
@@ -107,6 +108,9 @@ func (c *collector) see(e *event.Event) {
 			c.proxies[e.Node] = NodeProxy{Node: e.Node, Mode: mode, Recorded: e.Attrs[event.AttrProxyRecorded] == "true",
 				Evidence: e.Attrs[event.AttrProxyEvidence]}
 		}
+	}
+	if e.Kind == event.NodeInfo && (c.q.Window.To == 0 || e.Time < c.q.Window.To) {
+		c.cluster.see(e)
 	}
 	if e.Kind == event.WorkloadChanged && c.inScope(e.Pod.Namespace, e.Workload) {
 		c.acct.change(e)
@@ -277,6 +281,10 @@ func (c *collector) result(st Stats) *Result {
 		r.Proxies = append(r.Proxies, np)
 	}
 	sort.Slice(r.Proxies, func(i, j int) bool { return r.Proxies[i].Node < r.Proxies[j].Node })
+	if c.cluster.APIServer != "" || len(c.cluster.Kubelets) > 0 {
+		cl := c.cluster
+		r.Cluster = &cl
+	}
 	if c.q.Namespace != "" || !c.q.Workload.IsZero() {
 		r.Scope = c.q.Namespace
 		if w := c.q.Workload; !w.IsZero() {
@@ -315,8 +323,8 @@ func (c *collector) result(st Stats) *Result {
 	} else {
 		r.FromSigterm, r.FromExit = c.infFromSigterm.export(50e6), c.infFromExit.export(50e6)
 	}
-	r.Disruptions = c.disruptions(r)
 	r.DataplaneLag = c.lags
+	r.Disruptions = c.disruptions(r)
 	return r
 }
 

@@ -272,3 +272,18 @@ func (r *rec) dataplane(p *tpod, d int64, node string, added bool) {
 		Pod: event.PodRef{Namespace: p.ref.Namespace}, Service: p.svc, Local: p.addr(),
 		Attrs: map[string]string{event.AttrProxy: event.ProxyNFTables, event.AttrServicePort: "http", event.AttrProtocol: "tcp"}})
 }
+
+// started: the watcher sees the pod's app container running, with attrs
+// (its role, ports, preStop, grace period) as its spec gives them.
+func (r *rec) started(p *tpod, d int64, attrs map[string]string) {
+	e := r.podEvent(p, d, event.ContainerStarted)
+	e.Attrs = attrs
+	r.add(e)
+}
+
+// nodeInfo: node's agent records the API server's and its kubelet's
+// versions.
+func (r *rec) nodeInfo(node string, d int64, api, kubelet string) {
+	r.add(event.Event{Time: r.at(d), Kind: event.NodeInfo, Node: node, Source: event.SourceWatcher, Reason: event.ChangeObserved,
+		Flags: event.FlagObserved, Attrs: map[string]string{event.AttrAPIServerVersion: api, event.AttrKubeletVersion: kubelet}})
+}

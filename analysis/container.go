@@ -38,6 +38,14 @@ type ctrLife struct {
 	events  int          // lifecycle events it had
 	sigterm *event.Event // its first SIGTERM
 	exit    *event.Event // its main process's last exit
+	// What its spec gives it to stop (container_started): the preStop
+	// handler's type, the seconds it waits (-1: not known) and the pod's
+	// terminationGracePeriodSeconds (-1: not known).
+	prestop      string
+	prestopSleep int64
+	grace        int64
+	// hookFailed is the kubelet's first FailedPreStopHook about it.
+	hookFailed *event.Event
 }
 
 // lifeRec is one lifecycle event of the pod (a signal, an exit, a
@@ -93,7 +101,7 @@ func (p *podState) container(e *event.Event, create bool) *ctrLife {
 	if !create || len(p.ctrs) >= 8 {
 		return nil
 	}
-	c := &ctrLife{id: id, name: name}
+	c := &ctrLife{id: id, name: name, prestopSleep: -1, grace: -1}
 	p.ctrs = append(p.ctrs, c)
 	return c
 }
@@ -114,6 +122,11 @@ func (p *podState) learnContainer(e *event.Event) {
 			p.rederive()
 		}
 	}
+	if e.Kind == event.ContainerStarted {
+		c.prestop = e.Attrs[event.AttrPreStop]
+		c.prestopSleep = attrSeconds(e, event.AttrPreStopSleep)
+		c.grace = attrSeconds(e, event.AttrGracePeriod)
+	}
 	if v := e.Attrs[event.AttrContainerPorts]; v != "" && c.ports == nil {
 		for _, f := range strings.Split(v, ",") {
 			num, _, _ := strings.Cut(strings.TrimSpace(f), "/")
@@ -123,6 +136,85 @@ func (p *podState) learnContainer(e *event.Event) {
 		}
 	}
 	p.findApp()
+}
+
+// attrSeconds reads a whole number of seconds from e's attribute key,
+// -1 when absent or not a number.
+func attrSeconds(e *event.Event, key string) int64 {
+	n, err := strconv.ParseInt(e.Attrs[key], 10, 64)
+	if err != nil || n < 0 {
+		return -1
+	}
+	return n
+}
+
+// kubeletEvent records a kubelet's Event about one of the pod's
+// containers: a preStop hook that failed.
+func (p *podState) kubeletEvent(e, kept *event.Event) {
+	if e.Reason != event.KubeletFailedPreStopHook {
+		return
+	}
+	if c := p.container(e, true); c != nil && c.hookFailed == nil {
+		c.hookFailed = kept
+	}
+}
+
+// appContainer is the app's container: the one findApp decided, else the
+// pod's only container that is not an init container or a sidecar; nil
+// when the records do not say.
+func (p *podState) appContainer() *ctrLife {
+	if p.app != nil {
+		return p.app
+	}
+	var only *ctrLife
+	for _, c := range p.ctrs {
+		if c.role == event.ContainerRoleInit || c.role == event.ContainerRoleSidecar || c.name == "" {
+			continue
+		}
+		if only != nil {
+			return nil
+		}
+		only = c
+	}
+	return only
+}
+
+// stopSpec is what the app container's spec gave it to stop, and what the
+// kubelet said of its preStop; nil when the app's container is not known.
+func (p *podState) stopSpec() *StopSpec {
+	c := p.appContainer()
+	if c == nil {
+		return nil
+	}
+	s := &StopSpec{Container: c.name, PreStop: c.prestop}
+	if c.prestopSleep >= 0 {
+		s.PreStopSleep = ptr(c.prestopSleep)
+	}
+	if c.grace >= 0 {
+		s.GracePeriod = ptr(c.grace)
+	}
+	if c.hookFailed != nil {
+		s.HookFailed = c.hookFailed.Time
+	}
+	return s
+}
+
+// StopSpec is what a pod's app container was given to stop, as the
+// watcher read its spec, and whether the kubelet reported its preStop
+// hook failed.
+type StopSpec struct {
+	Container string `json:"container"`
+	// PreStop is the preStop handler's type (sleep, exec, httpGet,
+	// tcpSocket), "" for none or not recorded; PreStopSleep the seconds it
+	// waits when its spec says.
+	PreStop      string `json:"prestop,omitempty"`
+	PreStopSleep *int64 `json:"prestop_sleep_s,omitempty"`
+	// GracePeriod is the pod's terminationGracePeriodSeconds.
+	GracePeriod *int64 `json:"grace_period_s,omitempty"`
+	// HookFailed is when the kubelet reported FailedPreStopHook for the
+	// container: the hook did not run its course (an exec of a command the
+	// image lacks), so SIGTERM came at once.
+	HookFailed int64 `json:"prestop_failed_ns,omitempty"`
 }
 
 // learnListener records that the container of a listener_closed served

@@ -151,6 +151,10 @@ type Disruption struct {
 	// in by NewDisruption (a Result's disruptions leave them in
 	// Result.Failures).
 	Explained []AlignedFailure `json:"explained"`
+	// Patch is the fix of its causes as a change to its workload, with
+	// numbers from this cluster (planPatch); nil when no failure of it
+	// has a cause.
+	Patch *Patch `json:"patch,omitempty"`
 
 	// UID is the workload's metadata.uid as its last recorded change
 	// named it (WorkloadUID), and Link where a web UI shows the
@@ -333,6 +337,7 @@ func (d *Disruption) analysed(res *Result) {
 		}
 	}
 	d.Causes = disruptionCauses(&d.FailureCounts, res)
+	d.Patch = d.plan(res)
 }
 
 // disruptionCauses lists each cause counted in fc, in the rule table's order,

@@ -134,6 +134,10 @@ func TestNewDisruption(t *testing.T) {
 			{Cause: CauseKeepAliveAtExit, Title: "keep-alive connection cut at exit", Inferred: 2, Fix: "Connection: close"},
 		},
 		Explained: []AlignedFailure{res.Failures[0], res.Failures[2]},
+		// No timeline names the app's container: nothing to patch; the
+		// keep-alive cut is the code's.
+		Patch: &Patch{Namespace: "shop", Kind: "Deployment", Name: "web", NeedsCode: []Cause{CauseKeepAliveAtExit},
+			Notes: []string{"which container is the app was not recorded (no container_started with the Service's port)"}},
 	}
 	if !reflect.DeepEqual(d, want) {
 		t.Errorf("disruption\n got %+v\nwant %+v", d, want)

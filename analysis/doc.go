@@ -72,6 +72,10 @@
 //     lifecycle rows for a list, without analysing the failures.
 //   - rollouts.go: each disruption of a Result, filled in with its
 //     failures and new pods.
+//   - patch.go: each fix as a patch of the workload (Patch, planPatch),
+//     with numbers from the cluster's measured lags and the form its
+//     versions accept (Cluster, Version). check.go: Check, each
+//     workload's termination budget judged before its next rollout.
 //   - histogram.go: offset histograms (hist, Histogram).
 //   - disruption.go: Disruption, the one report of a disruption that web,
 //     export and the kubectl plugin read, and its key and window.

@@ -411,6 +411,8 @@ func (p *podState) ingest(k *keeper, opts *Options) bool {
 		p.ended = true
 	case event.ContainerStarted:
 		p.learnContainer(e)
+	case event.KubeletEvent:
+		p.kubeletEvent(e, k.get())
 	case event.ProxyState:
 		p.proxyState(e, k.get())
 	case event.ContainerTerminated, event.Signal, event.ProcessExit, event.ListenerClosed:

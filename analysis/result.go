@@ -56,6 +56,11 @@ type Result struct {
 	// latest kernel_capabilities event), so that a node without dataplane
 	// events says why.
 	Proxies []NodeProxy `json:"proxies,omitempty"`
+
+	// Cluster is the versions the API server and the nodes' kubelets run,
+	// as their agents recorded them (node_info): what form of fix each
+	// accepts. Nil when none was recorded.
+	Cluster *Cluster `json:"cluster,omitempty"`
 }
 
 // NodeProxy is how one node's Services are proxied and whether

@@ -72,6 +72,7 @@ func (c *collector) disruptions(r *Result) []Disruption {
 			}
 		}
 		d.Causes = disruptionCauses(&d.FailureCounts, r)
+		d.Patch = d.plan(r)
 		out = append(out, *d)
 	}
 	return out

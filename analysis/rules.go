@@ -35,6 +35,11 @@ const (
 	// the app (a mesh's sidecar) that exited before the app: its exit, not
 	// the app's drain, ended what it carried.
 	CauseSidecarExit Cause = "sidecar_exit"
+	// CausePreStopFailed is the endpoint race where the kubelet reported
+	// the app's preStop hook failed (FailedPreStopHook: an exec of a
+	// command the image lacks, as sleep in a distroless image): the delay
+	// it was to give never ran, and SIGTERM came at once.
+	CausePreStopFailed Cause = "prestop_failed"
 )
 
 // Rule is one row of the cause table: the cause it names, the evidence it
@@ -180,6 +185,20 @@ var Rules = []Rule{
 		Summary: `these {{.Count}} {{plural .Count "failure" "failures"}} were new connections sent to {{.PodsPhrase}} after {{plural .PodCount "its container" "their containers"}} died with no SIGTERM or deletion (an OOM kill or a crash), while the endpoint stayed in rotation until the readiness probe failed{{if .RotationLag}} (up to {{.RotationLag}}){{end}}`,
 		Fix:     diedFix,
 		Color:   "#009E73",
+	},
+	{
+		Cause: CausePreStopFailed,
+		Title: "preStop hook failed",
+		Requires: []Requirement{
+			{"the connection was refused, or made after the pod's process had exited and never answered", AnyOf(Refused, Unanswered)},
+			{"the pod was terminating: deleted, signalled, listener closed or exited", PodTerminating},
+			{"the pod's endpoint was still in rotation on some node", InRotation},
+			{"the kubelet reported the app's preStop hook failed (FailedPreStopHook)", PreStopHookFailed},
+		},
+		Explain: `{{.Class}} on a new connection to {{.Pod}}: the kubelet reported its preStop hook failed, so the delay it was to give never ran: {{.Terminating}}, while {{.Rotation}}`,
+		Summary: `these {{.Count}} {{plural .Count "failure" "failures"}} were new connections sent to {{.PodsPhrase}} after {{plural .PodCount "its" "their"}} preStop hook failed (the kubelet's FailedPreStopHook){{if .SigtermAfterRotation}}: SIGTERM came {{.SigtermAfterRotation}} the endpoint left rotation on the last node{{end}}{{if .RotationLag}}, while it was still in rotation for up to {{.RotationLag}}{{end}}`,
+		Fix:     `make the preStop hook run: an exec of a command the image lacks (sleep in a distroless image) fails and SIGTERM comes at once; with Kubernetes 1.30+ on the API server and every node use the sleep action (lifecycle.preStop.sleep), which the kubelet runs itself, with nothing needed in the image; before 1.30 put the command in the image; the wait must exceed the observed propagation{{if .Propagation}} ({{.Propagation}} from deletion to the last node){{end}}`,
+		Color:   "#5E3C99",
 	},
 	{
 		Cause: CauseEndpointRace,
@@ -372,6 +391,19 @@ func PodTerminating(f *Facts, dst []Piece) []Piece {
 		out = append(out, piece("process exited", x))
 	}
 	return out
+}
+
+// PreStopHookFailed holds when the kubelet reported, in this life of the
+// pod, that its app's preStop hook failed.
+func PreStopHookFailed(f *Facts, dst []Piece) []Piece {
+	if f.pod == nil {
+		return dst
+	}
+	c := f.pod.appContainer()
+	if c == nil || c.hookFailed == nil || c.hookFailed.Time < f.pod.since {
+		return dst
+	}
+	return append(dst, piece("the kubelet reported the preStop hook failed", c.hookFailed))
 }
 
 // InRotation holds when some node still routed to the pod's endpoint when

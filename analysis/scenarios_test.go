@@ -122,14 +122,26 @@ func kernelOnly() *rec {
 // 1.2 s and 2 s after the leave, past the assumed 1 s, came through
 // node-b's rules, which still sent there: endpoint race. One 2.6 s after,
 // when no node's rules did, is set aside (a probe, or a client bypassing
-// the Service).
-func dataplaneLag() *rec {
+// the Service). The API server is 1.33 and node-b's kubelet 1.29: the
+// patch's preStop is an exec of sleep, which the older kubelet runs.
+func dataplaneLag() *rec { return dataplaneLagWith("v1.29.6", nil) }
+
+// dataplaneLagWith is dataplaneLag with node-b's kubelet at kubeletB and
+// more of the app container's spec.
+func dataplaneLagWith(kubeletB string, spec map[string]string) *rec {
 	r := newRec("node-a", "node-b")
 	r.target = "http://api.default.svc/"
 	p := r.pod("api-5f7-a1", "10.244.1.21")
 	p.wl = event.Workload{Kind: "Deployment", Name: "api"}
 	p.svc = "api"
+	r.nodeInfo("node-a", -90*s, "v1.33.1", "v1.33.1")
+	r.nodeInfo("node-b", -90*s+ms, "v1.33.1", kubeletB)
 	r.created(p, -60*s)
+	attrs := map[string]string{event.AttrContainerRole: event.ContainerRoleApp, event.AttrContainerPorts: "8080/TCP", event.AttrGracePeriod: "30"}
+	for k, v := range spec {
+		attrs[k] = v
+	}
+	r.started(p, -59*s, attrs)
 	r.ready(p, -58*s)
 	for _, n := range r.nodes {
 		r.dataplane(p, -58*s+40*ms, n, true)

@@ -66,6 +66,9 @@ type PodTimeline struct {
 	// which was the app (the Service's port), and what each did. The
 	// SIGTERM, exit and kill above are the app's.
 	Containers []ContainerView `json:"containers,omitempty"`
+	// Stop is what the app's container was given to stop (its preStop,
+	// the grace period) and whether its preStop hook failed.
+	Stop *StopSpec `json:"stop,omitempty"`
 
 	Gaps Gaps `json:"gaps"`
 
@@ -269,6 +272,7 @@ func (p *podState) timeline(opts *Options) PodTimeline {
 		t.Exit = &x
 	}
 	t.Containers = p.containerViews()
+	t.Stop = p.stopSpec()
 	if p.lifeEvents().term.Time != 0 {
 		t.Terminated = &ExitView{Time: p.lifeEvents().term.Time, Code: p.lifeEvents().term.Code, Reason: p.lifeEvents().term.Reason}
 		if p.lifeEvents().term.Signal != 0 {

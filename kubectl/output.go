@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/drainscope/drainscope/analysis"
+	"github.com/drainscope/drainscope/analysis/textreport"
 	"github.com/drainscope/drainscope/event"
 	"github.com/drainscope/drainscope/web"
 )
@@ -107,6 +108,13 @@ func writeDisruption(w io.Writer, a web.Alignment) {
 	writeCauses(w, "causes of the failures the kernel evidence shows", s.InferredByCause, a.InferredCauses, a.Legend)
 	if s.Failures+s.Inferred == 0 {
 		fmt.Fprintln(w, "  no failures")
+	}
+	head, cmd, lines := textreport.PatchLines(a.Patch, a.Rules)
+	if head != "" {
+		fmt.Fprintf(w, "  %s\n    %s\n", head, cmd)
+	}
+	for _, l := range lines {
+		fmt.Fprintf(w, "  %s\n", l)
 	}
 	fmt.Fprintf(w, "  timeline: %s in drainscope's web UI\n", s.Links.Timeline)
 }

@@ -260,6 +260,9 @@ type Alignment struct {
 	Inference      analysis.Inference      `json:"inference"`
 	Legend         []CauseInfo             `json:"legend"`
 	Rules          []analysis.RuleView     `json:"rules"`
+	// Patch is the fix of the rollout's causes as a change to its
+	// workload, with numbers from this cluster (analysis.Patch).
+	Patch *analysis.Patch `json:"patch,omitempty"`
 }
 
 func (m *model) alignment() Alignment {
@@ -268,6 +271,7 @@ func (m *model) alignment() Alignment {
 		Rollout: m.summary, FromSigterm: res.FromSigterm, FromExit: res.FromExit,
 		Causes: res.Causes, InferredCauses: res.InferredCauses, Inference: res.Inference,
 		Legend: m.causeInfos(), Rules: res.Rules,
+		Patch: analysis.NewDisruption(m.rollout, res).Patch,
 	}
 }
 

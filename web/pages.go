@@ -31,6 +31,14 @@ var templateFuncs = template.FuncMap{
 	"span":     func(from, to int64) string { return analysis.FormatDuration(to - from) },
 	"causes":   orderedCauses,
 	"add":      func(a, b int) int { return a + b },
+	"causeTitle": func(rules []analysis.RuleView, c analysis.Cause) string {
+		for _, r := range rules {
+			if r.Cause == c {
+				return r.Title
+			}
+		}
+		return string(c)
+	},
 	"sortedRoles": func(m map[string]int) []roleCount {
 		var out []roleCount
 		for k, v := range m {

@@ -90,6 +90,30 @@ func WriteMarkdown(w io.Writer, r *analysis.Result) error {
 			p("| %s/%s | %s | %s | %s | %d | %d | %s |", mdEscape(ro.Namespace), mdEscape(ro.Workload()), trigger, clock(ro.From), clock(ro.To),
 				len(ro.Replaced), len(ro.NewPods), causeCounts(ro.ByCause, r.Rules))
 		}
+		for _, ro := range r.Disruptions {
+			head, cmd, lines := PatchLines(ro.Patch, r.Rules)
+			if head == "" && len(lines) == 0 {
+				continue
+			}
+			p("")
+			p("### Fix of %s/%s", mdEscape(ro.Namespace), mdEscape(ro.Workload()))
+			if head != "" {
+				p("")
+				p("%s", mdEscape(head))
+				p("")
+				if strings.Contains(cmd, "`") {
+					p("%s", mdEscape(cmd)) // no fence a name could close
+				} else {
+					p("```sh")
+					p("%s", event.Display(cmd, -1))
+					p("```")
+				}
+			}
+			p("")
+			for _, l := range lines {
+				p("- %s", mdEscape(l))
+			}
+		}
 	}
 	p("")
 	p("## Pod timelines")

@@ -466,3 +466,44 @@ func containersPhrase(t *analysis.PodTimeline) string {
 	}
 	return "containers: " + strings.Join(names, "; ") + "; the SIGTERM, exit and kill without a container named are the app's"
 }
+
+// PatchLines says a disruption's patch: what it covers, the command, each
+// value with where it came from, the causes that need code and what could
+// not be patched. Nil for no patch.
+func PatchLines(pt *analysis.Patch, rules []analysis.RuleView) (head, command string, lines []string) {
+	if pt == nil {
+		return "", "", nil
+	}
+	title := map[analysis.Cause]string{}
+	for _, r := range rules {
+		title[r.Cause] = r.Title
+	}
+	titles := func(cs []analysis.Cause) string {
+		var out []string
+		for _, c := range cs {
+			out = append(out, cmpOr(title[c], string(c)))
+		}
+		return strings.Join(out, ", ")
+	}
+	if pt.Command != "" {
+		head = fmt.Sprintf("patch for %s/%s, container %s, computed from this cluster (prevents: %s):", pt.Kind, pt.Name, pt.Container, cmpOr(titles(pt.Covers), "none of the causes by itself"))
+		command = pt.Command
+	}
+	for _, v := range pt.Values {
+		lines = append(lines, fmt.Sprintf("%s = %s: %s", v.Field, v.Value, v.From))
+	}
+	if len(pt.NeedsCode) > 0 {
+		lines = append(lines, "needs a change of the app's code, not of its settings (its fix above): "+titles(pt.NeedsCode))
+	}
+	for _, n := range pt.Notes {
+		lines = append(lines, "note: "+n)
+	}
+	return head, command, lines
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}

@@ -93,6 +93,14 @@ func textRollout(p textLine, ro *analysis.Disruption, rules []analysis.RuleView)
 		}
 		p("%s", s)
 	}
+	head, cmd, lines := PatchLines(ro.Patch, rules)
+	if head != "" {
+		p("    %s", head)
+		p("      %s", cmd)
+	}
+	for _, l := range lines {
+		p("    %s", l)
+	}
 }
 
 // textPodTimelines writes the POD TIMELINES section: the pods that ended.
