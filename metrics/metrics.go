@@ -65,6 +65,7 @@ type Metrics struct {
 	flight      func() FlightStats
 	ready       func() bool
 	retention   retentionMetrics
+	checks      checkMetrics
 
 	names []string
 }
@@ -128,6 +129,7 @@ func New(component, version string) *Metrics {
 		[]float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}, "stage")
 	m.registerScrape()
 	m.registerRetention()
+	m.registerChecks()
 	return m
 }
 

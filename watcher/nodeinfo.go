@@ -36,14 +36,19 @@ func (w *Watcher) runNodeInfo(ctx context.Context) {
 	}
 	n := &nodeInfo{w: w, failing: map[string]bool{}}
 	n.observe(ctx)
-	tick := time.NewTicker(w.opts.ObserveInterval)
+	every(ctx, w.opts.ObserveInterval, func() { n.observe(ctx) })
+}
+
+// every calls f every d until ctx ends.
+func every(ctx context.Context, d time.Duration, f func()) {
+	tick := time.NewTicker(d)
 	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
-			n.observe(ctx)
+			f()
 		}
 	}
 }

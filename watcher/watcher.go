@@ -321,16 +321,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 	observations := make(chan struct{})
 	go func() {
 		defer close(observations)
-		tick := time.NewTicker(w.opts.ObserveInterval)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-				w.observe(svcs)
-			}
-		}
+		every(ctx, w.opts.ObserveInterval, func() { w.observe(svcs) })
 	}()
 	running = append(running, observations)
 	nodeInfo := make(chan struct{})

@@ -215,6 +215,7 @@ func TestLogFormatJSON(t *testing.T) {
 		msg  string
 	}{
 		{[]string{"report", "--store", "mysql://x/y"}, 1, "unknown scheme"},
+		{[]string{"check", "--store", "mysql://x/y"}, 1, "unknown scheme"},
 		{[]string{"migrate", "--store", "mysql://x/y"}, 1, "unknown scheme"},
 		{[]string{"migrate", "--store", filepath.Join(dir, "migrate.db")}, 0, ""},
 		{[]string{"import", "--format", "jsonl", filepath.Join(dir, "missing.jsonl")}, 1, "no such file"},

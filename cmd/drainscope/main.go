@@ -36,6 +36,7 @@ var commands = map[string]command{
 	"serve":   {"serve the web timeline and the JSON API", runServe},
 	"import":  {"import client failures from load-test or proxy logs", runImport},
 	"report":  {"print rollouts, pod timelines, failures by cause and fixes", runReport},
+	"check":   {"judge each workload's termination budget before its next rollout", runCheck},
 	"migrate": {"apply the store's schema migrations and print its version", runMigrate},
 	"version": {"print drainscope's version", runVersion},
 }

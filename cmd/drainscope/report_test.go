@@ -75,3 +75,29 @@ func TestReportExplainsAKeepAliveCut(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckArguments: check takes one workload as kubectl names it,
+// before or after its flags, and names what is wrong with any other.
+func TestCheckArguments(t *testing.T) {
+	for in, want := range map[string]event.Workload{
+		"deploy/web": {Kind: "Deployment", Name: "web"}, "sts/db": {Kind: "StatefulSet", Name: "db"}, "DaemonSet/agent": {Kind: "DaemonSet", Name: "agent"},
+	} {
+		if got, err := parseCheckWorkload(in); err != nil || got != want {
+			t.Errorf("%q: %v %v", in, got, err)
+		}
+	}
+	for _, bad := range []string{"web", "pod/web", "deploy/", "deploy/a/b"} {
+		if _, err := parseCheckWorkload(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+	dir := t.TempDir()
+	code, _, stderr := runCLI(t, "check", "cronjob/x", "--store", filepath.Join(dir, "s.db"))
+	if code != 2 || !strings.Contains(stderr, `type "cronjob" is none of deploy, sts, ds`) {
+		t.Errorf("check cronjob/x: exit %d, %q", code, stderr)
+	}
+	code, stdout, stderr := runCLI(t, "check", "deploy/web", "--store", filepath.Join(dir, "s.db"))
+	if code != 0 || !strings.Contains(stdout, "no workload's pods with a recorded spec in the window") || !strings.Contains(stdout, "0 of 0 workloads") {
+		t.Errorf("check of an empty store: exit %d, %q %q", code, stdout, stderr)
+	}
+}

@@ -113,6 +113,15 @@ func runServe(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	}
 	if *f.metricsListen != "" || otlpExp != nil {
 		defer startRolloutSignals(ctx, opened, m, otlpExp, f)()
+		if *f.checkEvery > 0 {
+			cctx, ccancel := context.WithCancel(ctx)
+			cdone := make(chan struct{})
+			go func() {
+				defer close(cdone)
+				m.RunChecks(cctx, opened, metrics.CheckOptions{Every: *f.checkEvery, Window: *f.checkWindow, Log: slog.Default()})
+			}()
+			defer func() { ccancel(); <-cdone }()
+		}
 	}
 
 	opts, err := f.webOptions(ctx, st, c, m.ObserveAgentStage)
@@ -134,6 +143,7 @@ type serveFlags struct {
 	pprof                      *bool
 	retention                  *retentionFlag
 	signalsAfter, signalsDelay *time.Duration
+	checkEvery, checkWindow    *time.Duration
 	window                     *windowFlags
 	ingestMax                  *int64
 	ingestConc                 *int
@@ -158,6 +168,8 @@ func defineServeFlags(fs *flag.FlagSet) *serveFlags {
 	f.dsn = fs.String("store", os.Getenv("DRAINSCOPE_STORE"), "store DSN: postgres://… or a SQLite file path (default: "+store.DefaultPath()+"; env DRAINSCOPE_STORE)")
 	f.retention = registerRetention(fs, "delete events older than `AGE`, at start and then hourly: a duration or days (336h, 14d); 0 keeps everything")
 	f.signalsAfter = fs.Duration("signals-after", 30*time.Second, "report a terminated pod's rollout signals (drainscope_rollout_* on --metrics-listen) once it has been quiet this long")
+	f.checkEvery = fs.Duration("check-every", 10*time.Minute, "how often every workload's termination budget is checked against the cluster's measured lags (drainscope check) for drainscope_workload_rollout_risk; 0 turns it off")
+	f.checkWindow = fs.Duration("check-window", 6*time.Hour, "the history each check measures the lags and drains over")
 	f.signalsDelay = fs.Duration("signals-delay", 10*time.Second, "how long after an event happened the rollout signals wait for the agents to store it; events stored later are counted in drainscope_rollout_late_events_total")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), serveUsage)
