@@ -91,7 +91,7 @@ func CheckResult(res *Result) []WorkloadCheck {
 	var out []WorkloadCheck
 	for _, k := range keys {
 		b := workloadBudget(res, k.ns, k.kind, k.name, nil)
-		if b.Stop == nil {
+		if b.Stop == nil || !b.Stop.Recorded {
 			continue // its app's spec was not recorded: nothing to judge
 		}
 		if b.Lag < 0 && cluster.Lag >= 0 {

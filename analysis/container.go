@@ -186,7 +186,7 @@ func (p *podState) stopSpec() *StopSpec {
 	if c == nil {
 		return nil
 	}
-	s := &StopSpec{Container: c.name, PreStop: c.prestop}
+	s := &StopSpec{Container: c.name, PreStop: c.prestop, Recorded: c.grace >= 0}
 	if c.prestopSleep >= 0 {
 		s.PreStopSleep = ptr(c.prestopSleep)
 	}
@@ -204,6 +204,11 @@ func (p *podState) stopSpec() *StopSpec {
 // hook failed.
 type StopSpec struct {
 	Container string `json:"container"`
+	// Recorded: the watcher recorded the container's spec (its
+	// container_started carried the grace period, which the API server
+	// always sets): an absent preStop is none, not unknown. Records of
+	// agents before this attribute say nothing of the spec.
+	Recorded bool `json:"recorded"`
 	// PreStop is the preStop handler's type (sleep, exec, httpGet,
 	// tcpSocket), "" for none or not recorded; PreStopSleep the seconds it
 	// waits when its spec says.

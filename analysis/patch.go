@@ -103,7 +103,7 @@ func (c *Cluster) Effective() (v Version, from string, ok bool) {
 		v, from = oldest, fmt.Sprintf("the kubelet %s on %s, the oldest of %d %s (API server %s)",
 			c.Kubelets[oldestNode], NodeName(oldestNode), len(nodes), plural(len(nodes), "node", "nodes"), c.APIServer)
 	default:
-		from += fmt.Sprintf(" and %d %s' kubelets, none older", len(nodes), plural(len(nodes), "node", "nodes"))
+		from += fmt.Sprintf(" and %s, none older", plural(len(nodes), "its node's kubelet", fmt.Sprintf("%d nodes' kubelets", len(nodes))))
 	}
 	return v, from, true
 }
@@ -225,6 +225,10 @@ func planPatch(b *budget) *Patch {
 	}
 	if p.Container == "" {
 		p.Notes = append(p.Notes, "which container is the app was not recorded (no container_started with the Service's port)")
+		return p
+	}
+	if !b.Stop.Recorded {
+		p.Notes = append(p.Notes, "the app container's spec (its preStop, the grace period) was not recorded: an agent older than this drainscope recorded its start")
 		return p
 	}
 	container := map[string]any{"name": p.Container}
@@ -426,6 +430,7 @@ func budgetOf(res *Result, match, replaced func(*PodTimeline) bool) *budget {
 	var props, first []int64
 	var drains []int64
 	var stopAt int64 = -1
+	var stops []*StopSpec
 	for i := range res.Timelines {
 		tl := &res.Timelines[i]
 		if !match(tl) {
@@ -447,19 +452,10 @@ func budgetOf(res *Result, match, replaced func(*PodTimeline) bool) *budget {
 			b.Killed++
 		}
 		if tl.Stop != nil {
-			at := max(tl.Deletion, tl.Created, tl.Since)
-			if stopAt < 0 || at >= stopAt {
-				hook := int64(0)
-				if b.Stop != nil {
-					hook = b.Stop.HookFailed
-				}
+			stops = append(stops, tl.Stop)
+			if at := max(tl.Deletion, tl.Created, tl.Since); b.Stop == nil || at >= stopAt {
 				s := *tl.Stop
-				if s.HookFailed == 0 {
-					s.HookFailed = hook
-				}
 				b.Stop, stopAt = &s, at
-			} else if tl.Stop.HookFailed != 0 && b.Stop.HookFailed == 0 {
-				b.Stop.HookFailed = tl.Stop.HookFailed
 			}
 		}
 		for _, cv := range tl.Containers {
@@ -470,6 +466,16 @@ func budgetOf(res *Result, match, replaced func(*PodTimeline) bool) *budget {
 				if !containsString(b.Proxies, cv.Name) {
 					b.Proxies = append(b.Proxies, cv.Name)
 				}
+			}
+		}
+	}
+	if b.Stop != nil {
+		// A preStop that failed on a pod of the same spec failed for the
+		// newest too; a failure under an earlier spec (before a patch)
+		// says nothing of this one.
+		for _, s := range stops {
+			if s.HookFailed != 0 && s.PreStop == b.Stop.PreStop && sameSeconds(s.PreStopSleep, b.Stop.PreStopSleep) {
+				b.Stop.HookFailed = max(b.Stop.HookFailed, s.HookFailed)
 			}
 		}
 	}
@@ -490,6 +496,8 @@ func budgetOf(res *Result, match, replaced func(*PodTimeline) bool) *budget {
 	}
 	return b
 }
+
+func sameSeconds(a, b *int64) bool { return a == nil && b == nil || a != nil && b != nil && *a == *b }
 
 // watchLeave is when the first node's watch saw the pod's endpoint leave
 // rotation (not ready, terminating or removed), 0 when none did.

@@ -57,48 +57,48 @@ func TestPatchByVersion(t *testing.T) {
 		fromHas   string
 		noCommand bool
 	}{
-		{name: "1.28: exec sleep", b: race(cluster("v1.28.9", "v1.28.9"), StopSpec{Container: "app", GracePeriod: sec(10)}),
+		{name: "1.28: exec sleep", b: race(cluster("v1.28.9", "v1.28.9"), StopSpec{Container: "app", Recorded: true, GracePeriod: sec(10)}),
 			preStop: map[string]any{"exec": map[string]any{"command": []any{"sleep", "4"}}}, grace: 12.0,
 			covers: []Cause{CauseEndpointRace}, fromHas: "no sleep action before 1.30"},
-		{name: "1.29: exec sleep", b: race(cluster("v1.29.4", "v1.29.4", "v1.29.1"), StopSpec{Container: "app", GracePeriod: sec(10)}),
+		{name: "1.29: exec sleep", b: race(cluster("v1.29.4", "v1.29.4", "v1.29.1"), StopSpec{Container: "app", Recorded: true, GracePeriod: sec(10)}),
 			preStop: map[string]any{"exec": map[string]any{"command": []any{"sleep", "4"}}}, grace: 12.0,
 			covers: []Cause{CauseEndpointRace}},
-		{name: "1.30: the sleep action, beta", b: race(cluster("v1.30.2", "v1.30.2"), StopSpec{Container: "app", GracePeriod: sec(10)}),
+		{name: "1.30: the sleep action, beta", b: race(cluster("v1.30.2", "v1.30.2"), StopSpec{Container: "app", Recorded: true, GracePeriod: sec(10)}),
 			preStop: map[string]any{"sleep": map[string]any{"seconds": 4.0}}, grace: 12.0,
 			covers: []Cause{CauseEndpointRace}, fromHas: "beta, on by default"},
-		{name: "1.34: the sleep action, GA, grace already enough", b: race(cluster("v1.34.1", "v1.34.1"), StopSpec{Container: "app", GracePeriod: sec(30)}),
+		{name: "1.34: the sleep action, GA, grace already enough", b: race(cluster("v1.34.1", "v1.34.1"), StopSpec{Container: "app", Recorded: true, GracePeriod: sec(30)}),
 			preStop: map[string]any{"sleep": map[string]any{"seconds": 4.0}}, grace: nil,
 			covers: []Cause{CauseEndpointRace}, fromHas: "GA on 1.34"},
-		{name: "1.34 API server, a 1.29 kubelet: exec", b: race(cluster("v1.34.1", "v1.34.1", "v1.29.8"), StopSpec{Container: "app"}),
+		{name: "1.34 API server, a 1.29 kubelet: exec", b: race(cluster("v1.34.1", "v1.34.1", "v1.29.8"), StopSpec{Container: "app", Recorded: true}),
 			preStop: map[string]any{"exec": map[string]any{"command": []any{"sleep", "4"}}}, grace: nil,
 			covers: []Cause{CauseEndpointRace}, fromHas: "the oldest of 2 nodes"},
 		{name: "1.30: a failed exec sleep becomes the sleep action", b: func() *budget {
-			b := race(cluster("v1.30.2", "v1.30.2"), StopSpec{Container: "app", PreStop: event.PreStopExec, PreStopSleep: sec(5), HookFailed: 7})
+			b := race(cluster("v1.30.2", "v1.30.2"), StopSpec{Container: "app", Recorded: true, PreStop: event.PreStopExec, PreStopSleep: sec(5), HookFailed: 7})
 			b.Causes = []Cause{CausePreStopFailed}
 			return b
 		}(),
 			preStop: map[string]any{"sleep": map[string]any{"seconds": 4.0}, "exec": nil}, grace: nil,
 			covers: []Cause{CausePreStopFailed}},
 		{name: "1.29: a failed exec sleep cannot be patched", b: func() *budget {
-			b := race(cluster("v1.29.4", "v1.29.4"), StopSpec{Container: "app", PreStop: event.PreStopExec, PreStopSleep: sec(5), HookFailed: 7, GracePeriod: sec(10)})
+			b := race(cluster("v1.29.4", "v1.29.4"), StopSpec{Container: "app", Recorded: true, PreStop: event.PreStopExec, PreStopSleep: sec(5), HookFailed: 7, GracePeriod: sec(10)})
 			b.Causes = []Cause{CausePreStopFailed}
 			return b
 		}(),
 			preStop: nil, grace: nil, noteHas: "put a sleep binary in the image", noCommand: true},
-		{name: "an httpGet preStop is not replaced", b: race(cluster("v1.34.1", "v1.34.1"), StopSpec{Container: "app", PreStop: event.PreStopHTTP}),
+		{name: "an httpGet preStop is not replaced", b: race(cluster("v1.34.1", "v1.34.1"), StopSpec{Container: "app", Recorded: true, PreStop: event.PreStopHTTP}),
 			preStop: nil, noteHas: "make it wait 4 s before it returns", noCommand: true},
-		{name: "a preStop that already waits enough", b: race(cluster("v1.34.1", "v1.34.1"), StopSpec{Container: "app", PreStop: event.PreStopSleep, PreStopSleep: sec(6), GracePeriod: sec(30)}),
+		{name: "a preStop that already waits enough", b: race(cluster("v1.34.1", "v1.34.1"), StopSpec{Container: "app", Recorded: true, PreStop: event.PreStopSleep, PreStopSleep: sec(6), GracePeriod: sec(30)}),
 			preStop: nil, noteHas: "already waits 6 s", noCommand: true},
-		{name: "no version recorded", b: race(nil, StopSpec{Container: "app", GracePeriod: sec(30)}),
+		{name: "no version recorded", b: race(nil, StopSpec{Container: "app", Recorded: true, GracePeriod: sec(30)}),
 			preStop: nil, noteHas: "version was not recorded", noCommand: true},
 		{name: "Cilium, its lag measured", b: func() *budget {
-			b := race(cluster("v1.30.2", "v1.30.2"), StopSpec{Container: "app", GracePeriod: sec(30)})
+			b := race(cluster("v1.30.2", "v1.30.2"), StopSpec{Container: "app", Recorded: true, GracePeriod: sec(30)})
 			b.Cilium, b.CiliumLag = true, 900_000_000
 			return b
 		}(),
 			preStop: map[string]any{"sleep": map[string]any{"seconds": 4.0}}, covers: []Cause{CauseEndpointRace}, noteHas: "Cilium's own lag, measured in its maps (p99 900 ms)"},
 		{name: "Cilium, its lag not recorded", b: func() *budget {
-			b := race(cluster("v1.30.2", "v1.30.2"), StopSpec{Container: "app", GracePeriod: sec(30)})
+			b := race(cluster("v1.30.2", "v1.30.2"), StopSpec{Container: "app", Recorded: true, GracePeriod: sec(30)})
 			b.Cilium = true
 			return b
 		}(),
@@ -166,7 +166,7 @@ func TestPatchByVersion(t *testing.T) {
 func TestPatchSidecarByMesh(t *testing.T) {
 	b := func(mesh string, api string) *budget {
 		return &budget{Namespace: "shop", Kind: "Deployment", Name: "web", Lag: -1, Drain: 1_000_000_000, CiliumLag: -1,
-			Stop:   &StopSpec{Container: "app", PreStop: event.PreStopSleep, PreStopSleep: new(int64(5)), GracePeriod: new(int64(60))},
+			Stop:   &StopSpec{Container: "app", Recorded: true, PreStop: event.PreStopSleep, PreStopSleep: new(int64(5)), GracePeriod: new(int64(60))},
 			Causes: []Cause{CauseSidecarExit}, Mesh: mesh, Proxies: []string{"proxy"}, Cluster: &Cluster{APIServer: api}}
 	}
 	p := planPatch(b("linkerd", "v1.30.0"))
@@ -189,7 +189,7 @@ func TestPatchSidecarByMesh(t *testing.T) {
 // exited, its drain time is unknown and no grace period is made up.
 func TestPatchSIGKILLWithoutADrainSeen(t *testing.T) {
 	p := planPatch(&budget{Namespace: "shop", Kind: "Deployment", Name: "web", Lag: -1, Drain: -1, Killed: 3, CiliumLag: -1,
-		Stop: &StopSpec{Container: "app", GracePeriod: new(int64(30))}, Causes: []Cause{CauseSIGKILL}, Cluster: &Cluster{APIServer: "v1.34.0"}})
+		Stop: &StopSpec{Container: "app", Recorded: true, GracePeriod: new(int64(30))}, Causes: []Cause{CauseSIGKILL}, Cluster: &Cluster{APIServer: "v1.34.0"}})
 	if p.Strategic != "" || len(p.Covers) != 0 || !strings.Contains(strings.Join(p.Notes, " "), "SIGKILL ended 3 pods before they exited") {
 		t.Errorf("%s covers %v notes %q", p.Strategic, p.Covers, p.Notes)
 	}

@@ -11,12 +11,17 @@ import (
 
 const pluginUsage = `usage: kubectl drainscope report TYPE/NAME [--since 1h] [--format text|json] [flags]
        kubectl drainscope rollouts [--since 1h] [-A] [--format text|json] [flags]
+       kubectl drainscope check [TYPE/NAME] [--since 24h] [-A] [--format text|json] [flags]
 
 report prints what drainscope found in the disruptions of one workload
 (deploy/NAME, sts/NAME or ds/NAME in -n NAMESPACE) since --since: each
 rollout, scale-down, deletion or eviction with its pods, its client
 failures and the failures the pods' kernel events prove, by cause, with the
-fix. rollouts lists the recent disruptions of every workload.
+fix and the patch computed from this cluster. rollouts lists the recent
+disruptions of every workload. check judges each workload's termination
+budget (its preStop's wait, its grace period) against what the cluster was
+measured to need since --since, before its next rollout, and prints the
+patch for the risky ones.
 
 The answers come from the drainscope server (drainscope serve) in
 --server-namespace, found by the Service the Helm chart labels

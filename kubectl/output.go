@@ -171,6 +171,54 @@ func writeCauses(w io.Writer, title string, counts map[analysis.Cause]int, cause
 	}
 }
 
+// pluginCheck prints the server's check of the workloads' termination
+// budgets (GET /api/v1/check), risky ones first, each with its patch.
+func pluginCheck(ctx context.Context, api *apiClient, ns string, ref workloadRef, from, to time.Time, format string, w io.Writer) error {
+	q := windowQuery(from, to)
+	if ns != "" {
+		q.Set("namespace", ns)
+	}
+	if ref.Name != "" {
+		q.Set("workload", ref.Kind+"/"+ref.Name)
+	}
+	var out web.Checks
+	if format == "json" {
+		var raw json.RawMessage
+		if err := api.get(ctx, "/api/v1/check", q, &raw); err != nil {
+			return err
+		}
+		_, err := w.Write(append(raw, '\n'))
+		return err
+	}
+	if err := api.get(ctx, "/api/v1/check", q, &out); err != nil {
+		return err
+	}
+	for _, risky := range []bool{true, false} {
+		for _, c := range out.Workloads {
+			if c.Risky != risky {
+				continue
+			}
+			label := "ok   "
+			if c.Risky {
+				label = "RISKY " + strings.Join(c.Reasons, ",")
+			}
+			fmt.Fprintf(w, "%s %s %s/%s\n", label, c.Namespace, c.Kind, c.Name)
+			for _, why := range c.Why {
+				fmt.Fprintf(w, "    %s\n", why)
+			}
+			head, cmd, lines := textreport.PatchLines(c.Patch, out.Rules)
+			if head != "" {
+				fmt.Fprintf(w, "    %s\n      %s\n", head, cmd)
+			}
+			for _, l := range lines {
+				fmt.Fprintf(w, "    %s\n", l)
+			}
+		}
+	}
+	fmt.Fprintf(w, "%d of %d workloads will drop requests at their next rollout (measured since %s, from %s)\n", out.Risky, len(out.Workloads), from.UTC().Format("2006-01-02 15:04:05 MST"), api.where)
+	return nil
+}
+
 func pluginRollouts(ctx context.Context, api *apiClient, ns string, from, to time.Time, format string, w io.Writer) error {
 	q := windowQuery(from, to)
 	if ns != "" {

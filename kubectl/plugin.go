@@ -1,6 +1,6 @@
 // Package kubectl is drainscope's kubectl plugin, kubectl-drainscope:
-// `kubectl drainscope report deploy/NAME` and `kubectl drainscope
-// rollouts`. It finds the drainscope server in the cluster by the Service
+// `kubectl drainscope report deploy/NAME`, `kubectl drainscope
+// rollouts` and `kubectl drainscope check [deploy/NAME]`. It finds the drainscope server in the cluster by the Service
 // the Helm chart labels, reaches it through the API server as kubectl
 // port-forward does, and prints what the server's JSON API answers; or it
 // serves that API in process over a store named with --dsn.
@@ -60,8 +60,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	sub := args[0]
-	if sub != "report" && sub != "rollouts" {
-		fmt.Fprintf(stderr, "kubectl drainscope: unknown command %q: want report or rollouts (kubectl drainscope -h)\n", sub)
+	if sub != "report" && sub != "rollouts" && sub != "check" {
+		fmt.Fprintf(stderr, "kubectl drainscope: unknown command %q: want report, rollouts or check (kubectl drainscope -h)\n", sub)
 		return 2
 	}
 	pf := &pluginFlags{}
@@ -116,6 +116,16 @@ func (pf *pluginFlags) run(ctx context.Context, sub string, args []string, stdou
 		if len(args) > 0 {
 			return fmt.Errorf("%w: unexpected argument %q", errUsage, args[0])
 		}
+	case "check":
+		switch len(args) {
+		case 0:
+		case 1:
+			if ref, err = parseWorkloadRef(args[0]); err != nil {
+				return err
+			}
+		default:
+			return fmt.Errorf("%w: check takes at most one workload, TYPE/NAME; got %d arguments", errUsage, len(args))
+		}
 	}
 	cfg := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(pf.loading, pf.overrides)
 	ns, _, err := cfg.Namespace()
@@ -150,6 +160,11 @@ func (pf *pluginFlags) run(ctx context.Context, sub string, args []string, stdou
 			ns = ""
 		}
 		return pluginRollouts(ctx, api, ns, from, now, pf.format, stdout)
+	case "check":
+		if pf.allNamespaces && ref.Name == "" {
+			ns = ""
+		}
+		return pluginCheck(ctx, api, ns, ref, from, now, pf.format, stdout)
 	}
 	exists := "unknown" // with --dsn no cluster is asked
 	if cs != nil {

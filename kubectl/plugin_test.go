@@ -191,3 +191,56 @@ func TestPluginHostileNames(t *testing.T) {
 		t.Logf("%q:\n%.1500s", args, stdout)
 	}
 }
+
+// TestPluginCheck: kubectl drainscope check judges the workload whose app
+// container's spec was recorded: no preStop against endpoints that took
+// 400 ms to leave rotation is risky, with the sleep action's patch on a
+// 1.33 cluster; a workload of another namespace is not listed.
+func TestPluginCheck(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "events.db")
+	st, err := store.Open(t.Context(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now().Add(-10 * time.Minute).UnixNano()
+	pod := event.PodRef{Namespace: "shop", Name: "web-1", UID: "u1", Container: "app"}
+	wl := event.Workload{Kind: "Deployment", Name: "web"}
+	ip := netip.MustParseAddrPort("10.244.0.11:8080")
+	evs := []event.Event{
+		{Time: t0 - 60e9, Kind: event.NodeInfo, Node: "n", Source: event.SourceWatcher, Reason: event.ChangeObserved, Flags: event.FlagObserved,
+			Attrs: map[string]string{event.AttrAPIServerVersion: "v1.33.2", event.AttrKubeletVersion: "v1.33.2"}},
+		{Time: t0 - 50e9, Kind: event.ContainerStarted, Node: "n", Source: event.SourceWatcher, Pod: pod, Workload: wl,
+			Attrs: map[string]string{event.AttrContainerRole: event.ContainerRoleApp, event.AttrContainerPorts: "8080/TCP", event.AttrGracePeriod: "30"}},
+		{Time: t0 - 40e9, Kind: event.EndpointReady, Node: "n", Source: event.SourceWatcher, Pod: pod, Workload: wl, Local: ip, Service: "web"},
+		{Time: t0, Kind: event.PodDeletion, Node: "n", Source: event.SourceWatcher, Pod: pod, Workload: wl, Duration: int64(30 * time.Second)},
+		{Time: t0 + 400e6, Kind: event.EndpointNotReady, Node: "n", Source: event.SourceWatcher, Pod: pod, Workload: wl, Local: ip, Service: "web"},
+		{Time: t0 + 5e6, Kind: event.Signal, Node: "n", Source: event.SourceKernel, Pod: pod, PID: 7, Comm: "app", Signal: 15, PeerPID: 1, PeerComm: "kubelet"},
+		{Time: t0 + 9e6, Kind: event.ProcessExit, Node: "n", Source: event.SourceKernel, Pod: pod, PID: 7, Comm: "app"},
+	}
+	for i := range evs {
+		evs[i].Seal()
+	}
+	if err := st.Append(t.Context(), evs); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+
+	code, stdout, stderr := runPluginCLI("check", "deploy/web", "-n", "shop", "--dsn", path, "--since", "1h")
+	t.Logf("check:\n%s", stdout)
+	if code != 0 {
+		t.Fatalf("exit %d, stderr %q", code, stderr)
+	}
+	for _, want := range []string{"RISKY endpoint_race shop Deployment/web", "its preStop waits 0 s, and endpoints took 400 ms",
+		`kubectl -n shop patch deployment web --type strategic -p '{"spec":{"template":{"spec":{"containers":[{"lifecycle":{"preStop":{"sleep":{"seconds":3}}},"name":"app"}]}}}}'`,
+		"1 of 1 workloads"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("check lacks %q", want)
+		}
+	}
+	if code, stdout, _ := runPluginCLI("check", "-n", "other", "--dsn", path, "--since", "1h"); code != 0 || !strings.Contains(stdout, "0 of 0 workloads") {
+		t.Errorf("another namespace: exit %d:\n%s", code, stdout)
+	}
+	if code, _, stderr := runPluginCLI("check", "pod/web", "--dsn", path); code != 2 || !strings.Contains(stderr, "unknown workload kind") {
+		t.Errorf("check pod/web: exit %d, %q", code, stderr)
+	}
+}

@@ -89,6 +89,8 @@ func TestPages(t *testing.T) {
 		{"not-found.html", "/rollouts/shop/Deployment/checkout/1", 404},
 		{"no-page.html", "/nowhere", 404},
 		{"login.html", "/login?next=/rollouts", 200},
+		{"check.html", "/check?from=1773480000000000000&to=1773500000000000000", 200},
+		{"check-bad-filter.html", "/check?since=forever", 400},
 	}
 	for _, p := range pages {
 		t.Run(p.golden, func(t *testing.T) {

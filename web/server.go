@@ -253,6 +253,7 @@ func (s *Server) routes() chi.Router {
 		})
 		r.Get("/static/{file}", s.static)
 		r.Get("/rollouts", s.rolloutsPage)
+		r.Get("/check", s.checkPage)
 		r.Get("/rollouts/{ns}/{kind}/{name}/{start}", s.timelinePage)
 		r.Get("/rollouts/{ns}/{kind}/{name}/{start}/alignment", s.alignmentPage)
 
@@ -265,6 +266,7 @@ func (s *Server) routes() chi.Router {
 			r.Get("/rollouts/{ns}/{kind}/{name}/{start}/failures/{i}", s.apiFailure)
 			r.Get("/events/{time}/{id}", s.apiEvent)
 			r.Get("/causes", s.apiCauses)
+			r.Get("/check", s.apiCheck)
 			r.Get("/updates", s.apiUpdates)
 		})
 	})
