@@ -145,6 +145,19 @@ func rollout(t *testing.T, cp *controlplane.ControlPlane, ns string, gen string,
 	})
 }
 
+// observed reads drainscope_events_observed_total of the watcher's events
+// of kind k from a scrape.
+func observed(body string, k event.Kind) int {
+	prefix := `drainscope_events_observed_total{kind="` + string(k) + `",source="watcher"} `
+	for _, l := range strings.Split(body, "\n") {
+		if v, ok := strings.CutPrefix(l, prefix); ok {
+			n, _ := strconv.Atoi(v)
+			return n
+		}
+	}
+	return 0
+}
+
 func scrape(t testing.TB, m *metrics.Metrics) string {
 	rec := httptest.NewRecorder()
 	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
@@ -248,7 +261,14 @@ func TestAgentOnAControlPlane(t *testing.T) {
 	t.Logf("outage of %.1fs: agent A held %d events, agent B (bound 10) dropped %d",
 		time.Since(outage).Seconds(), held, b.a.Stats().Writer.Dropped)
 	rollout(t, cp, ns, "3", replicas)
-	time.Sleep(2 * time.Second) // the last transitions reach the agents
+	// The last transitions reach the agents: on a busy machine a watch
+	// event can take seconds.
+	for name, r := range map[string]running{"A": a, "B": b} {
+		waitFor(t, time.Minute, "agent "+name+" to see the three rollouts' deletions", func() bool {
+			return observed(scrape(t, r.a.Metrics()), event.PodDeletion) >= 3*replicas
+		})
+	}
+	time.Sleep(time.Second) // and the endpoints' last changes after them
 	if n := a.a.Watcher().Stats().Pods; n != replicas {
 		t.Errorf("the agent's pod cache holds %d pods, want the %d of its node", n, replicas)
 	}

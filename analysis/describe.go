@@ -69,6 +69,17 @@ func Describe(e *event.Event) string {
 		return s
 	case event.WorkloadChanged:
 		return e.Workload.String() + " " + e.Reason
+	case event.KubeletEvent:
+		s := "the kubelet reported " + e.Reason
+		if e.Pod.Container != "" {
+			s += " for container " + e.Pod.Container
+		}
+		if m := e.Attrs[event.AttrMessage]; m != "" {
+			s += ": " + m
+		}
+		return s
+	case event.NodeInfo:
+		return "node " + NodeName(e.Node) + " runs kubelet " + e.Attrs[event.AttrKubeletVersion] + " (API server " + e.Attrs[event.AttrAPIServerVersion] + ")"
 	case event.ProxyState:
 		s := "proxy " + e.Pod.Container + " " + e.Reason
 		if n := e.Attrs[event.AttrConnections]; n != "" {

@@ -243,7 +243,7 @@ func planPatch(b *budget) *Patch {
 	} else if cur.PreStop == "" || cur.HookFailed != 0 {
 		wait = 0
 	}
-	if race || b.Lag >= 0 && wait >= 0 && wait*1e9 < b.Lag {
+	if race {
 		switch {
 		case b.Lag < 0:
 			p.Notes = append(p.Notes, "no endpoint's propagation after a deletion was measured: the preStop wait has nothing to go by")
