@@ -125,9 +125,13 @@ type Patch struct {
 	// Covers are the causes the patch's settings prevent; NeedsCode those
 	// only the app's code prevents (it is not counted against the patch);
 	// Notes what could not be patched and why.
-	Covers    []Cause  `json:"covers,omitempty"`
-	NeedsCode []Cause  `json:"needs_code,omitempty"`
-	Notes     []string `json:"notes,omitempty"`
+	Covers    []Cause `json:"covers,omitempty"`
+	NeedsCode []Cause `json:"needs_code,omitempty"`
+	// Guards are causes none of the failures had whose door the measured
+	// budget shows open (a preStop shorter than the endpoints' lag), which
+	// the patch closes as well.
+	Guards []Cause  `json:"guards,omitempty"`
+	Notes  []string `json:"notes,omitempty"`
 }
 
 // PatchValue is one setting of a patch and where its number came from.
@@ -243,7 +247,12 @@ func planPatch(b *budget) *Patch {
 	} else if cur.PreStop == "" || cur.HookFailed != 0 {
 		wait = 0
 	}
-	if race {
+	// The race is open when the preStop waits less than this workload's
+	// endpoints were measured to take, whether or not this rollout's
+	// load happened to open a connection in that window: the patch guards
+	// against it too, and says so.
+	open := b.Lag >= 0 && wait >= 0 && wait*1e9 < b.Lag
+	if race || open {
 		switch {
 		case b.Lag < 0:
 			p.Notes = append(p.Notes, "no endpoint's propagation after a deletion was measured: the preStop wait has nothing to go by")
@@ -262,6 +271,12 @@ func planPatch(b *budget) *Patch {
 					if need[c] {
 						p.Covers = append(p.Covers, c)
 					}
+				}
+				switch {
+				case cur.HookFailed != 0 && !need[CausePreStopFailed]:
+					p.Guards = append(p.Guards, CausePreStopFailed)
+				case !race:
+					p.Guards = append(p.Guards, CauseEndpointRace)
 				}
 			}
 		}

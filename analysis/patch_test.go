@@ -296,3 +296,34 @@ func TestCheckJudgesTheBudget(t *testing.T) {
 		t.Errorf("a 10 s preStop: %+v", c)
 	}
 }
+
+// TestPatchGuardsAnOpenRace: a rollout whose failures were keep-alive
+// cuts alone, on a workload whose preStop waits less than its endpoints
+// took, gets the preStop too, as guarding against the race its load did
+// not happen to meet; one whose preStop waits long enough gets none.
+func TestPatchGuardsAnOpenRace(t *testing.T) {
+	b := &budget{Namespace: "shop", Kind: "Deployment", Name: "web", Lag: 990_000_000, Drain: 3_000_000_000, CiliumLag: -1,
+		Stop: &StopSpec{Container: "app", Recorded: true, GracePeriod: new(int64(30))}, Causes: []Cause{CauseKeepAliveAtExit},
+		Cluster: &Cluster{APIServer: "v1.37.2"}}
+	p := planPatch(b)
+	if !reflect.DeepEqual(p.Guards, []Cause{CauseEndpointRace}) || len(p.Covers) != 0 || !reflect.DeepEqual(p.NeedsCode, []Cause{CauseKeepAliveAtExit}) ||
+		!strings.Contains(p.Strategic, `"sleep":{"seconds":4}`) {
+		t.Errorf("an open race: %+v", p)
+	}
+	b.Stop.PreStop, b.Stop.PreStopSleep = event.PreStopSleep, new(int64(5))
+	if p = planPatch(b); p.Strategic != "" || len(p.Guards) != 0 {
+		t.Errorf("a 5 s preStop: %+v", p)
+	}
+}
+
+// TestPatchGuardsAFailedHook: a rollout whose hook failed but whose
+// failures were all keep-alive cuts gets the sleep action in place of the
+// failed exec, as guarding against the failed hook.
+func TestPatchGuardsAFailedHook(t *testing.T) {
+	p := planPatch(&budget{Namespace: "shop", Kind: "Deployment", Name: "web", Lag: 800_000_000, Drain: -1, CiliumLag: -1,
+		Stop:   &StopSpec{Container: "app", Recorded: true, PreStop: event.PreStopExec, PreStopSleep: new(int64(5)), HookFailed: 9},
+		Causes: []Cause{CauseKeepAliveAtExit}, Cluster: &Cluster{APIServer: "v1.37.2"}})
+	if !reflect.DeepEqual(p.Guards, []Cause{CausePreStopFailed}) || !strings.Contains(p.Strategic, `"exec":null`) {
+		t.Errorf("%+v", p)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/discovery"
 
@@ -35,9 +36,23 @@ func (w *Watcher) runNodeInfo(ctx context.Context) {
 	case <-w.synced:
 	}
 	n := &nodeInfo{w: w, failing: map[string]bool{}}
-	n.observe(ctx)
-	every(ctx, w.opts.ObserveInterval, func() { n.observe(ctx) })
+	// An agent starts before its node's kubelet has registered the Node
+	// (a new node, the lab's): asked again every nodeInfoRetry until it
+	// has, for an ObserveInterval at most, so that the first record names
+	// the kubelet's version.
+	final := time.Now().Add(w.opts.ObserveInterval)
+	for n.observe(ctx, !time.Now().Before(final)) {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(nodeInfoRetry):
+		}
+	}
+	every(ctx, w.opts.ObserveInterval, func() { n.observe(ctx, true) })
 }
+
+// nodeInfoRetry is how soon a Node not registered yet is asked for again.
+const nodeInfoRetry = 2 * time.Second
 
 // every calls f every d until ctx ends.
 func every(ctx context.Context, d time.Duration, f func()) {
@@ -55,8 +70,9 @@ func every(ctx context.Context, d time.Duration, f func()) {
 
 // observe reads the versions and records what it could read: a read that
 // fails (forbidden, not found, the server away) leaves its attributes out,
-// and with nothing read nothing is recorded.
-func (n *nodeInfo) observe(ctx context.Context) {
+// and with nothing read nothing is recorded. Unless final, a Node not
+// found yet records nothing and asks to be retried.
+func (n *nodeInfo) observe(ctx context.Context, final bool) (retry bool) {
 	w := n.w
 	rctx, cancel := context.WithTimeout(ctx, nodeInfoTimeout)
 	defer cancel()
@@ -67,6 +83,9 @@ func (n *nodeInfo) observe(ctx context.Context) {
 	}
 	if w.opts.PodNode != "" {
 		node, err := w.cs.CoreV1().Nodes().Get(rctx, w.opts.PodNode, metav1.GetOptions{})
+		if !final && apierrors.IsNotFound(err) {
+			return true
+		}
 		if n.read(ctx, "node", w.opts.PodNode, err) {
 			ni := node.Status.NodeInfo
 			// kubeProxyVersion is empty where the kubelet's
@@ -81,10 +100,11 @@ func (n *nodeInfo) observe(ctx context.Context) {
 		}
 	}
 	if len(attrs) == 0 {
-		return
+		return false
 	}
 	w.emitOwn(w.opts.Now(), &event.Event{Kind: event.NodeInfo, Reason: event.ChangeObserved, Flags: event.FlagObserved,
 		Attrs: attrs})
+	return false
 }
 
 // read tells whether a read (what, of name) succeeded, and logs its

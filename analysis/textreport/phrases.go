@@ -486,7 +486,14 @@ func PatchLines(pt *analysis.Patch, rules []analysis.RuleView) (head, command st
 		return strings.Join(out, ", ")
 	}
 	if pt.Command != "" {
-		head = fmt.Sprintf("patch for %s/%s, container %s, computed from this cluster (prevents: %s):", pt.Kind, pt.Name, pt.Container, cmpOr(titles(pt.Covers), "none of the causes by itself"))
+		var what []string
+		if len(pt.Covers) > 0 {
+			what = append(what, "prevents: "+titles(pt.Covers))
+		}
+		if len(pt.Guards) > 0 {
+			what = append(what, "guards against: "+titles(pt.Guards)+", which its settings leave open though none of these failures was one")
+		}
+		head = fmt.Sprintf("patch for %s/%s, container %s, computed from this cluster (%s):", pt.Kind, pt.Name, pt.Container, cmpOr(strings.Join(what, "; "), "a setting the causes need"))
 		command = pt.Command
 	}
 	for _, v := range pt.Values {

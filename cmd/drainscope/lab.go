@@ -20,6 +20,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/drainscope/drainscope/analysis"
+	"github.com/drainscope/drainscope/analysis/textreport"
 	"github.com/drainscope/drainscope/lab/sampleapp"
 	"github.com/drainscope/drainscope/lab/scenario"
 	"github.com/drainscope/drainscope/lab/simnode"
@@ -31,6 +32,7 @@ const labUsage = `usage: drainscope lab [--profile short|seed000|ci] [--runs con
                       [--store DSN] [--duration D] [--rollout-at D] [--no-kernel]
                       [--serve ADDR] [--keep] [--direct-writes] [-v]
        drainscope lab --profile sidecar --node kubelet [--runs sidecar-exit,sidecar-native,sidecar-drain]
+       drainscope lab --profile patch --node kubelet [--runs exit,graceful,execsleep,drain]
        drainscope lab --profile longlived [--node kubelet] [--settle 20m] [--gap 3m] [--min-ready 150s] [--store DSN]
        drainscope lab cleanup
        drainscope lab simulate --nodes 500,1000,2000,5000 --store postgres://… (docs/scale.md)
@@ -95,6 +97,15 @@ when idle, behind a 5 s preStop sleep); the proxy ends three ways:
                   answering Connection: close, then leaves once idle
 
 See docs/lab.md.
+
+With --profile patch (real node only: --node kubelet) the loop closes: the
+runs exit and graceful roll out with no preStop, execsleep with a preStop
+that execs sleep, which the app's image (one static binary) lacks, so the
+kubelet reports FailedPreStopHook, and drain drains properly (Connection:
+close while draining, behind a preStop sleep). Each
+run's report prints a patch computed from what it measured and the
+cluster's versions; the runs with one then roll out again after the lab
+ran exactly the printed kubectl command. See docs/lab.md.
 
 With --profile longlived the lab deploys one Deployment whose pods do what
 pods that have run for days do (an exec readiness probe every 2 s, a worker
@@ -175,6 +186,14 @@ func runLab(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	if len(results) > 0 {
 		labReport(ctx, c, st, results, f.dsn, started)
 	}
+	if err == nil && p.Patch {
+		var again []scenario.RunResult
+		again, err = labPatchAgain(ctx, c, st, p, results, log, progress)
+		if len(again) > 0 {
+			labReport(ctx, c, st, again, f.dsn, started)
+			results = append(results, again...)
+		}
+	}
 	if errors.Is(err, context.Canceled) || ctx.Err() != nil {
 		return errors.New("interrupted; cleaned up")
 	}
@@ -232,7 +251,7 @@ type labFlags struct {
 func defineLabFlags(fs *flag.FlagSet) *labFlags {
 	f := &labFlags{}
 	fs.StringVar(&f.profileName, "profile", "short", "experiment shape: "+strings.Join(scenario.ProfileNames(), ", ")+" (seed000: 110 s runs, rollout at 25 s)")
-	fs.StringVar(&f.runs, "runs", "", "comma-separated runs to do (default all of the profile's): control, exit, graceful, prestop, drain; with --profile sidecar: sidecar-exit, sidecar-native, sidecar-drain")
+	fs.StringVar(&f.runs, "runs", "", "comma-separated runs to do (default all of the profile's): control, exit, graceful, prestop, drain; with --profile sidecar: sidecar-exit, sidecar-native, sidecar-drain; with --profile patch: exit, graceful, execsleep, drain")
 	fs.StringVar(&f.dsn, "store", os.Getenv("DRAINSCOPE_STORE"), "store DSN: postgres://… or a SQLite file path (default: "+store.DefaultPath()+"; env DRAINSCOPE_STORE)")
 	fs.DurationVar(&f.duration, "duration", 0, "load per run (overrides the profile)")
 	fs.DurationVar(&f.rolloutAt, "rollout-at", 0, "rollout start from the start of the load (overrides the profile)")
@@ -292,6 +311,12 @@ func (f *labFlags) profile() (scenario.Profile, []scenario.Run, error) {
 	selected, err := scenario.SelectProfileRuns(p, f.runs)
 	if err != nil {
 		return scenario.Profile{}, nil, fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if p.Patch && f.nodeKind != scenario.NodeKubelet {
+		return scenario.Profile{}, nil, fmt.Errorf("%w: --profile %s runs on the real node only: add --node kubelet (its exec preStop fails on the real kubelet)", errUsage, p.Name)
+	}
+	if p.Patch && f.ingressKind != "" {
+		return scenario.Profile{}, nil, fmt.Errorf("%w: --ingress is for the short profiles' runs, not --profile %s", errUsage, p.Name)
 	}
 	if p.Sidecar && f.nodeKind != scenario.NodeKubelet {
 		return scenario.Profile{}, nil, fmt.Errorf("%w: --profile %s runs on the real node only: add --node kubelet (the proxy and its iptables redirect are containers)", errUsage, p.Name)
@@ -385,6 +410,38 @@ func (f *labFlags) options(p scenario.Profile, exe string, st store.Store, log *
 		ProxyMode:    f.proxyMode,
 		DirectWrites: f.directWrites,
 	}
+}
+
+// labPatchAgain prints the patch each run's report printed and rolls the
+// runs that have one out again after running exactly that command.
+func labPatchAgain(ctx context.Context, c *scenario.Cluster, st store.Store, p scenario.Profile, results []scenario.RunResult, log *slog.Logger, progress io.Writer) ([]scenario.RunResult, error) {
+	c.Sync()
+	again, found, err := scenario.Patched(ctx, st, results)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Println()
+	fmt.Println("PATCHES (each run's report, computed from what it measured and the cluster's versions)")
+	for _, r := range results {
+		d := found[r.Run.Name]
+		if d == nil {
+			continue
+		}
+		fmt.Printf("  %s: %s\n", r.Run.Name, d.CountsByCause(false))
+		head, cmd, lines := textreport.PatchLines(d.Patch, nil)
+		if head != "" {
+			fmt.Printf("    %s\n      %s\n", head, cmd)
+		}
+		for _, l := range lines {
+			fmt.Printf("    %s\n", l)
+		}
+	}
+	if len(again) == 0 {
+		fmt.Println("  no run printed a patch: nothing to roll out again")
+		return nil, nil
+	}
+	fmt.Fprintf(progress, "rolling out %s again, each after its printed patch\n", runNames(again))
+	return scenario.Execute(ctx, c, scenario.Config{Profile: p, Runs: again, Progress: progress, Log: log})
 }
 
 // labReport prints the runs' table, the diagnosis and where to read more.

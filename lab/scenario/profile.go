@@ -44,6 +44,10 @@ type Profile struct {
 	// Sidecar makes the profile the sidecar one: its runs are
 	// SidecarRuns (a proxy beside the app), on the real node only.
 	Sidecar bool
+	// Patch makes the profile the patch one: its runs are PatchRuns, on
+	// the real node only (whose kubelet runs the exec hook the image
+	// cannot), each rolled out again with the patch its report printed.
+	Patch bool
 }
 
 // LongLived tells whether the profile runs the long-lived sequence.
@@ -91,6 +95,11 @@ var Profiles = map[string]Profile{
 	},
 	// ci is the end-to-end test's: short runs that still cover a whole
 	// rollout and the last pod's exit.
+	"patch": {
+		Name: "patch", Duration: 30 * time.Second, RolloutAt: 3 * time.Second, Patch: true,
+		Replicas: 4, Clients: 20, Interval: 110 * time.Millisecond, Timeout: 5 * time.Second,
+		ExitDelay: 3 * time.Second, PreStop: 5 * time.Second, Grace: 30 * time.Second, ProbePeriod: time.Second,
+	},
 	"ci": {
 		Name: "ci", Duration: 20 * time.Second, Control: 8 * time.Second, RolloutAt: 3 * time.Second,
 		Replicas: 4, Clients: 20, Interval: 110 * time.Millisecond, Timeout: 5 * time.Second,
@@ -123,6 +132,8 @@ func (p Profile) Validate() error {
 		return fmt.Errorf("profile %s: settle %v and gap %v: want both positive, or neither", p.Name, p.Settle, p.Gap)
 	case p.MinReady < 0 || p.MinReady%time.Second != 0:
 		return fmt.Errorf("profile %s: minReadySeconds %v: want whole seconds, 0 or more", p.Name, p.MinReady)
+	case p.Patch && (p.Sidecar || p.Settle > 0):
+		return fmt.Errorf("profile %s: the patch profile is neither a sidecar nor a long-lived one", p.Name)
 	case p.Sidecar && p.Settle > 0:
 		return fmt.Errorf("profile %s: a sidecar profile has no settle time", p.Name)
 	case p.Sidecar && ProxyGrace(p) >= p.Grace:
@@ -149,6 +160,15 @@ type Run struct {
 	// Sidecar, when set, puts a mesh's proxy beside the app, of that
 	// kind (the sidecar profile's runs, SidecarRuns).
 	Sidecar SidecarKind
+	// PreStopExec makes the preStop an exec of sleep for the profile's
+	// PreStop, which the app's image (one static binary, no sleep) cannot
+	// run: the kubelet reports FailedPreStopHook and SIGTERM comes at once,
+	// as on a distroless image.
+	PreStopExec bool
+	// PatchCommand, when set, is a kubectl command line (drainscope's
+	// printed patch) run against the run's Deployment once it is ready,
+	// before the load: the run is its rollout with the patch applied.
+	PatchCommand string
 }
 
 // Runs are the experiment's runs, in order.
@@ -164,11 +184,14 @@ var Runs = []Run{
 // experiment's order; an empty list selects all.
 func SelectRuns(list string) ([]Run, error) { return selectRuns(Runs, list) }
 
-// Runs are the profile's runs: SidecarRuns for the sidecar profile, Runs
-// for the others.
+// Runs are the profile's runs: SidecarRuns for the sidecar profile,
+// PatchRuns for the patch profile, Runs for the others.
 func (p Profile) Runs() []Run {
-	if p.Sidecar {
+	switch {
+	case p.Sidecar:
 		return SidecarRuns
+	case p.Patch:
+		return PatchRuns
 	}
 	return Runs
 }

@@ -10,7 +10,10 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
+	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -23,6 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/drainscope/drainscope/controlplane"
 	"github.com/drainscope/drainscope/event"
 	"github.com/drainscope/drainscope/lab/load"
 	"github.com/drainscope/drainscope/lab/sampleapp"
@@ -209,6 +213,14 @@ func runOne(ctx context.Context, c *Cluster, cfg Config, r Run) (res RunResult, 
 	}
 	if err := waitRunReady(ctx, c, name, p, res.ClusterIP, ing); err != nil {
 		return res, err
+	}
+	if r.PatchCommand != "" {
+		if err := applyPatchCommand(ctx, c, name, r.PatchCommand); err != nil {
+			return res, err
+		}
+		if err := waitRunReady(ctx, c, name, p, res.ClusterIP, ing); err != nil {
+			return res, fmt.Errorf("after the patch: %w", err)
+		}
 	}
 	old, err := runPods(ctx, c, r)
 	if err != nil {
@@ -423,9 +435,14 @@ func deployment(name string, r Run, p Profile) *appsv1.Deployment {
 			corev1.ResourceMemory: resource.MustParse("32Mi"),
 		}},
 	}
-	if r.PreStop {
+	switch {
+	case r.PreStop:
 		ctr.Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{
 			Sleep: &corev1.SleepAction{Seconds: int64(p.PreStop / time.Second)},
+		}}
+	case r.PreStopExec:
+		ctr.Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{
+			Exec: &corev1.ExecAction{Command: []string{"sleep", strconv.Itoa(int(p.PreStop / time.Second))}},
 		}}
 	}
 	spec := corev1.PodSpec{
@@ -450,6 +467,42 @@ func deployment(name string, r Run, p Profile) *appsv1.Deployment {
 			},
 		},
 	}
+}
+
+// applyPatchCommand runs command, a kubectl command line as drainscope
+// prints a patch, with the cluster's kubeconfig and the Kubernetes
+// binaries' kubectl, and waits for the rollout it begins to end: every
+// replica of the patched template ready, none of the pods before it left.
+func applyPatchCommand(ctx context.Context, c *Cluster, name, command string) error {
+	if !strings.HasPrefix(command, "kubectl ") {
+		return fmt.Errorf("patch command %q: want a kubectl command line", command)
+	}
+	before, err := c.Client.CoreV1().Pods(Namespace).List(ctx, metav1.ListOptions{LabelSelector: "app=sample"})
+	if err != nil {
+		return err
+	}
+	binDir := c.opts.BinDir
+	if binDir == "" {
+		binDir = controlplane.BinDir()
+	}
+	cmd := exec.CommandContext(ctx, "sh", "-c", command)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+c.CP.Kubeconfig(), "PATH="+binDir+":"+os.Getenv("PATH"))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s: %w: %s", command, err, strings.TrimSpace(string(out)))
+	}
+	c.opts.progress("  patched: %s", strings.TrimSpace(string(out)))
+	var old []PodRecord
+	for _, p := range before.Items {
+		old = append(old, PodRecord{Name: p.Name, UID: string(p.UID)})
+	}
+	wctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	d, err := c.Client.AppsV1().Deployments(Namespace).Get(wctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	return waitRolledOut(wctx, c, name, *d.Spec.Replicas, old)
 }
 
 // triggerRollout changes the pod template, as kubectl rollout restart does.
