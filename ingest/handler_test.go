@@ -108,7 +108,7 @@ func TestHandler(t *testing.T) {
 		{"wrong token", "POST", "", "s3cret-tokem", jsonl, nil, 401, "bearer"},
 		{"GET", "GET", "", testToken, "", nil, 405, "POST"},
 		{"unknown format", "POST", "?format=apache", testToken, jsonl, nil, 400, "unknown format"},
-		{"log_format for jsonl", "POST", "?log_format=%24status", testToken, jsonl, nil, 400, "nginx format only"},
+		{"log_format for jsonl", "POST", "?log_format=%24status", testToken, jsonl, nil, 400, "applies to nginx and ingress-nginx only"},
 		{"bad fail_status", "POST", "?fail_status=5xx", testToken, jsonl, nil, 400, "status set"},
 		{"too large", "POST", "", testToken, strings.Repeat(jsonl, 100), nil, 413, "larger than 4096"},
 		{"gzip bomb", "POST", "", testToken, "", map[string]string{"Content-Encoding": "gzip"}, 413, "larger than"},

@@ -34,7 +34,7 @@ var goodLines = map[string]string{
 // formatOptions are the options a format needs to read goodLines: a pod
 // for a pod's own log.
 func formatOptions(name string) Options {
-	if podFormats[name] {
+	if f, err := LookupFormat(name); err == nil && f.PodLog() {
 		return Options{Pod: "shop/web-7d9f-abcde"}
 	}
 	return Options{}

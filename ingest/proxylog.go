@@ -15,7 +15,7 @@ import (
 // node's capture says of its process, for when the capture missed it. The
 // log is one container's (`kubectl logs POD -c istio-proxy`), so it names
 // no pod: Options.Pod does. Such records speak for a pod, so only the
-// operator's import takes them, never the ingest API (podFormats).
+// operator's import takes them, never the ingest API (Format.Records: PodLog).
 
 // proxyStates are the lines of istio-agent (pilot-agent) and
 // linkerd-proxy that mark its shutdown, by the words in them.

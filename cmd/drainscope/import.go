@@ -99,8 +99,8 @@ func runImport(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		return fmt.Errorf("%w: --service %q: want namespace/name", errUsage, *service)
 	}
 	if *errorLog != "" {
-		if f.Name != "nginx" && f.Name != "ingress-nginx" {
-			return fmt.Errorf("%w: --error-log joins the nginx and ingress-nginx formats only, not %s", errUsage, f.Name)
+		if !f.ErrorLog {
+			return fmt.Errorf("%w: --error-log joins %s only, not %s", errUsage, ingest.FormatsWith(func(f ingest.Format) bool { return f.ErrorLog }), f.Name)
 		}
 		fh, err := os.Open(*errorLog)
 		if err != nil {
@@ -130,7 +130,7 @@ func runImport(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	}
 	parse = ingest.Bounded(parse, window.window())
 	var parserFor func(string) ingest.Parser
-	if (f.Name == "envoy-clusters" || f.Name == "target-health") && *proxyName == "" {
+	if f.ProxyPerFile && *proxyName == "" {
 		parserFor = func(name string) ingest.Parser {
 			o := opts
 			if name != "(stdin)" {

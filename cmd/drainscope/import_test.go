@@ -69,7 +69,7 @@ func TestImportCommand(t *testing.T) {
 		{[]string{"import", good}, 2, "--format is required"},
 		{[]string{"import", "--format", "nginx"}, 2, "name the files"},
 		{[]string{"import", "--format", "apache", good}, 2, `unknown format "apache"`},
-		{[]string{"import", "--format", "jsonl", "--nginx-format", "$status", good}, 2, "nginx format only"},
+		{[]string{"import", "--format", "jsonl", "--nginx-format", "$status", good}, 2, "applies to nginx and ingress-nginx only"},
 		{[]string{"import", "--format", "nginx", "--nginx-format", "$status", good}, 2, "no time"},
 		{[]string{"import", "--format", "nginx", "--fail-status", "5xx", good}, 2, "--fail-status"},
 		{[]string{"import", "--format", "nginx", "-", "-"}, 2, "named once"},
