@@ -43,9 +43,9 @@ func TestLabPatch(t *testing.T) {
 		}
 	}()
 	p := scenario.Profiles["patch"]
-	// Shorter loads than the profile's, for CI's time: the rollouts end
-	// within them but the drain run's, whose last pod leaves at about
-	// +18 s (its 5 s preStop and drain); its clients stop first.
+	// Shorter loads than the profile's, for CI's time: every rollout's
+	// last old pod leaves within them (the drain run's, the latest, at
+	// about +18 s: its 5 s preStop and its drain).
 	p.Duration = 22 * time.Second
 
 	first, err := scenario.Execute(ctx, c, scenario.Config{Profile: p, Runs: p.Runs(), Progress: testWriter{t}, Log: log})
