@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -478,7 +479,7 @@ func budgetOf(res *Result, match, replaced func(*PodTimeline) bool) *budget {
 				if m := meshOf(cv.Name); m != "" {
 					b.Mesh = m
 				}
-				if !containsString(b.Proxies, cv.Name) {
+				if !slices.Contains(b.Proxies, cv.Name) {
 					b.Proxies = append(b.Proxies, cv.Name)
 				}
 			}
@@ -495,18 +496,18 @@ func budgetOf(res *Result, match, replaced func(*PodTimeline) bool) *budget {
 		}
 	}
 	if len(props) > 0 {
-		p99 := quantileNearest(props, 0.99)
+		p99 := quantileSorting(props, 0.99)
 		b.Lag = p99
 		b.LagFrom = fmt.Sprintf("p99 of %s deletion → last node out of rotation", podsPossessive(len(props)))
 		if dp := maxLagP99(res.DataplaneLag); dp > 0 && len(first) > 0 {
-			if w := quantileNearest(first, 0.99) + dp; w > b.Lag {
+			if w := quantileSorting(first, 0.99) + dp; w > b.Lag {
 				b.Lag = w
-				b.LagFrom = fmt.Sprintf("p99 of %s deletion → the watch's endpoint change, %s, + the slowest proxy's p99 %s after it", podsPossessive(len(first)), fmtDur(quantileNearest(first, 0.99)), fmtDur(dp))
+				b.LagFrom = fmt.Sprintf("p99 of %s deletion → the watch's endpoint change, %s, + the slowest proxy's p99 %s after it", podsPossessive(len(first)), fmtDur(quantileSorting(first, 0.99)), fmtDur(dp))
 			}
 		}
 	}
 	if len(drains) > 0 {
-		b.Drain = quantileNearest(drains, 1)
+		b.Drain = quantileSorting(drains, 1)
 		b.DrainFrom = fmt.Sprintf("the longest of %s exit after SIGTERM", podsPossessive(len(drains)))
 	}
 	return b
@@ -533,11 +534,11 @@ func podsPossessive(n int) string {
 	return fmt.Sprintf("%d pods'", n)
 }
 
-// quantileNearest is the nearest-rank q-quantile of v (sorted in place).
-func quantileNearest(v []int64, q float64) int64 {
-	sort.Slice(v, func(i, j int) bool { return v[i] < v[j] })
-	i := int(math.Ceil(q*float64(len(v)))) - 1
-	return v[max(0, min(i, len(v)-1))]
+// quantileSorting is the q-quantile of v as the measured lags take theirs
+// (quantileOf), v sorted in place.
+func quantileSorting(v []int64, q float64) int64 {
+	slices.Sort(v)
+	return quantileOf(v, q)
 }
 
 func maxLagP99(ls []NodeLag) int64 {
@@ -546,13 +547,4 @@ func maxLagP99(ls []NodeLag) int64 {
 		m = max(m, l.P99)
 	}
 	return m
-}
-
-func containsString(v []string, s string) bool {
-	for _, x := range v {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
