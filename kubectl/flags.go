@@ -7,6 +7,8 @@ import (
 
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/drainscope/drainscope/event"
 )
 
 const pluginUsage = `usage: kubectl drainscope report TYPE/NAME [--since 1h] [--format text|json] [flags]
@@ -90,6 +92,14 @@ var workloadKinds = map[string]string{
 	"deploy": "Deployment", "deployment": "Deployment", "deployments": "Deployment",
 	"sts": "StatefulSet", "statefulset": "StatefulSet", "statefulsets": "StatefulSet",
 	"ds": "DaemonSet", "daemonset": "DaemonSet", "daemonsets": "DaemonSet",
+}
+
+// ParseWorkload reads TYPE/NAME as kubectl does (a short, singular or
+// plural name, with the group or without), for drainscope's own commands
+// too.
+func ParseWorkload(s string) (event.Workload, error) {
+	ref, err := parseWorkloadRef(s)
+	return event.Workload{Kind: ref.Kind, Name: ref.Name}, err
 }
 
 // parseWorkloadRef reads TYPE/NAME as kubectl does.

@@ -14,6 +14,7 @@ import (
 	"github.com/drainscope/drainscope/analysis/textreport"
 	"github.com/drainscope/drainscope/event"
 	"github.com/drainscope/drainscope/internal/duration"
+	"github.com/drainscope/drainscope/kubectl"
 	"github.com/drainscope/drainscope/store"
 )
 
@@ -63,9 +64,9 @@ func runCheck(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	switch rest := named; len(rest) {
 	case 0:
 	case 1:
-		wl, err := parseCheckWorkload(rest[0])
+		wl, err := kubectl.ParseWorkload(rest[0])
 		if err != nil {
-			return fmt.Errorf("%w: %v", errUsage, err)
+			return fmt.Errorf("%w: %v", errUsage, strings.TrimPrefix(err.Error(), "usage: "))
 		}
 		q.Workload = wl
 		if q.Namespace == "" {
@@ -161,22 +162,4 @@ func reasons(r []string) string {
 		return ""
 	}
 	return ": " + strings.Join(r, ", ")
-}
-
-// parseCheckWorkload reads TYPE/NAME as kubectl names workloads.
-func parseCheckWorkload(s string) (event.Workload, error) {
-	typ, name, ok := strings.Cut(s, "/")
-	if !ok || name == "" || strings.Contains(name, "/") {
-		return event.Workload{}, fmt.Errorf("workload %q: want TYPE/NAME, e.g. deploy/web", s)
-	}
-	kinds := map[string]string{
-		"deploy": "Deployment", "deployment": "Deployment", "deployments": "Deployment",
-		"sts": "StatefulSet", "statefulset": "StatefulSet", "statefulsets": "StatefulSet",
-		"ds": "DaemonSet", "daemonset": "DaemonSet", "daemonsets": "DaemonSet",
-	}
-	kind, ok := kinds[strings.ToLower(typ)]
-	if !ok {
-		return event.Workload{}, fmt.Errorf("workload %q: type %q is none of deploy, sts, ds", s, typ)
-	}
-	return event.Workload{Kind: kind, Name: name}, nil
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/drainscope/drainscope/event"
+	"github.com/drainscope/drainscope/kubectl"
 	"github.com/drainscope/drainscope/store"
 )
 
@@ -82,18 +83,18 @@ func TestCheckArguments(t *testing.T) {
 	for in, want := range map[string]event.Workload{
 		"deploy/web": {Kind: "Deployment", Name: "web"}, "sts/db": {Kind: "StatefulSet", Name: "db"}, "DaemonSet/agent": {Kind: "DaemonSet", Name: "agent"},
 	} {
-		if got, err := parseCheckWorkload(in); err != nil || got != want {
+		if got, err := kubectl.ParseWorkload(in); err != nil || got != want {
 			t.Errorf("%q: %v %v", in, got, err)
 		}
 	}
 	for _, bad := range []string{"web", "pod/web", "deploy/", "deploy/a/b"} {
-		if _, err := parseCheckWorkload(bad); err == nil {
+		if _, err := kubectl.ParseWorkload(bad); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
 	}
 	dir := t.TempDir()
 	code, _, stderr := runCLI(t, "check", "cronjob/x", "--store", filepath.Join(dir, "s.db"))
-	if code != 2 || !strings.Contains(stderr, `type "cronjob" is none of deploy, sts, ds`) {
+	if code != 2 || !strings.Contains(stderr, `unknown workload kind "cronjob"`) {
 		t.Errorf("check cronjob/x: exit %d, %q", code, stderr)
 	}
 	code, stdout, stderr := runCLI(t, "check", "deploy/web", "--store", filepath.Join(dir, "s.db"))
