@@ -65,6 +65,10 @@ type Config struct {
 
 	// ShutdownTimeout bounds the final flush to the store. Default 20 s.
 	ShutdownTimeout time.Duration
+	// CoverageInterval is how often the agent writes the span it recorded
+	// over (recorder_coverage). Default DefaultCoverageInterval, at most
+	// MaxCoverageInterval.
+	CoverageInterval time.Duration
 	// Sink, when set, also receives every event the agent records.
 	Sink func(event.Event)
 
@@ -150,6 +154,7 @@ type Agent struct {
 	ciliumServices *cilium.ServiceIndex
 
 	flight *flight.Recorder // nil when disabled
+	cover  *coverage
 
 	kernelMu sync.Mutex
 	kernel   *ebpf.Collector
@@ -184,6 +189,12 @@ func New(cfg Config) (*Agent, error) {
 	}
 	if cfg.Writer.Limit <= 0 {
 		cfg.Writer.Limit = 1_000_000
+	}
+	if cfg.CoverageInterval <= 0 {
+		cfg.CoverageInterval = DefaultCoverageInterval
+	}
+	if cfg.CoverageInterval > MaxCoverageInterval {
+		return nil, fmt.Errorf("agent: coverage interval %v is longer than %v", cfg.CoverageInterval, MaxCoverageInterval)
 	}
 	if cfg.Writer.Logger == nil {
 		cfg.Writer.Logger = cfg.Logger
@@ -294,6 +305,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		return errors.New("agent: Run called twice")
 	}
 	a.writer = store.NewWriter(a.m.WrapStore(a.cfg.Store), a.cfg.Writer)
+	a.cover = newCoverage(a, a.cfg.CoverageInterval)
 	a.m.WatchWriter(a.cfg.Writer.Limit, a.writer.Stats)
 	a.m.WatchWatches(a.watchStats)
 	a.m.WatchReady(func() bool { return a.Ready() == nil })
@@ -350,6 +362,12 @@ func (a *Agent) Run(ctx context.Context) error {
 		}()
 	}
 
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		a.cover.run(runCtx)
+	}()
+
 	wctx, wcancel := context.WithCancel(runCtx)
 	wdone := make(chan struct{})
 	go func() {
@@ -379,7 +397,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.log.Error("agent component failed; shutting down", "err", err)
 	}
 
-	// Shutdown: not ready at once, then stop the producers, then flush.
+	// Shutdown: not ready at once, then stop the producers, write the
+	// last span of coverage (to now), then flush.
+	stopAt := time.Now()
 	a.stopping.Store(true)
 	wcancel()
 	<-wdone
@@ -391,6 +411,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	cancel()
 	wg.Wait()
+	a.cover.stop(stopAt)
 	return errors.Join(runErr, a.shutdownWriter())
 }
 

@@ -14,6 +14,7 @@ import (
 type collector struct {
 	opts      Options
 	q         store.Query
+	cover     *Coverage // the recorders' gaps (nil: none read)
 	causes    map[Cause]*causeAcc
 	inferred  map[Cause]*causeAcc
 	timelines map[string]*PodTimeline
@@ -271,6 +272,7 @@ func (c *collector) pod(t *PodTimeline) {
 
 func (c *collector) result(st Stats) *Result {
 	r := &Result{From: c.q.Window.From, To: c.q.Window.To, Stats: st, Truncated: c.trunc}
+	r.RecorderGaps = c.cover.InWindow(c.q.Window)
 	for _, nk := range c.kernels {
 		if len(nk.Missing) > 0 {
 			r.Kernels = append(r.Kernels, nk)
@@ -325,6 +327,9 @@ func (c *collector) result(st Stats) *Result {
 	}
 	r.DataplaneLag = c.lags
 	r.Disruptions = c.disruptions(r)
+	for i := range r.Disruptions {
+		r.Disruptions[i].RecorderGaps = r.Disruptions[i].gaps(r)
+	}
 	return r
 }
 

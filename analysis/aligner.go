@@ -63,6 +63,7 @@ type Aligner struct {
 
 	global  ring[mark] // recent landmarks of all pods, for failures no pod claims
 	pending ring[pending]
+	cover   *Coverage // the recorders' gaps; nil: none known (SetCoverage)
 
 	scratch  []Piece
 	missing  []Missing
@@ -123,9 +124,12 @@ type Stats struct {
 	// that bypass the Service. Not counted as failures.
 	RefusedOutOfRotation int `json:"refused_out_of_rotation"`
 	Unresolved           int `json:"failures_without_pod"`
-	PodsEvicted          int `json:"pods_evicted"`
-	MaxPending           int `json:"max_pending"`
-	MaxKernelWindow      int `json:"max_kernel_window"`
+	// InRecorderGap counts the failures whose evidence lay in a
+	// recorder's gap (Coverage): unexplained, naming it.
+	InRecorderGap   int `json:"failures_in_recorder_gap"`
+	PodsEvicted     int `json:"pods_evicted"`
+	MaxPending      int `json:"max_pending"`
+	MaxKernelWindow int `json:"max_kernel_window"`
 }
 
 // NewAligner returns an aligner that calls onFailure for every failure,

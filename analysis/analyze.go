@@ -49,6 +49,18 @@ func AnalyzeWith(ctx context.Context, st store.Store, q store.Query, opts Option
 	if scan.Window.From < 0 {
 		scan.Window.From = 0
 	}
+	// The recorders' spans first: a failure is decided a Lookahead after
+	// it, before the span that vouches for its time is read.
+	to := int64(0)
+	if q.Window.To != 0 {
+		to = q.Window.To + int64(o.Lookahead)
+	}
+	cover, err := ReadCoverage(ctx, st, scan.Window.From, to)
+	if err != nil {
+		return nil, err
+	}
+	c.cover = cover
+	al.SetCoverage(cover)
 	// The state at the read's start, however old: a pod ready for a week,
 	// an endpoint, the workload's last change.
 	if scan.Window.From > 0 {
@@ -67,7 +79,7 @@ func AnalyzeWith(ctx context.Context, st store.Store, q store.Query, opts Option
 		scan.Window.To = q.Window.To + int64(o.Lookahead) + 1
 	}
 	n := 0
-	err := scanEvents(ctx, st, scan, func(e *event.Event) error {
+	err = scanEvents(ctx, st, scan, func(e *event.Event) error {
 		n++
 		if n%65536 == 0 {
 			if err := ctx.Err(); err != nil {
@@ -97,6 +109,11 @@ func AnalyzeEvents(events []event.Event, q store.Query, opts Options) (*Result, 
 	c := newCollector(o, q)
 	al := NewAligner(o, c.failure, c.pod)
 	al.WantPods(c.inScope)
+	c.cover = NewCoverage()
+	for i := range events {
+		c.cover.Add(&events[i])
+	}
+	al.SetCoverage(c.cover)
 	for _, i := range idx {
 		c.see(&events[i])
 		if err := al.Add(&events[i]); err != nil {

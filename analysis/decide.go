@@ -166,6 +166,17 @@ func (a *Aligner) decide(pf *pending) {
 	if p == nil {
 		a.stats.Unresolved++
 	}
+	if why.Missing == "" && a.cover.Known() {
+		node := ""
+		if p != nil {
+			node = p.node
+		}
+		from, to := a.evidenceSpan(fx, fx.pod)
+		if gs := a.cover.Gaps(node, from, to, true); len(gs) > 0 {
+			why = gapUnjudged(gs[0])
+			a.stats.InRecorderGap++
+		}
+	}
 
 	d := &a.dec
 	*d = Decision{Failure: f, Inferred: pf.inferred, Proof: pf.proof, Proven: proven, Likely: likely, Via: via, facts: fx, pod: p, Missing: a.missing[:0], Unjudged: why}

@@ -155,6 +155,10 @@ type Disruption struct {
 	// numbers from this cluster (planPatch); nil when no failure of it
 	// has a cause.
 	Patch *Patch `json:"patch,omitempty"`
+	// RecorderGaps are the gaps of the record (Result.RecorderGaps)
+	// during it on its pods' nodes, or of the EndpointSlices': what it
+	// says nothing about.
+	RecorderGaps []RecorderGap `json:"recorder_gaps,omitempty"`
 
 	// UID is the workload's metadata.uid as its last recorded change
 	// named it (WorkloadUID), and Link where a web UI shows the
@@ -338,6 +342,29 @@ func (d *Disruption) analysed(res *Result) {
 	}
 	d.Causes = disruptionCauses(&d.FailureCounts, res)
 	d.Patch = d.plan(res)
+	d.RecorderGaps = d.gaps(res)
+}
+
+// gaps are res's recorder gaps that overlap d on the nodes of its pods,
+// and the EndpointSlices'.
+func (d *Disruption) gaps(res *Result) []RecorderGap {
+	if len(res.RecorderGaps) == 0 {
+		return nil
+	}
+	nodes := map[string]bool{"": true}
+	for i := range res.Timelines {
+		tl := &res.Timelines[i]
+		if d.has(tl.Pod) {
+			nodes[tl.Node] = true
+		}
+	}
+	var out []RecorderGap
+	for _, g := range res.RecorderGaps {
+		if nodes[g.Node] && g.From <= d.Until && g.To >= d.From {
+			out = append(out, g)
+		}
+	}
+	return out
 }
 
 // disruptionCauses lists each cause counted in fc, in the rule table's order,

@@ -61,6 +61,13 @@ type Result struct {
 	// as their agents recorded them (node_info): what form of fix each
 	// accepts. Nil when none was recorded.
 	Cluster *Cluster `json:"cluster,omitempty"`
+
+	// RecorderGaps are the spans of the window where a node's record is
+	// incomplete (its agent not running, running without its kernel
+	// capture, or losing events), from the agents' recorder_coverage
+	// spans. A failure whose evidence lies in one is unexplained and
+	// names it. A gap still open at the newest span read ends at Open.
+	RecorderGaps []RecorderGap `json:"recorder_gaps,omitempty"`
 }
 
 // NodeProxy is how one node's Services are proxied and whether

@@ -100,6 +100,7 @@ const (
 	SourceClient    Source = "client"    // imported or reported client failures
 	SourceLab       Source = "lab"       // the lab's node and load generator
 	SourceDataplane Source = "dataplane" // a node proxy's rules (kube-proxy's nftables table)
+	SourceAgent     Source = "agent"     // an agent's account of its own recording (recorder_coverage)
 )
 
 // Flags qualify an event.

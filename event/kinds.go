@@ -58,6 +58,11 @@ import "fmt"
 //	                            Attrs[proxy, service_port, protocol, chain], Flags(Relist): the node's proxy began sending
 //	                            the Service's new connections to the endpoint (the proxy's rules, as committed)
 //	dataplane_endpoint_removed  as dataplane_endpoint_added: the node's proxy stopped sending them there
+//	recorder_coverage      Node, Source agent, Duration (the span covered: Time−Duration to Time), Reason (started,
+//	                       running, resumed, stopped), Attrs[session, interval, kernel, slices, dataplane, dropped,
+//	                       kernel_lost]: the node's agent ran over the span, ready, with what it captured and what it
+//	                       lost; written every --coverage-interval, so that a time no such span covers is a gap in the
+//	                       node's record (analysis.Coverage)
 //
 // Flags(Observed): the watcher records the state it finds at its initial
 // list, at a relist and every --observe-interval (10 minutes by default), as
@@ -119,6 +124,10 @@ const (
 	KubeletEvent Kind = "kubelet_event"
 	// NodeInfo is the versions a node and its API server run.
 	NodeInfo Kind = "node_info"
+	// RecorderCoverage is a node's agent's account of a span it recorded
+	// over: what was captured and what was lost. The spans' complement is
+	// where the node's record has gaps.
+	RecorderCoverage Kind = "recorder_coverage"
 )
 
 // Kinds lists every kind, each new one at the end.
@@ -129,8 +138,42 @@ var Kinds = []Kind{
 	Signal, ProcessExit, ListenerClosed, ConnClosed, RSTSent, RSTReceived, ConnRefused,
 	ClientFailure, WorkloadChanged, ServiceChanged, KernelCapabilities,
 	DataplaneEndpointAdded, DataplaneEndpointRemoved,
-	PodFinished, ProxyState, KubeletEvent, NodeInfo,
+	PodFinished, ProxyState, KubeletEvent, NodeInfo, RecorderCoverage,
 }
+
+// Attributes of recorder_coverage.
+const (
+	// AttrSession names one run of an agent's process (random hex): a
+	// restart starts a new session.
+	AttrSession = "session"
+	// AttrInterval is the agent's --coverage-interval (a Go duration):
+	// how often it writes a span.
+	AttrInterval = "interval"
+	// AttrCoverKernel is "on" when the kernel capture was loaded and
+	// tracking the pods' cgroups over the span, else "off".
+	AttrCoverKernel = "kernel"
+	// AttrCoverSlices is "true" when the agent recorded EndpointSlices
+	// over the span (every node's agent in all-nodes mode, the lease
+	// holder in leader mode).
+	AttrCoverSlices = "slices"
+	// AttrCoverDataplane is "on" when the node's proxy rules were read.
+	AttrCoverDataplane = "dataplane"
+	// AttrDropped counts the events the agent's store buffer dropped in
+	// the span (full); AttrKernelLost those the kernel's ring buffer lost.
+	AttrDropped    = "dropped"
+	AttrKernelLost = "kernel_lost"
+)
+
+// Reasons of recorder_coverage.
+const (
+	CoverStarted = "started" // the first span of a session: a point, when the agent became ready
+	CoverRunning = "running" // the span since the session's last one
+	// CoverResumed: the agent's own clock stalled past twice its
+	// interval (the process was stopped, the node froze): the span since
+	// the last one is not vouched for, and this one is a point.
+	CoverResumed = "resumed"
+	CoverStopped = "stopped" // the last span: to when the agent began to shut down
+)
 
 // Attributes of kernel_capabilities.
 const (

@@ -65,7 +65,7 @@ type Refusal struct {
 // agentSources are the sources an agent records. Client failures have
 // their own endpoint and token (ingest), the lab's events are the lab's.
 var agentSources = map[event.Source]bool{
-	event.SourceWatcher: true, event.SourceKernel: true, event.SourceDataplane: true,
+	event.SourceWatcher: true, event.SourceKernel: true, event.SourceDataplane: true, event.SourceAgent: true,
 }
 
 // AgentSource reports whether agents record events of source s, and so
@@ -90,6 +90,8 @@ func KindSource(k event.Kind) (s event.Source, ok bool) {
 		event.ContainerStarted, event.ContainerTerminated, event.WorkloadChanged, event.ServiceChanged,
 		event.KubeletEvent, event.NodeInfo:
 		return event.SourceWatcher, true
+	case event.RecorderCoverage:
+		return event.SourceAgent, true
 	case event.ClientFailure, event.ProxyState: // a client's log, a mesh proxy's: imported, no agent's
 		return event.SourceClient, true
 	}

@@ -69,6 +69,7 @@ func runAgent(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	batch := fs.Int("batch-size", 5000, "most events one store write carries")
 	flushEvery := fs.Duration("flush-interval", 200*time.Millisecond, "longest an event waits before it is written")
 	shutdown := fs.Duration("shutdown-timeout", 20*time.Second, "time allowed to flush the buffer at shutdown (keep it below the pod's terminationGracePeriodSeconds)")
+	coverEvery := fs.Duration("coverage-interval", agent.DefaultCoverageInterval, "how often the agent records the span it covered (recorder_coverage), at most "+agent.MaxCoverageInterval.String()+": after a SIGKILL the analysis counts up to this much of the node's record before it as a gap (docs/reliability.md)")
 	noKernel := fs.Bool("no-kernel", false, "do not load the eBPF programs; record only pod and endpoint transitions")
 	dp := fs.String("dataplane", "auto", `record when this node's proxy rules stop sending to each endpoint: "auto" (kube-proxy's nftables mode and iptables mode on either backend, whichever the node runs; needs the host network namespace and CAP_NET_ADMIN, and for the legacy backend iptables-legacy-save, else logs why once; "nftables" is a synonym) or "off"`)
 	kpMetrics := fs.String("kube-proxy-metrics", dataplane.DefaultKubeProxyMetrics, "kube-proxy's metrics address on this node: its /proxyMode tells the proxy mode, its sync metric paces the legacy iptables backend's reads")
@@ -105,6 +106,9 @@ func runAgent(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	}
 	if *flightLead <= 0 || *flightCalm <= 0 {
 		return fmt.Errorf("%w: --flight-lead and --flight-calm must be positive", errUsage)
+	}
+	if *coverEvery <= 0 || *coverEvery > agent.MaxCoverageInterval {
+		return fmt.Errorf("%w: --coverage-interval %v: want more than 0 and at most %v", errUsage, *coverEvery, agent.MaxCoverageInterval)
 	}
 	if *bufferEvents < 1 || *batch < 1 {
 		return fmt.Errorf("%w: --buffer-events and --batch-size must be positive", errUsage)
@@ -163,8 +167,9 @@ func runAgent(ctx context.Context, fs *flag.FlagSet, args []string) error {
 		Dataplane:       agent.DataplaneConfig{Disabled: *dp == "off", KubeProxyMetrics: *kpMetrics, OwnPodsOnly: !scope.sampled},
 		Cilium:          agent.CiliumConfig{Dir: ciliumDir(*ciliumMaps), Interval: *ciliumInterval},
 		Flight:          agent.FlightConfig{Disabled: !*flightOn, Lead: *flightLead, Calm: *flightCalm},
-		ShutdownTimeout: *shutdown,
-		Logger:          slog.Default(),
+		ShutdownTimeout:  *shutdown,
+		CoverageInterval: *coverEvery,
+		Logger:           slog.Default(),
 		Version:         version,
 	}
 	if *server != "" {

@@ -1,0 +1,301 @@
+package analysis
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/drainscope/drainscope/event"
+	"github.com/drainscope/drainscope/store"
+)
+
+// Recorder coverage: each node's agent writes recorder_coverage spans
+// (agent/coverage.go), each saying "I ran over this span, with this
+// captured, and lost this much". Where a node that has written spans has
+// none, its record has a gap: it was not running (killed, upgraded,
+// crashed), or ran without its kernel capture, or lost events. A missing
+// exit or close in a gap reads exactly like an app that never closed, so
+// a failure whose evidence lies in a gap gets no cause: it is unexplained,
+// and says which recorder was not running and when.
+
+// coverageMargin is how far around the analysed read the spans are read:
+// a span written up to twice the longest interval after a time vouches
+// for it.
+const coverageMargin = 2 * 5 * time.Minute // 2 × agent.MaxCoverageInterval
+
+// evidenceLead is the furthest before a failure's start its pod's
+// termination is looked at for a gap: a preStop and a grace period longer
+// than this are rare, and the account keeps a gap to the span it names.
+const evidenceLead = 5 * time.Minute
+
+// RecorderGap is a span of time a node's record is incomplete.
+type RecorderGap struct {
+	// Node is the node whose recorder it is; "" for the cluster's
+	// EndpointSlices, when no agent that records them was running.
+	Node string `json:"node"`
+	From int64  `json:"from"`
+	To   int64  `json:"to"`
+	// What: not_running, kernel_off (the agent ran without its kernel
+	// capture), dropped (its store buffer dropped events), kernel_lost
+	// (the kernel's ring buffer lost events), not_yet (no span after
+	// From was read yet: the agent's next one is due, or it stopped
+	// without one).
+	What string `json:"what"`
+	// Lost counts the events dropped or lost, for dropped and
+	// kernel_lost.
+	Lost int64 `json:"lost,omitempty"`
+}
+
+// Kinds of RecorderGap.What.
+const (
+	GapNotRunning = "not_running"
+	GapKernelOff  = "kernel_off"
+	GapDropped    = "dropped"
+	GapKernelLost = "kernel_lost"
+	GapNotYet     = "not_yet"
+)
+
+// String says the gap as the reports print it.
+func (g RecorderGap) String() string {
+	who := "the recorder on " + g.Node
+	if g.Node == "" {
+		who = "no recorder of EndpointSlices"
+	}
+	span := "from " + clock(g.From) + " to " + clock(g.To)
+	switch {
+	case g.From == 0 && g.To == Open:
+		span = "at any time read"
+	case g.From == 0:
+		span = "before " + clock(g.To)
+	case g.To == Open:
+		span = "from " + clock(g.From) + " on"
+	}
+	switch g.What {
+	case GapKernelOff:
+		return who + " ran without its kernel capture " + span
+	case GapDropped:
+		return who + " dropped " + strconv.FormatInt(g.Lost, 10) + " events (its buffer was full) " + span
+	case GapKernelLost:
+		return who + " lost " + strconv.FormatInt(g.Lost, 10) + " kernel events (the ring buffer was full) " + span
+	case GapNotYet:
+		return who + " has vouched for nothing since " + clock(g.From) + " (its next span is due, or it stopped without one)"
+	}
+	if g.Node == "" {
+		return who + " was running " + span
+	}
+	return who + " was not running " + span
+}
+
+func clock(ns int64) string {
+	return time.Unix(0, ns).UTC().Format("15:04:05.000")
+}
+
+// span is a time covered by a recorder, [from, to].
+type span struct {
+	from, to int64
+}
+
+// Coverage is what the recorders vouched for, from their
+// recorder_coverage spans: per node, the gaps between and inside them.
+// A node with no span at all is not known to have a recorder that
+// writes them (an older agent, the lab's in-process node): it has no
+// gaps, and its absences are read as before.
+type Coverage struct {
+	gaps   map[string][]RecorderGap // by node; "" for the EndpointSlices
+	spans  map[string][]event.Event // by node; "" for slice recorders; gathered by Add
+	slices bool                     // some span said whether its agent recorded EndpointSlices
+	built  bool
+}
+
+// NewCoverage makes an empty Coverage; Add the spans, then ask Gaps.
+func NewCoverage() *Coverage {
+	return &Coverage{spans: map[string][]event.Event{}}
+}
+
+// Add takes a recorder_coverage event; others are ignored.
+func (c *Coverage) Add(e *event.Event) {
+	if e.Kind != event.RecorderCoverage || e.Node == "" {
+		return
+	}
+	c.built = false
+	ev := e.Clone()
+	c.spans[e.Node] = append(c.spans[e.Node], ev)
+	if s, ok := e.Attrs[event.AttrCoverSlices]; ok {
+		c.slices = true
+		if s == "true" {
+			c.spans[""] = append(c.spans[""], ev)
+		}
+	}
+}
+
+// Known reports whether any node wrote a span.
+func (c *Coverage) Known() bool { return c != nil && len(c.spans) > 0 }
+
+// build turns each node's spans into its gaps.
+func (c *Coverage) build() {
+	if c.built {
+		return
+	}
+	c.built = true
+	c.gaps = map[string][]RecorderGap{}
+	for node, evs := range c.spans {
+		if node == "" && !c.slices {
+			continue
+		}
+		c.gaps[node] = gapsOf(node, evs)
+	}
+	if c.slices && len(c.spans[""]) == 0 {
+		// Spans said who recorded the slices, and none did.
+		c.gaps[""] = []RecorderGap{{Node: "", From: 0, To: Open, What: GapNotRunning}}
+	}
+}
+
+// gapsOf walks one node's spans in time order: before the first and
+// where no span covers, the recorder was not running; where a span ran
+// without its kernel capture or lost events, it says so; after the last,
+// it was not running (it stopped) or has not vouched for anything yet.
+// For the EndpointSlices (node ""), the spans of every recording agent
+// count, and only their running matters.
+func gapsOf(node string, evs []event.Event) []RecorderGap {
+	slices.SortFunc(evs, func(a, b event.Event) int {
+		return cmp.Or(cmp.Compare(a.Time-a.Duration, b.Time-b.Duration), cmp.Compare(a.Time, b.Time))
+	})
+	var out []RecorderGap
+	add := func(g RecorderGap) {
+		if g.To <= g.From {
+			return
+		}
+		if n := len(out); n > 0 && out[n-1].What == g.What && out[n-1].To >= g.From && g.Lost == 0 {
+			out[n-1].To = max(out[n-1].To, g.To)
+			return
+		}
+		out = append(out, g)
+	}
+	var covered int64 // covered up to here
+	last := &evs[0]
+	for i := range evs {
+		e := &evs[i]
+		from, to := e.Time-e.Duration, e.Time
+		if from > covered {
+			add(RecorderGap{Node: node, From: covered, To: from, What: GapNotRunning})
+		}
+		if e.Duration > 0 && node != "" {
+			if e.Attrs[event.AttrCoverKernel] == "off" {
+				add(RecorderGap{Node: node, From: from, To: to, What: GapKernelOff})
+			}
+			if n, _ := strconv.ParseInt(e.Attrs[event.AttrDropped], 10, 64); n > 0 {
+				add(RecorderGap{Node: node, From: from, To: to, What: GapDropped, Lost: n})
+			}
+			if n, _ := strconv.ParseInt(e.Attrs[event.AttrKernelLost], 10, 64); n > 0 {
+				add(RecorderGap{Node: node, From: from, To: to, What: GapKernelLost, Lost: n})
+			}
+		}
+		if to >= covered {
+			covered, last = to, e
+		}
+	}
+	what := GapNotYet
+	if last.Reason == event.CoverStopped {
+		what = GapNotRunning
+	}
+	add(RecorderGap{Node: node, From: covered, To: Open, What: what})
+	return out
+}
+
+// Open is the end of a gap that lasts past the newest span read.
+const Open = math.MaxInt64
+
+// Gaps returns the gaps of node's record (and the EndpointSlices', when
+// slices) that overlap [from, to], in time order. A node with no span
+// has none.
+func (c *Coverage) Gaps(node string, from, to int64, withSlices bool) []RecorderGap {
+	if !c.Known() {
+		return nil
+	}
+	c.build()
+	var out []RecorderGap
+	pick := func(gs []RecorderGap) {
+		for _, g := range gs {
+			if g.From <= to && g.To >= from {
+				out = append(out, g)
+			}
+		}
+	}
+	if node != "" {
+		pick(c.gaps[node])
+	}
+	if withSlices {
+		pick(c.gaps[""])
+	}
+	slices.SortStableFunc(out, func(a, b RecorderGap) int { return cmp.Compare(a.From, b.From) })
+	return out
+}
+
+// InWindow returns every gap that overlaps w, by node then time: the
+// report's header.
+func (c *Coverage) InWindow(w event.Window) []RecorderGap {
+	if !c.Known() {
+		return nil
+	}
+	c.build()
+	var out []RecorderGap
+	for _, gs := range c.gaps {
+		for _, g := range gs {
+			if (w.To == 0 || g.From < w.To) && g.To >= w.From {
+				out = append(out, g)
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b RecorderGap) int {
+		return cmp.Or(cmp.Compare(a.Node, b.Node), cmp.Compare(a.From, b.From), cmp.Compare(a.What, b.What))
+	})
+	return out
+}
+
+// ReadCoverage reads the recorders' spans around the read [from, to] (to
+// 0: open) from st.
+func ReadCoverage(ctx context.Context, st store.Store, from, to int64) (*Coverage, error) {
+	w := event.Window{From: max(from-int64(coverageMargin), 0)}
+	if to != 0 {
+		w.To = to + int64(coverageMargin)
+	}
+	c := NewCoverage()
+	err := st.Scan(ctx, store.Query{Window: w, Kinds: []event.Kind{event.RecorderCoverage}}, func(e *event.Event) error {
+		c.Add(e)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading the recorders' coverage: %w", err)
+	}
+	return c, nil
+}
+
+// gapUnjudged is why a failure whose evidence lies in a recorder's gap
+// gets no cause.
+func gapUnjudged(g RecorderGap) Unjudged {
+	return Unjudged{
+		Why:     "its evidence lies where the record is incomplete: " + g.String() + ", so what was not recorded cannot be told from what did not happen",
+		Missing: "a complete record: " + g.String(),
+	}
+}
+
+// evidenceSpan is the time a failure's cause is read from: from its
+// pod's termination (or the kernel window before the request's start)
+// to the lookahead after it.
+func (a *Aligner) evidenceSpan(fx *Facts, p *podState) (from, to int64) {
+	from = fx.Start - int64(a.opts.KernelWindow)
+	if p != nil {
+		if d := p.lifeEvents().deletion.Time; d != 0 && d < from {
+			from = max(d, fx.Start-int64(evidenceLead))
+		}
+	}
+	return from, fx.Failure.Time + int64(a.opts.Lookahead)
+}
+
+// SetCoverage gives the aligner the recorders' coverage: a failure whose
+// evidence overlaps a gap is unexplained, naming it.
+func (a *Aligner) SetCoverage(c *Coverage) { a.cover = c }

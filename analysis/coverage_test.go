@@ -1,0 +1,215 @@
+package analysis
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/drainscope/drainscope/event"
+	"github.com/drainscope/drainscope/store"
+)
+
+// gapRollout is exitAtSigterm's shape for two pods of one node, 30 s
+// apart: web-a ends at 0 s, web-b at 30 s. Each exits at SIGTERM: a
+// keep-alive connection cut at the exit, a slow request cut in flight,
+// three connections refused before the endpoint left rotation.
+func gapRollout() *rec {
+	r := newRec("node-a", "node-b")
+	a, b := r.pod("web-a", "10.244.0.21"), r.pod("web-b", "10.244.0.22")
+	n := r.pod("web-n", "10.244.0.23")
+	for _, p := range []*tpod{a, b} {
+		r.created(p, -120*s)
+		r.ready(p, -118*s)
+	}
+	r.created(n, -3*s)
+	r.ready(n, -200*ms)
+	for i, p := range []*tpod{a, b} {
+		base := int64(i) * 30 * s
+		p.pid = int32(3000 + i)
+		r.deletion(p, base, 30*time.Second)
+		r.signal(p, base+20*ms, 15)
+		r.exit(p, base+22*ms, 0, 0)
+		c := client(100 + i*10)
+		r.connClosed(p, base+22*ms+50_000, c, "local", event.FlagAtExit)
+		r.failure(base+25*ms, c, event.FailEOF)
+		slow := client(101 + i*10)
+		r.rst(p, base+22*ms+60_000, slow, "TCP_ABORT_ON_CLOSE", event.FlagAtExit|event.FlagUnreadData)
+		r.failure(base+24*ms, slow, event.FailReset, took(300*time.Millisecond))
+		for k := 0; k < 3; k++ {
+			c := client(102 + i*10 + k)
+			r.refused(p, base+100*ms+int64(k)*100*ms, c)
+			r.failure(base+101*ms+int64(k)*100*ms, c, event.FailRefused)
+		}
+		r.leave(p, base+500*ms, 120*ms)
+		r.removed(p, base+600*ms, 100*ms)
+	}
+	return r
+}
+
+// spanOpt changes one recorder_coverage span.
+type spanOpt func(e *event.Event)
+
+func attr(k, v string) spanOpt { return func(e *event.Event) { e.Attrs[k] = v } }
+func reason(r string) spanOpt  { return func(e *event.Event) { e.Reason = r } }
+
+// cover records node's agent's spans, one a second, over [from, to]
+// (offsets from t0) in session; opts change the span that ends at at (or
+// every span when at is 0 and all is set).
+func (r *rec) cover(node, session string, from, to int64, change map[int64][]spanOpt) {
+	for t := from; t <= to; t += s {
+		e := event.Event{Time: r.at(t), Kind: event.RecorderCoverage, Node: node, Source: event.SourceAgent,
+			Duration: s, Reason: event.CoverRunning,
+			Attrs: map[string]string{event.AttrSession: session, event.AttrInterval: "1s", event.AttrCoverKernel: "on",
+				event.AttrCoverSlices: "true", event.AttrCoverDataplane: "off", event.AttrDropped: "0", event.AttrKernelLost: "0"}}
+		if t == from {
+			e.Reason, e.Duration = event.CoverStarted, 0
+		}
+		for _, o := range change[t] {
+			o(&e)
+		}
+		r.add(e)
+	}
+}
+
+// TestFailureInARecorderGap: a failure whose evidence lies where a node's
+// record is incomplete gets no cause that needs the missing evidence —
+// whatever the rest of the record suggests — and says which recorder
+// and when; a failure outside the gap keeps its cause, and a record with
+// no spans at all is read as before. The report lists each gap in its
+// window.
+func TestFailureInARecorderGap(t *testing.T) {
+	type want struct {
+		gap  string // in the Missing of every failure on web-a, and in Result.RecorderGaps
+		bToo bool   // web-b's failures are in a gap too
+	}
+	cases := []struct {
+		name  string
+		spans func(r *rec)
+		want  want
+	}{
+		{"no spans: read as before", func(r *rec) {}, want{}},
+		{"covered throughout", func(r *rec) {
+			r.cover("node-a", "s1", -150*s, 60*s, nil)
+		}, want{}},
+		{"agent killed and started again", func(r *rec) {
+			// SIGKILL at about -1.5 s: its last span ended at -2 s; the
+			// new session became ready at 4 s.
+			r.cover("node-a", "s1", -150*s, -2*s, nil)
+			r.cover("node-a", "s2", 4*s, 60*s, nil)
+		}, want{gap: "the recorder on node-a was not running from 12:00:23.000 to 12:00:29.000"}},
+		{"agent upgraded: stopped, then the new version ready", func(r *rec) {
+			r.cover("node-a", "s1", -150*s, -1*s, map[int64][]spanOpt{-1 * s: {reason(event.CoverStopped)}})
+			r.cover("node-a", "s2", 3*s, 60*s, nil)
+		}, want{gap: "the recorder on node-a was not running from 12:00:24.000 to 12:00:28.000"}},
+		{"store buffer full", func(r *rec) {
+			r.cover("node-a", "s1", -150*s, 60*s, map[int64][]spanOpt{1 * s: {attr(event.AttrDropped, "1200")}})
+		}, want{gap: "the recorder on node-a dropped 1200 events (its buffer was full) from 12:00:25.000 to 12:00:26.000"}},
+		{"kernel ring buffer lost events", func(r *rec) {
+			r.cover("node-a", "s1", -150*s, 60*s, map[int64][]spanOpt{1 * s: {attr(event.AttrKernelLost, "37")}})
+		}, want{gap: "the recorder on node-a lost 37 kernel events (the ring buffer was full) from 12:00:25.000 to 12:00:26.000"}},
+		{"kernel capture off", func(r *rec) {
+			off := map[int64][]spanOpt{}
+			for t := -5 * s; t <= 2*s; t += s {
+				off[t] = []spanOpt{attr(event.AttrCoverKernel, "off")}
+			}
+			r.cover("node-a", "s1", -150*s, 60*s, off)
+		}, want{gap: "the recorder on node-a ran without its kernel capture from 12:00:19.000 to 12:00:27.000"}},
+		{"the EndpointSlices' recorder down", func(r *rec) {
+			// Leader mode: node-b's agent holds the lease and was down.
+			notSlices := map[int64][]spanOpt{}
+			for t := -150 * s; t <= 60*s; t += s {
+				notSlices[t] = []spanOpt{attr(event.AttrCoverSlices, "false")}
+			}
+			r.cover("node-a", "s1", -150*s, 60*s, notSlices)
+			r.cover("node-b", "s2", -150*s, -3*s, nil)
+			r.cover("node-b", "s3", 5*s, 60*s, nil)
+		}, want{gap: "no recorder of EndpointSlices was running from 12:00:22.000 to 12:00:30.000"}},
+		{"no span since: the next one is due", func(r *rec) {
+			r.cover("node-a", "s1", -150*s, 1*s, nil)
+		}, want{gap: "the recorder on node-a has vouched for nothing since 12:00:26.000", bToo: true}},
+	}
+
+	base := func() map[string]Cause {
+		r := gapRollout()
+		res, err := AnalyzeEvents(r.events, store.Query{}, Options{MaxFailures: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]Cause{}
+		for _, f := range res.Failures {
+			out[failureKey(f)] = f.Cause
+		}
+		return out
+	}()
+	explained := 0
+	for _, c := range base {
+		if c != CauseUnexplained {
+			explained++
+		}
+	}
+	if explained < 8 {
+		t.Fatalf("the scenario without spans explains %d of %d failures; the test needs them explained: %v", explained, len(base), base)
+	}
+
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := gapRollout()
+			tc.spans(r)
+			w := event.Window{From: r.at(-60 * s), To: r.at(60 * s)}
+			res, err := AnalyzeEvents(r.events, store.Query{Window: w}, Options{MaxFailures: -1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(res.Failures) != len(base) {
+				t.Fatalf("%d failures, want %d", len(res.Failures), len(base))
+			}
+			inGap := 0
+			for _, f := range res.Failures {
+				k := failureKey(f)
+				onA := strings.HasPrefix(k, "web-a")
+				gapped := tc.want.gap != "" && (onA || tc.want.bToo)
+				if !gapped {
+					if f.Cause != base[k] {
+						t.Errorf("%s: cause %s, want %s as without a gap", k, f.Cause, base[k])
+					}
+					continue
+				}
+				inGap++
+				if f.Cause != CauseUnexplained {
+					t.Errorf("%s: cause %s inside the gap %q; want unexplained", k, f.Cause, tc.want.gap)
+				}
+				if !strings.Contains(strings.Join(f.Missing, "\n"), tc.want.gap) {
+					t.Errorf("%s: missing %q does not name the gap %q", k, f.Missing, tc.want.gap)
+				}
+			}
+			if res.Stats.InRecorderGap != inGap {
+				t.Errorf("stats count %d failures in a gap, want %d", res.Stats.InRecorderGap, inGap)
+			}
+			var said []string
+			for _, g := range res.RecorderGaps {
+				said = append(said, g.String())
+			}
+			if tc.want.gap == "" && len(said) > 0 {
+				t.Errorf("gaps listed with none in the record: %q", said)
+			}
+			if tc.want.gap != "" && !strings.Contains(strings.Join(said, "\n"), tc.want.gap) {
+				t.Errorf("the report's gaps %q do not list %q", said, tc.want.gap)
+			}
+			for _, d := range res.Disruptions {
+				if tc.want.gap != "" && len(d.RecorderGaps) == 0 && d.From <= r.at(1*s) && d.Until >= r.at(0) {
+					t.Errorf("disruption %s over the gap lists none", d.ID)
+				}
+			}
+		})
+	}
+}
+
+// failureKey names a failure by its pod and client port.
+func failureKey(f AlignedFailure) string {
+	pod := "-"
+	if f.Pod != nil {
+		pod = f.Pod.Name
+	}
+	return fmt.Sprintf("%s %s %s inferred=%v", pod, f.Failure.Reason, f.Failure.Local, f.Inferred)
+}
