@@ -38,8 +38,8 @@ import (
 // makes of the same events is covered by the key without anyone
 // remembering to bump it (see digestKey). 5: both parts s2 streams, the
 // timelines and lanes a gob message each. 6: the found disruption is the
-// account's (analysis.Disruption).
-const digestVersion = 6
+// account's (analysis.Disruption). 7: the recorder gaps.
+const digestVersion = 7
 
 // digestKey names a rollout's digest for this build and the analysis
 // options in force: another build's analysis may read the same events
@@ -171,6 +171,7 @@ type digestView struct {
 	Rules     []analysis.RuleView
 	Truncated bool
 	Classes   []string // each failure's Failure.Reason, by index
+	Gaps      []analysis.RecorderGap
 	// The messages that follow: NTimelines analysis.PodTimeline, then
 	// NLanes digestLane.
 	NTimelines, NLanes int
@@ -276,7 +277,7 @@ func unpackFails(b []byte) ([]failMark, error) {
 func encodeDigest(m *model) (view, full []byte, err error) {
 	res := m.result
 	v := digestView{Rollout: m.rollout, Capture: m.capture, Extent: m.extent, Summary: m.summary,
-		Events: m.events, ClientN: m.clientN, Took: m.took, Rules: res.Rules, Truncated: res.Truncated,
+		Events: m.events, ClientN: m.clientN, Took: m.took, Rules: res.Rules, Truncated: res.Truncated, Gaps: m.gaps,
 		Classes: make([]string, len(res.Failures)), NTimelines: len(res.Timelines), NLanes: len(m.lanes)}
 	for i := range res.Failures {
 		v.Classes[i] = res.Failures[i].Failure.Reason
@@ -348,7 +349,7 @@ func decodeDigest(key analysis.DisruptionKey, view, full []byte) (*model, error)
 		return nil, fmt.Errorf("decoding the timeline: %d timelines and %d lanes", v.NTimelines, v.NLanes)
 	}
 	m := &model{key: key, rollout: v.Rollout, capture: v.Capture, extent: v.Extent, summary: v.Summary,
-		events: v.Events, clientN: v.ClientN, took: v.Took}
+		events: v.Events, clientN: v.ClientN, took: v.Took, gaps: v.Gaps}
 	res := &analysis.Result{}
 	if len(full) > 0 {
 		if err := json.NewDecoder(s2.NewReader(bytes.NewReader(full), s2.ReaderMaxBlockSize(digestBlock))).Decode(res); err != nil {

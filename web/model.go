@@ -31,8 +31,9 @@ type model struct {
 
 	clientN int // failures reported by clients
 
-	found      *analysis.Disruption // the disruption as the account found it, before the analysis filled it in
-	partial    bool                 // read from a digest without the whole analysis: answers the timeline only
+	gaps       []analysis.RecorderGap // where its record is incomplete (analysis.Disruption.RecorderGaps)
+	found      *analysis.Disruption   // the disruption as the account found it, before the analysis filled it in
+	partial    bool                   // read from a digest without the whole analysis: answers the timeline only
 	fromDigest bool
 }
 
@@ -281,7 +282,9 @@ func buildModel(ctx context.Context, st store.Store, analyze AnalyzeFunc, opts a
 		found: found,
 	}
 	m.attach(c)
-	m.summary = summaryOf(analysis.NewDisruption(r, res), m.live)
+	d := analysis.NewDisruption(r, res)
+	m.gaps = d.RecorderGaps
+	m.summary = summaryOf(d, m.live)
 	m.summary.Analysed = true
 	m.summary.Lanes = len(m.lanes)
 	m.built = now

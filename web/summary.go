@@ -39,6 +39,10 @@ type RolloutSummary struct {
 	// pod that had been told to stop.
 	WorstGap        *int64 `json:"worst_sigterm_after_rotation_ns,omitempty"`
 	LongestExitWait *int64 `json:"longest_exit_after_sigterm_ns,omitempty"`
+	// RecordGaps say where the record of it is incomplete (a node's
+	// recorder not running, without its capture, or losing events):
+	// its failures there are unexplained.
+	RecordGaps []string `json:"record_gaps,omitempty"`
 
 	Links Links `json:"links"`
 }
@@ -65,6 +69,16 @@ func summaryOf(d *analysis.Disruption, live bool) RolloutSummary {
 		NewPods: len(d.NewPods), Failures: d.Failures, ByCause: d.ByCause,
 		Inferred: d.Inferred, InferredByCause: d.InferredByCause, Unattributed: d.Unattributed,
 		WorstGap: d.WorstSigtermAfterRotation, LongestExitWait: d.LongestExitAfterSigterm,
-		Links: linksFor(d.Key()),
+		RecordGaps: gapTexts(d.RecorderGaps),
+		Links:      linksFor(d.Key()),
 	}
+}
+
+// gapTexts says each recorder gap as the reports do.
+func gapTexts(gs []analysis.RecorderGap) []string {
+	var out []string
+	for _, g := range gs {
+		out = append(out, g.String())
+	}
+	return out
 }

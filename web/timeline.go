@@ -72,6 +72,18 @@ type Timeline struct {
 	// clients), inferred (from kernel evidence alone) or all.
 	Failures string        `json:"failures"`
 	Stats    TimelineStats `json:"stats"`
+	// Gaps are where the record is incomplete, drawn over the lanes of
+	// their node (every lane for the EndpointSlices', Node "").
+	Gaps []GapView `json:"recorder_gaps,omitempty"`
+}
+
+// GapView is one recorder gap, clipped to the capture, relative to Base.
+type GapView struct {
+	Node string `json:"node"`
+	From int64  `json:"from"`
+	To   int64  `json:"to"`
+	What string `json:"what"`
+	Text string `json:"text"`
 }
 
 // Range is [From, To) in ns relative to Timeline.Base.
@@ -330,6 +342,12 @@ func (m *model) newTimelineView(p viewParams, lim Limits) *timelineView {
 		}
 	}
 	v.out.Failures = v.mode
+	for _, g := range m.gaps {
+		from, to := max(g.From, m.capture.From), min(g.To, m.capture.To)
+		if to > from {
+			v.out.Gaps = append(v.out.Gaps, GapView{Node: g.Node, From: v.rel(from), To: v.rel(to), What: g.What, Text: g.String()})
+		}
+	}
 	v.out.Stats.FailuresTotal = len(m.result.Failures)
 	v.out.Stats.AnalysisTruncate = m.result.Truncated
 	v.out.Stats.BuiltNS = m.built.UnixNano()

@@ -31,7 +31,7 @@ func WriteMarkdown(w io.Writer, r *analysis.Result) error {
 	p("")
 	p("%s → %s", stamp(r.From), stamp(r.To))
 	p("")
-	if ks := append(KernelLines(r.Kernels), ProxyLines(r.Proxies)...); len(ks) > 0 {
+	if ks := append(append(GapLines(r.RecorderGaps), KernelLines(r.Kernels)...), ProxyLines(r.Proxies)...); len(ks) > 0 {
 		for _, l := range ks {
 			p("- %s", mdEscape(l))
 		}

@@ -289,6 +289,25 @@ func KernelLines(ks []analysis.NodeKernel) []string {
 	return out
 }
 
+// maxGapLines bounds the recorder gaps a report's header lists (an
+// agent DaemonSet rolled over 5,000 nodes leaves one per node); the JSON
+// lists them all.
+const maxGapLines = 20
+
+// GapLines says the recorder gaps (analysis.Result.RecorderGaps): the
+// times a node's record is incomplete, where no failure gets a cause.
+func GapLines(gs []analysis.RecorderGap) []string {
+	var out []string
+	for i, g := range gs {
+		if i == maxGapLines {
+			out = append(out, fmt.Sprintf("record incomplete: %d more gaps (the JSON report lists them all)", len(gs)-i))
+			break
+		}
+		out = append(out, "record incomplete: "+g.String())
+	}
+	return out
+}
+
 // proxyNames are the report's names of the proxy modes.
 var proxyNames = map[string]string{
 	event.ProxyNFTables:       "kube-proxy nftables",

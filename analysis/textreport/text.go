@@ -38,6 +38,9 @@ func textHeader(p textLine, r *analysis.Result) {
 		head += " (" + r.Scope + ")"
 	}
 	p("%s", head)
+	for _, l := range GapLines(r.RecorderGaps) {
+		p("%s", l)
+	}
 	for _, l := range KernelLines(r.Kernels) {
 		p("%s", l)
 	}
@@ -66,6 +69,9 @@ func textDisruptions(p textLine, r *analysis.Result) {
 // gaps and its new pods.
 func textRollout(p textLine, ro *analysis.Disruption, rules []analysis.RuleView) {
 	p("  %s %s  %s → %s (%s)%s", ro.Namespace, ro.Workload(), clock(ro.From), clock(ro.To), analysis.FormatDuration(ro.To-ro.From), triggerNote(ro.Trigger))
+	for _, l := range GapLines(ro.RecorderGaps) {
+		p("    %s", l)
+	}
 	if steps := changeSteps(ro.Changes); steps != "" {
 		p("    %s", steps)
 	}

@@ -294,6 +294,14 @@
     });
     // Lifecycle marks.
     l.marks.forEach(function (m) { drawMark(m, l, y, lane); });
+    // Recorder gaps over the lane: its node's, and the EndpointSlices'.
+    (data.recorder_gaps || []).forEach(function (gp) {
+      if (gp.node !== "" && gp.node !== l.node) return;
+      var gx0 = Math.max(xOf(gp.from), GUTTER), gx1 = Math.min(xOf(gp.to), GUTTER + plotWidth());
+      if (gx1 <= gx0) return;
+      hit(s("rect", { x: gx0, y: y + 1, width: Math.max(gx1 - gx0, 2), height: LANE - 2, "class": "m-gap" }, lane),
+        { kind: "gap", lane: l, obj: gp });
+    });
     // Individual failures: circles above the midline, coloured by cause;
     // inferred ones hollow.
     var fy = l.sockets || l.socket_density ? mid - half / 2 : mid;
@@ -395,6 +403,8 @@
       case "dataplane":
         return [(o.node ? o.node + "'s" : "a node's") + " proxy rules " + (o.in_rotation ? "began" : "stopped") + " sending " + (o.service || "the Service") + " to it",
           pod + " at " + clock(o.t), relTo(l, o.t)];
+      case "gap":
+        return ["record incomplete: nothing here is evidence", o.text, "failures in it are unexplained"];
       case "spread":
         var nn = o.node_count || o.nodes.length;
         return [o.kind.replace(/_/g, " ") + " across " + nn + " node" + (nn === 1 ? "" : "s"),
