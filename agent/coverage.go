@@ -26,8 +26,9 @@ const MaxCoverageInterval = 5 * time.Minute
 // buffer's drops, the kernel ring buffer's losses), so that the analysis
 // can tell a time the node recorded nothing from a time nothing happened.
 // The spans go through the same store buffer as the events they vouch
-// for, behind them: a span stored means the events before it were
-// stored, or dropped and counted in it.
+// for, behind them (a full buffer takes them still: Writer.AddOver): a
+// span stored means the events before it were stored, or dropped and
+// counted in it or an earlier span.
 type coverage struct {
 	a        *Agent
 	interval time.Duration
@@ -136,5 +137,8 @@ func (c *coverage) write(now time.Time, reason string) {
 	c.last, c.dropped, c.lost = now, dropped, lost
 	e.Seal()
 	a.m.Observe(&e)
-	a.persist(e)
+	a.writer.AddOver(e)
+	if a.cfg.Sink != nil {
+		a.cfg.Sink(e)
+	}
 }

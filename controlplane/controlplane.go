@@ -33,6 +33,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -469,6 +470,20 @@ func (c *ControlPlane) StartAPIServer(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.startAPIServer(ctx)
+}
+
+// PauseAPIServer stops kube-apiserver's process (SIGSTOP) for d, then
+// lets it go on (SIGCONT), as a node's freeze or a long GC pause does:
+// connections stay open, nothing is answered meanwhile. It returns once
+// the server runs again.
+func (c *ControlPlane) PauseAPIServer(d time.Duration) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.api.signal(syscall.SIGSTOP); err != nil {
+		return err
+	}
+	time.Sleep(d)
+	return c.api.signal(syscall.SIGCONT)
 }
 
 // RestartAPIServer stops and starts kube-apiserver. Its watch cache starts

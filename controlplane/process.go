@@ -100,6 +100,17 @@ func (p *process) stop(grace time.Duration) error {
 	return nil
 }
 
+// signal sends sig to the process group; an error when it is not running.
+func (p *process) signal(sig syscall.Signal) error {
+	p.mu.Lock()
+	cmd := p.cmd
+	p.mu.Unlock()
+	if cmd == nil {
+		return fmt.Errorf("%s is not running", p.name)
+	}
+	return syscall.Kill(-cmd.Process.Pid, sig)
+}
+
 // tail returns the end of the process's log, for error messages.
 func (p *process) tail(n int) string {
 	b, err := os.ReadFile(p.log)

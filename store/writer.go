@@ -116,6 +116,27 @@ func (w *Writer) Add(evs ...event.Event) (dropped int) {
 	return dropped
 }
 
+// AddOver queues e even when the buffer is full: a recorder's account of
+// what it dropped (an agent's recorder_coverage span, one an interval)
+// must not be dropped itself. It goes past Limit by one event per call;
+// only a closed writer refuses it (reported false, and counted dropped).
+func (w *Writer) AddOver(e event.Event) bool {
+	w.mu.Lock()
+	w.stats.Received++
+	if w.closed {
+		w.stats.Dropped++
+		w.mu.Unlock()
+		return false
+	}
+	w.pending = append(w.pending, e)
+	full := len(w.pending) >= w.opt.Batch
+	w.mu.Unlock()
+	if full {
+		w.poke()
+	}
+	return true
+}
+
 func (w *Writer) poke() {
 	select {
 	case w.wake <- struct{}{}:

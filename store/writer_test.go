@@ -95,6 +95,37 @@ func TestWriterCountsDropsPastLimit(t *testing.T) {
 	}
 }
 
+// TestWriterAddOverPastLimit: the account of what was dropped (an
+// agent's coverage span) is queued and stored even when the buffer is
+// full, and a closed writer refuses and counts it.
+func TestWriterAddOverPastLimit(t *testing.T) {
+	s, px := openBehindProxy(t)
+	px.Stop()
+	w := NewWriter(s, WriterOptions{Batch: 1000, Interval: 20 * time.Millisecond, Limit: 100, RetryMax: 100 * time.Millisecond})
+	evs := eventgen.Rollout(120, day0, 43, "checkout")
+	if n := w.Add(evs[:110]...); n != 10 {
+		t.Fatalf("Add dropped %d of 110 with a limit of 100, want 10", n)
+	}
+	if !w.AddOver(evs[110]) || !w.AddOver(evs[111]) {
+		t.Fatal("AddOver refused an event with the buffer full")
+	}
+	if st := w.Stats(); st.Dropped != 10 || st.Pending != 102 || st.Received != 112 {
+		t.Fatalf("stats %+v: want 10 dropped, 102 pending of 112 received", st)
+	}
+	px.Start()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := w.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, s, Query{}); n != 102 {
+		t.Fatalf("%d events stored, want the 102 held", n)
+	}
+	if w.AddOver(evs[112]) || w.Stats().Dropped != 11 {
+		t.Fatalf("a closed writer took an event, or did not count it: %+v", w.Stats())
+	}
+}
+
 func TestWriterCloseReportsWhatItCouldNotWrite(t *testing.T) {
 	s, px := openBehindProxy(t)
 	px.Stop()
