@@ -27,6 +27,12 @@ import (
 // for it.
 const coverageMargin = 2 * 5 * time.Minute // 2 × agent.MaxCoverageInterval
 
+// spanSlack is how far apart two spans may be and still meet: a store
+// keeps times to the microsecond (Postgres) and durations to the
+// nanosecond, so one span's start may fall just after the last one's
+// end.
+const spanSlack = time.Millisecond
+
 // evidenceLead is the furthest before a failure's start its pod's
 // termination is looked at for a gap: a preStop and a grace period longer
 // than this are rare, and the account keeps a gap to the span it names.
@@ -68,7 +74,7 @@ func (g RecorderGap) String() string {
 	span := "from " + clock(g.From) + " to " + clock(g.To)
 	switch {
 	case g.From == 0 && g.To == Open:
-		span = "at any time read"
+		span = "at any time read (it wrote no recorder_coverage span: not running, or a version that writes none)"
 	case g.From == 0:
 		span = "before " + clock(g.To)
 	case g.To == Open:
@@ -101,9 +107,9 @@ type span struct {
 
 // Coverage is what the recorders vouched for, from their
 // recorder_coverage spans: per node, the gaps between and inside them.
-// A node with no span at all is not known to have a recorder that
-// writes them (an older agent, the lab's in-process node): it has no
-// gaps, and its absences are read as before.
+// Where no node wrote a span (older agents, the lab's in-process node)
+// nothing is known of the recorders, and absences are read as before;
+// where some did, a node that wrote none vouches for nothing.
 type Coverage struct {
 	gaps   map[string][]RecorderGap // by node; "" for the EndpointSlices
 	spans  map[string][]event.Event // by node; "" for slice recorders; gathered by Add
@@ -180,7 +186,7 @@ func gapsOf(node string, evs []event.Event) []RecorderGap {
 	for i := range evs {
 		e := &evs[i]
 		from, to := e.Time-e.Duration, e.Time
-		if from > covered {
+		if from > covered+int64(spanSlack) {
 			add(RecorderGap{Node: node, From: covered, To: from, What: GapNotRunning})
 		}
 		if e.Duration > 0 && node != "" {
@@ -209,9 +215,15 @@ func gapsOf(node string, evs []event.Event) []RecorderGap {
 // Open is the end of a gap that lasts past the newest span read.
 const Open = math.MaxInt64
 
-// Gaps returns the gaps of node's record (and the EndpointSlices', when
-// slices) that overlap [from, to], in time order. A node with no span
-// has none.
+// AnyNode, as Gaps' node, asks for every node's gaps: a failure whose
+// pod is not known could have been served on any of them, and the
+// evidence that would have named the pod may be what a gap lacks.
+const AnyNode = "*"
+
+// Gaps returns the gaps of node's record (every node's for AnyNode; and
+// the EndpointSlices', when withSlices) that overlap [from, to], in time
+// order. Where some node wrote spans, a node that wrote none has one gap
+// over everything.
 func (c *Coverage) Gaps(node string, from, to int64, withSlices bool) []RecorderGap {
 	if !c.Known() {
 		return nil
@@ -225,13 +237,28 @@ func (c *Coverage) Gaps(node string, from, to int64, withSlices bool) []Recorder
 			}
 		}
 	}
-	if node != "" {
-		pick(c.gaps[node])
+	if node == AnyNode {
+		for n, gs := range c.gaps {
+			if n != "" {
+				pick(gs)
+			}
+		}
+	} else if node != "" {
+		gs, ok := c.gaps[node]
+		if !ok {
+			// Other nodes' agents wrote spans and this one's none: it
+			// was not running over the whole read, or it is a version
+			// that writes none. Either way it vouches for nothing.
+			gs = []RecorderGap{{Node: node, From: 0, To: Open, What: GapNotRunning}}
+		}
+		pick(gs)
 	}
 	if withSlices {
 		pick(c.gaps[""])
 	}
-	slices.SortStableFunc(out, func(a, b RecorderGap) int { return cmp.Compare(a.From, b.From) })
+	slices.SortFunc(out, func(a, b RecorderGap) int {
+		return cmp.Or(cmp.Compare(a.From, b.From), cmp.Compare(b.Node, a.Node), cmp.Compare(a.What, b.What))
+	})
 	return out
 }
 
@@ -274,12 +301,32 @@ func ReadCoverage(ctx context.Context, st store.Store, from, to int64) (*Coverag
 	return c, nil
 }
 
-// gapUnjudged is why a failure whose evidence lies in a recorder's gap
-// gets no cause.
-func gapUnjudged(g RecorderGap) Unjudged {
+// gapUnjudged is why a failure whose evidence lies in recorder gaps gets
+// no cause. It names the gap nearest the failure: the one holding its
+// time, else the latest before it (others are counted).
+func gapUnjudged(gs []RecorderGap, t int64) Unjudged {
+	best, holds := -1, false
+	for i, g := range gs {
+		switch {
+		case g.From <= t && g.To >= t:
+			// Holds the failure's time: a node's gap before the
+			// EndpointSlices' (the same outage, when its agent recorded
+			// them).
+			if !holds || gs[best].Node == "" && g.Node != "" {
+				best, holds = i, true
+			}
+		case !holds && g.From <= t && (best < 0 || g.To > gs[best].To):
+			best = i // the latest before it so far
+		}
+	}
+	g := gs[max(best, 0)]
+	more := ""
+	if len(gs) > 1 {
+		more = fmt.Sprintf(" (and %d more %s)", len(gs)-1, plural(len(gs)-1, "gap", "gaps"))
+	}
 	return Unjudged{
-		Why:     "its evidence lies where the record is incomplete: " + g.String() + ", so what was not recorded cannot be told from what did not happen",
-		Missing: "a complete record: " + g.String(),
+		Why:     "its evidence lies where the record is incomplete: " + g.String() + more + ", so what was not recorded cannot be told from what did not happen",
+		Missing: "a complete record: " + g.String() + more,
 	}
 }
 

@@ -41,6 +41,9 @@
 //   - served.go: which pod served a failure (servedBy: named, backend,
 //     dialled address, kernel records on the client address) and whether
 //     kernel evidence also proves a client failure (kernelProof).
+//   - coverage.go: the recorders' coverage (Coverage, RecorderGap) from
+//     their recorder_coverage spans: a failure whose evidence lies in a
+//     gap is unexplained, naming it (ReadCoverage, SetCoverage).
 //   - decide.go: Decision and decide, which applies the rules to a
 //     failure whose pod servedBy chose, and its nearest events.
 //   - rules.go: the cause table (Rules), Facts, and the finders each
