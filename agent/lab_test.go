@@ -247,12 +247,17 @@ func (h *progressHook) Write(p []byte) (int, error) {
 // every event it produced once the database is back, and the server's
 // /metrics show the rollout signals of the workload, computed from the
 // store; a second agent with a 200-event buffer drops the excess and
-// reports exactly how many.
+// reports exactly how many, in its coverage spans too. During the same
+// rollout the API server is frozen for 20 s and a third agent is
+// SIGKILLed and started again; checkFaults compares each agent's record
+// with the test's own watch of the transitions the API server made, and
+// the analysis of the killed agent's record with its gap. These are the
+// rows of docs/reliability.md's table.
 func TestAgentInTheLab(t *testing.T) {
 	if err := scenario.Preflight(""); err != nil {
 		testenv.Unavailable(t, err.Error())
 	}
-	dsn, dsnSmall := pgtest.Schema(t), pgtest.Schema(t)
+	dsn, dsnSmall, dsnKill := pgtest.Schema(t), pgtest.Schema(t), pgtest.Schema(t)
 	px, pxSmall := pgtest.NewProxy(t, dsn), pgtest.NewProxy(t, dsnSmall)
 	exe, err := buildOnce()
 	if err != nil {
@@ -271,10 +276,24 @@ func TestAgentInTheLab(t *testing.T) {
 	const outage = 30 * time.Second
 	var outageStart time.Time
 	restarted := make(chan struct{})
+	// More faults during the same rollout: the API server frozen
+	// (SIGSTOP) for 20 s from 1.5 s in; then a third agent SIGKILLed and
+	// started again 4 s later.
+	var (
+		c        *scenario.Cluster
+		tw       *transitionWatch
+		killed   *agentProc
+		killArgs []string
+		killEnv  []string
+		f        faultTimes
+		faultsMu sync.Mutex
+		faults   = make(chan struct{})
+	)
 	hook := &progressHook{t: t, match: "rollout started", fn: func() {
 		px.Stop()
 		pxSmall.Stop()
 		outageStart = time.Now()
+		tw.countFrom(outageStart)
 		t.Logf("Postgres unreachable from now for %v", outage)
 		time.AfterFunc(outage, func() {
 			px.Start()
@@ -282,11 +301,38 @@ func TestAgentInTheLab(t *testing.T) {
 			t.Logf("Postgres reachable again after %.1fs", time.Since(outageStart).Seconds())
 			close(restarted)
 		})
+		go func() {
+			defer close(faults)
+			// The API server frozen mid-rollout (the first old pod
+			// leaves about 1 s in), then, once the rollout goes on,
+			// one agent SIGKILLed and started again 4 s later.
+			time.Sleep(1500 * time.Millisecond)
+			f.pauseAt = time.Now()
+			t.Logf("kube-apiserver SIGSTOPped for 20s")
+			if err := c.CP.PauseAPIServer(20 * time.Second); err != nil {
+				t.Errorf("pausing the API server: %v", err)
+			}
+			f.resumeAt = time.Now()
+			t.Logf("kube-apiserver SIGCONTed after %.1fs", f.resumeAt.Sub(f.pauseAt).Seconds())
+			time.Sleep(time.Second)
+			faultsMu.Lock()
+			f.lastScrape = scrapeWritten(killed)
+			f.killAt = time.Now()
+			killed.cmd.Process.Kill()
+			<-killed.done
+			faultsMu.Unlock()
+			t.Logf("agent %q SIGKILLed; %s before", "killed", f.lastScrape)
+			time.Sleep(4 * time.Second)
+			faultsMu.Lock()
+			f.restartAt = time.Now()
+			killed = startAgentProc(t, exe, killEnv, killArgs...)
+			faultsMu.Unlock()
+		}()
 	}}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	c, err := scenario.Up(ctx, scenario.Options{
+	c, err = scenario.Up(ctx, scenario.Options{
 		AppCommand:  []string{exe, "lab", "sampleapp"},
 		Store:       labStore,
 		WaitForLock: true,
@@ -311,14 +357,18 @@ func TestAgentInTheLab(t *testing.T) {
 		"--kubeconfig=" + c.CP.Kubeconfig(),
 		"--cgroup-root=" + podRoot,
 		"--netns-dir=" + netns.RunDir, "--netns-glob=" + netns.Prefix + "-*",
-		"--flush-interval=100ms", "--shutdown-timeout=30s",
+		"--flush-interval=100ms", "--shutdown-timeout=30s", "--coverage-interval=1s",
 	}
 	env := func(dsn string) []string {
 		return []string{"NODE_NAME=" + scenario.NodeName, "POD_NAMESPACE=drainscope", "DRAINSCOPE_STORE=" + dsn}
 	}
+	// The test's own watch, to count the transitions the API server made.
+	tw = startTransitionWatch(t, c.CP.Client())
 	big := startAgentProc(t, exe, env(px.DSN(dsn)), append(common, "--buffer-events=1000000")...)
 	small := startAgentProc(t, exe, env(pxSmall.DSN(dsnSmall)), append(common, "--buffer-events=200")...)
-	for _, a := range []*agentProc{big, small} {
+	killEnv, killArgs = env(dsnKill), append(common, "--buffer-events=1000000")
+	killed = startAgentProc(t, exe, killEnv, killArgs...)
+	for _, a := range []*agentProc{big, small, killed} {
 		waitFor(t, 2*time.Minute, "the agent's /readyz", func() bool { code, _ := a.get("/readyz"); return code == 200 })
 	}
 	// The server computes the rollout signals from the store. Its delay
@@ -326,7 +376,7 @@ func TestAgentInTheLab(t *testing.T) {
 	server := startServeProc(t, exe, dsn, "--signals-after=5s", "--signals-delay=60s")
 
 	p := scenario.Profiles["ci"]
-	p.Name, p.Duration, p.RolloutAt = "agent-test", 45*time.Second, 5*time.Second
+	p.Name, p.Duration, p.RolloutAt = "agent-test", 70*time.Second, 5*time.Second
 	runs, _ := scenario.SelectRuns("exit")
 	results, err := scenario.Execute(ctx, c, scenario.Config{Profile: p, Runs: runs, Progress: hook, Log: testLogger(t)})
 	if err != nil {
@@ -337,8 +387,15 @@ func TestAgentInTheLab(t *testing.T) {
 	case <-time.After(2 * time.Minute):
 		t.Fatal("the outage never ended")
 	}
+	<-faults
 	res := results[0]
 	t.Logf("lab run: %s", res.Summary())
+	runEnd := time.Now()
+	tw.countUntil(runEnd)
+	faultsMu.Lock()
+	killedNow := killed
+	faultsMu.Unlock()
+	waitFor(t, 2*time.Minute, "the restarted agent's /readyz", func() bool { code, _ := killedNow.get("/readyz"); return code == 200 })
 
 	// Let the agents catch up, then read their metrics as Prometheus would.
 	waitFor(t, 2*time.Minute, "the agents' backlog to drain", func() bool {
@@ -427,4 +484,10 @@ func TestAgentInTheLab(t *testing.T) {
 		t.Errorf("small buffer: produced %d, stored %d, dropped %d, reported %v: want drops past the bound counted and reported, the rest stored",
 			ss["received"], storedSmall, ss["dropped"], reported)
 	}
+
+	ks := killedNow.stop(t)
+	checkFaults(t, faultRun{
+		c: c, tw: tw, f: f, from: outageStart, to: runEnd, labStore: labStore,
+		big: dsn, small: dsnSmall, killed: dsnKill, bigStats: st, smallStats: ss, killedSt: ks,
+	})
 }

@@ -164,13 +164,13 @@ func runAgent(ctx context.Context, fs *flag.FlagSet, args []string) error {
 			NetNSDir:  *netnsDir,
 			NetNSGlob: *netnsGlob,
 		},
-		Dataplane:       agent.DataplaneConfig{Disabled: *dp == "off", KubeProxyMetrics: *kpMetrics, OwnPodsOnly: !scope.sampled},
-		Cilium:          agent.CiliumConfig{Dir: ciliumDir(*ciliumMaps), Interval: *ciliumInterval},
-		Flight:          agent.FlightConfig{Disabled: !*flightOn, Lead: *flightLead, Calm: *flightCalm},
+		Dataplane:        agent.DataplaneConfig{Disabled: *dp == "off", KubeProxyMetrics: *kpMetrics, OwnPodsOnly: !scope.sampled},
+		Cilium:           agent.CiliumConfig{Dir: ciliumDir(*ciliumMaps), Interval: *ciliumInterval},
+		Flight:           agent.FlightConfig{Disabled: !*flightOn, Lead: *flightLead, Calm: *flightCalm},
 		ShutdownTimeout:  *shutdown,
 		CoverageInterval: *coverEvery,
 		Logger:           slog.Default(),
-		Version:         version,
+		Version:          version,
 	}
 	if *server != "" {
 		// The server refuses older events one by one; the agent drops

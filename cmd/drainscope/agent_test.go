@@ -19,6 +19,8 @@ func TestAgentRefusesBadFlags(t *testing.T) {
 		{[]string{"--sample-nodes=0"}, "want 1 or more"},
 		{[]string{"--buffer-events=0"}, "must be positive"},
 		{[]string{"--flight-lead=0s"}, "--flight-lead and --flight-calm must be positive"},
+		{[]string{"--coverage-interval=10m"}, "--coverage-interval 10m0s: want more than 0 and at most 5m0s"},
+		{[]string{"--coverage-interval=0s"}, "--coverage-interval 0s: want more than 0"},
 		{[]string{"--metrics-listen=9090"}, "want host:port"},
 		{[]string{"--node="}, "--node is empty"},
 		{[]string{"stray"}, "unexpected argument"},
