@@ -66,6 +66,7 @@ type Metrics struct {
 	ready       func() bool
 	retention   retentionMetrics
 	checks      checkMetrics
+	recorders   recorderMetrics
 
 	names []string
 }
@@ -130,6 +131,7 @@ func New(component, version string) *Metrics {
 	m.registerScrape()
 	m.registerRetention()
 	m.registerChecks()
+	m.registerRecorders()
 	return m
 }
 

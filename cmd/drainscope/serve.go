@@ -122,6 +122,13 @@ func runServe(ctx context.Context, fs *flag.FlagSet, args []string) error {
 			}()
 			defer func() { ccancel(); <-cdone }()
 		}
+		rctx, rcancel := context.WithCancel(ctx)
+		rdone := make(chan struct{})
+		go func() {
+			defer close(rdone)
+			m.RunRecorders(rctx, opened, 30*time.Second, slog.Default())
+		}()
+		defer func() { rcancel(); <-rdone }()
 	}
 
 	opts, err := f.webOptions(ctx, st, c, m.ObserveAgentStage)
