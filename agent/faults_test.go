@@ -339,6 +339,10 @@ func copyClientFailures(t *testing.T, from store.Store, dsn string) int {
 type faultTimes struct {
 	killAt, restartAt, pauseAt, resumeAt time.Time
 	lastScrape                           writeCounts
+	// upgradeAt is when the fourth agent got SIGTERM, upgradedAt when
+	// its new process started; upgradeStats the old one's last counters.
+	upgradeAt, upgradedAt time.Time
+	upgradeStats          map[string]int64
 }
 
 // writeCounts is what an agent's /metrics said of its store writes.
@@ -368,13 +372,13 @@ func scrapeWritten(p *agentProc) writeCounts {
 // faultRun is what checkFaults reads: the three agents' stores and their
 // last counters, the test's own watch, when the faults landed.
 type faultRun struct {
-	c                              *scenario.Cluster
-	tw                             *transitionWatch
-	f                              faultTimes
-	from, to                       time.Time
-	labStore                       store.Store
-	big, small, killed             string           // DSNs
-	bigStats, smallStats, killedSt map[string]int64 // as each logged when it stopped
+	c                                          *scenario.Cluster
+	tw                                         *transitionWatch
+	f                                          faultTimes
+	from, to                                   time.Time
+	labStore                                   store.Store
+	big, small, killed, upgraded               string           // DSNs
+	bigStats, smallStats, killedSt, upgradedSt map[string]int64 // as each logged when it stopped
 }
 
 // checkFaults checks what each fault cost, against the API server's own
@@ -424,45 +428,79 @@ func checkFaults(t *testing.T, r faultRun) {
 	row("| agent overloaded (buffer 200 events) | the outage | %d | %d | %d, every one counted in its spans | 0 | %d made, %d recorded | dropped: %d gap spans | unexplained where a failure's evidence lies in one |",
 		r.smallStats["received"], r.smallStats["written"], r.smallStats["dropped"], tcS.Made, tcS.Recorded, countWhat(gapsS, analysis.GapDropped))
 
-	// The agent SIGKILLed and started again: its gap found from its own
-	// spans, the transitions it missed all inside it, none doubled by
-	// its relist, and the failures whose evidence lies in it
-	// unexplained, naming it.
-	gapsK := coverageOf(t, r.killed, w)
-	var kill *analysis.RecorderGap
-	for i := range gapsK {
-		if gapsK[i].What == analysis.GapNotRunning && gapsK[i].From <= f.killAt.UnixNano() && gapsK[i].To >= f.killAt.UnixNano() {
-			kill = &gapsK[i]
+	// The agent SIGKILLed and started again, and the one upgraded: each
+	// gap found from the agent's own spans, the transitions it missed all
+	// inside it, none doubled by its relist, and the failures whose
+	// evidence lies in it unexplained, naming it.
+	copyClientFailures(t, r.labStore, r.big)
+	resB := analyzeDSN(t, r.big, w)
+	t.Logf("the window from the whole record: %s", causeCounts(resB))
+	k := checkRestart(t, r, w, r.killed, "SIGKILLed", f.killAt, f.restartAt)
+	row("| agent SIGKILLed, started again 4 s later | %.1f s down; its record's gap %.1f s | %.0f written before (its /metrics), %d after | %d | what it held is lost with it (%.0f waiting at its last /metrics) | %d | %d made, %d recorded | %s |",
+		f.restartAt.Sub(f.killAt).Seconds(), k.gapSeconds(), f.lastScrape.written, r.killedSt["received"], k.stored, f.lastScrape.backlog,
+		k.tc.Duplicated, k.tc.Made, k.tc.Recorded, k.said)
+	u := checkRestart(t, r, w, r.upgraded, "upgraded", f.upgradeAt, f.upgradedAt)
+	produced := f.upgradeStats["received"] + r.upgradedSt["received"]
+	dropped := f.upgradeStats["dropped"] + r.upgradedSt["dropped"]
+	t.Logf("upgraded agent: produced %d (%d + %d), stored %d, dropped %d", produced, f.upgradeStats["received"], r.upgradedSt["received"], u.stored, dropped)
+	if int64(u.stored) != produced || dropped != 0 || produced == 0 {
+		t.Errorf("upgraded agent: produced %d, stored %d, dropped %d: SIGTERM flushes, want every event stored", produced, u.stored, dropped)
+	}
+	row("| agent upgraded (SIGTERM, the new one started at once) | %.1f s down; its record's gap %.1f s | %d + %d | %d | %d | %d | %d made, %d recorded | %s |",
+		f.upgradedAt.Sub(f.upgradeAt).Seconds(), u.gapSeconds(), f.upgradeStats["received"], r.upgradedSt["received"], u.stored, dropped,
+		u.tc.Duplicated, u.tc.Made, u.tc.Recorded, u.said)
+}
+
+// restartCheck is what checkRestart found of one agent's restart.
+type restartCheck struct {
+	gap    analysis.RecorderGap
+	tc     transitionCount
+	stored int
+	said   string // what the report said of the failures in the gap
+}
+
+func (c restartCheck) gapSeconds() float64 { return float64(c.gap.To-c.gap.From) / 1e9 }
+
+// checkRestart checks the record of an agent stopped at at (how) and
+// started again at started.
+func checkRestart(t *testing.T, r faultRun, w event.Window, dsn, how string, at, started time.Time) restartCheck {
+	t.Helper()
+	var out restartCheck
+	gaps := coverageOf(t, dsn, w)
+	found := false
+	for _, g := range gaps {
+		if g.What == analysis.GapNotRunning && g.From <= at.UnixNano() && g.To >= at.UnixNano() {
+			out.gap, found = g, true
 		}
 	}
-	if kill == nil {
-		t.Fatalf("no not-running gap at the SIGKILL (%s) in the killed agent's record: %v", f.killAt.UTC().Format("15:04:05.000"), gapsK)
+	if !found {
+		t.Fatalf("%s agent: no not-running gap at %s in its record: %v", how, at.UTC().Format("15:04:05.000"), gaps)
 	}
-	lead, lag := f.killAt.Sub(time.Unix(0, kill.From)), time.Unix(0, kill.To).Sub(f.restartAt)
-	t.Logf("killed agent's gap: %s (from %v before the SIGKILL to %v after the restart)", kill, lead, lag)
+	lead, lag := at.Sub(time.Unix(0, out.gap.From)), time.Unix(0, out.gap.To).Sub(started)
+	t.Logf("%s agent's gap: %s (from %v before it stopped to %v after the new one started)", how, out.gap, lead, lag)
 	if lead < 0 || lead > 2500*time.Millisecond || lag < 0 || lag > time.Minute {
-		t.Errorf("the gap %s: want it from at most 2.5 s (twice the 1 s interval) before the SIGKILL to the restarted agent's readiness", kill)
+		t.Errorf("%s agent's gap %s: want it from at most 2.5 s (twice the 1 s interval) before it stopped to the new one's readiness", how, out.gap)
 	}
-	tcK := compareTransitions(t, r.killed, r.from, r.to, r.tw)
+	out.tc = compareTransitions(t, dsn, r.from, r.to, r.tw)
 	outside := 0
-	for _, at := range tcK.MissingTimes {
-		if at.UnixNano() < kill.From || at.UnixNano() > kill.To+int64(time.Second) {
+	for _, m := range out.tc.MissingTimes {
+		if m.UnixNano() < out.gap.From || m.UnixNano() > out.gap.To+int64(time.Second) {
 			outside++
 		}
 	}
-	t.Logf("killed agent: transitions %s; missing %q", tcK, tcK.MissingKeys)
-	if tcK.Duplicated != 0 || tcK.Invented != 0 || outside != 0 {
-		t.Errorf("killed agent: transitions %s, %d missing outside its gap: want none doubled or invented, and every one missed inside the gap", tcK, outside)
+	t.Logf("%s agent: transitions %s; missing %q", how, out.tc, out.tc.MissingKeys)
+	if out.tc.Duplicated != 0 || out.tc.Invented != 0 || outside != 0 {
+		t.Errorf("%s agent: transitions %s, %d missing outside its gap: want none doubled or invented, and every one missed inside the gap", how, out.tc, outside)
 	}
+	out.stored, _ = countStored(t, dsn)
 
-	nf := copyClientFailures(t, r.labStore, r.killed)
-	copyClientFailures(t, r.labStore, r.big)
-	resK, resB := analyzeDSN(t, r.killed, w), analyzeDSN(t, r.big, w)
+	nf := copyClientFailures(t, r.labStore, dsn)
+	res := analyzeDSN(t, dsn, w)
 	inGap, named, wrong, near := 0, 0, 0, 0
 	var examples []string
-	for _, af := range resK.Failures {
+	for _, af := range res.Failures {
 		tt := af.Failure.Time
-		if tt < kill.From || tt > kill.To {
+		if tt < out.gap.From || tt > out.gap.To {
 			if strings.Contains(strings.Join(af.Missing, " "), "a complete record: ") {
 				near++ // its evidence (the kernel window before it) reaches into a gap
 			}
@@ -471,29 +509,28 @@ func checkFaults(t *testing.T, r faultRun) {
 		inGap++
 		if af.Cause != analysis.CauseUnexplained {
 			wrong++
-			t.Errorf("failure at %s inside the gap %s: cause %s; want unexplained", time.Unix(0, tt).UTC().Format("15:04:05.000"), kill, af.Cause)
+			t.Errorf("%s agent: failure at %s inside the gap %s: cause %s; want unexplained", how, time.Unix(0, tt).UTC().Format("15:04:05.000"), out.gap, af.Cause)
 		}
-		if strings.Contains(strings.Join(af.Missing, " "), kill.String()) {
+		if strings.Contains(strings.Join(af.Missing, " "), out.gap.String()) {
 			named++
 		} else if len(examples) < 3 {
 			examples = append(examples, fmt.Sprintf("%s: %q", af.Cause, af.Missing))
 		}
 	}
-	t.Logf("client failures copied: %d; in the killed agent's gap: %d, %d naming it (%v), %d with a cause; outside it, %d whose evidence reaches into a gap; the same window from the whole record: %s; from the killed one: %s",
-		nf, inGap, named, examples, wrong, near, causeCounts(resB), causeCounts(resK))
+	t.Logf("%s agent: client failures copied: %d; in its gap: %d, %d naming it (%v), %d with a cause; outside it, %d whose evidence reaches into a gap; its record's causes: %s",
+		how, nf, inGap, named, examples, wrong, near, causeCounts(res))
 	if inGap > 0 && named != inGap {
-		t.Errorf("%d of %d failures inside the gap name it", named, inGap)
+		t.Errorf("%s agent: %d of %d failures inside the gap name it", how, named, inGap)
 	}
-	if resK.Stats.InRecorderGap < inGap {
-		t.Errorf("the analysis counts %d failures in a gap, fewer than the %d inside it", resK.Stats.InRecorderGap, inGap)
+	if res.Stats.InRecorderGap < inGap {
+		t.Errorf("%s agent: the analysis counts %d failures in a gap, fewer than the %d inside it", how, res.Stats.InRecorderGap, inGap)
 	}
-	said := "none fell in it"
+	out.said = "none fell in it"
 	if inGap > 0 {
-		said = fmt.Sprintf("%d failures, every one unexplained: %q", inGap, "unexplained: "+kill.String())
+		out.said = fmt.Sprintf("%d failures, every one unexplained: %q; %d more whose evidence reaches into it; its record's causes: %s",
+			inGap, "unexplained: "+out.gap.String(), near, causeCounts(res))
 	}
-	row("| agent SIGKILLed, started again | %.1f s (gap %.1f s) | (session 2) %d | %d | lost with the process: %.0f waiting | %d | %d made, %d recorded | %s |",
-		f.restartAt.Sub(f.killAt).Seconds(), float64(kill.To-kill.From)/1e9, r.killedSt["received"], r.killedSt["written"], f.lastScrape.backlog,
-		tcK.Duplicated, tcK.Made, tcK.Recorded, said)
+	return out
 }
 
 func countWhat(gs []analysis.RecorderGap, what string) int {

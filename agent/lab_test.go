@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -157,22 +158,30 @@ func (p *agentProc) get(path string) (int, string) {
 // agent logged when it had flushed.
 func (p *agentProc) stop(t *testing.T) map[string]int64 {
 	t.Helper()
+	st, err := p.stopErr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// stopErr is stop for any goroutine: it returns what went wrong.
+func (p *agentProc) stopErr() (map[string]int64, error) {
 	p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case err := <-p.done:
 		if err != nil {
-			t.Fatalf("agent exited with %v:\n%s", err, tail(p.stderr.String(), 20))
+			return nil, fmt.Errorf("agent exited with %v:\n%s", err, tail(p.stderr.String(), 20))
 		}
 	case <-time.After(time.Minute):
-		t.Fatal("agent did not stop within a minute of SIGTERM")
+		return nil, errors.New("agent did not stop within a minute of SIGTERM")
 	}
-	return stoppedStats(t, p.stderr.String())
+	return stoppedStats(p.stderr.String())
 }
 
 var statRE = regexp.MustCompile(`(received|written|dropped|pending|write_failures)=(\d+)`)
 
-func stoppedStats(t *testing.T, log string) map[string]int64 {
-	t.Helper()
+func stoppedStats(log string) (map[string]int64, error) {
 	sc := bufio.NewScanner(strings.NewReader(log))
 	for sc.Scan() {
 		if !strings.Contains(sc.Text(), `msg="agent stopped"`) {
@@ -182,10 +191,9 @@ func stoppedStats(t *testing.T, log string) map[string]int64 {
 		for _, m := range statRE.FindAllStringSubmatch(sc.Text(), -1) {
 			out[m[1]], _ = strconv.ParseInt(m[2], 10, 64)
 		}
-		return out
+		return out, nil
 	}
-	t.Fatalf("the agent logged no \"agent stopped\" line:\n%s", tail(log, 20))
-	return nil
+	return nil, fmt.Errorf("the agent logged no \"agent stopped\" line:\n%s", tail(log, 20))
 }
 
 func tail(s string, n int) string {
@@ -249,7 +257,8 @@ func (h *progressHook) Write(p []byte) (int, error) {
 // store; a second agent with a 200-event buffer drops the excess and
 // reports exactly how many, in its coverage spans too. During the same
 // rollout the API server is frozen for 20 s and a third agent is
-// SIGKILLed and started again; checkFaults compares each agent's record
+// SIGKILLed and started again, a fourth upgraded (SIGTERM, then started
+// again) at the same time; checkFaults compares each agent's record
 // with the test's own watch of the transitions the API server made, and
 // the analysis of the killed agent's record with its gap. These are the
 // rows of docs/reliability.md's table.
@@ -257,7 +266,7 @@ func TestAgentInTheLab(t *testing.T) {
 	if err := scenario.Preflight(""); err != nil {
 		testenv.Unavailable(t, err.Error())
 	}
-	dsn, dsnSmall, dsnKill := pgtest.Schema(t), pgtest.Schema(t), pgtest.Schema(t)
+	dsn, dsnSmall, dsnKill, dsnUp := pgtest.Schema(t), pgtest.Schema(t), pgtest.Schema(t), pgtest.Schema(t)
 	px, pxSmall := pgtest.NewProxy(t, dsn), pgtest.NewProxy(t, dsnSmall)
 	exe, err := buildOnce()
 	if err != nil {
@@ -277,14 +286,16 @@ func TestAgentInTheLab(t *testing.T) {
 	var outageStart time.Time
 	restarted := make(chan struct{})
 	// More faults during the same rollout: the API server frozen
-	// (SIGSTOP) for 20 s from 1.5 s in; then a third agent SIGKILLed and
-	// started again 4 s later.
+	// (SIGSTOP) for 20 s from 1.5 s in; then a fourth agent upgraded and
+	// a third SIGKILLed and started again 4 s later.
 	var (
 		c        *scenario.Cluster
 		tw       *transitionWatch
 		killed   *agentProc
+		upgraded *agentProc
 		killArgs []string
 		killEnv  []string
+		upEnv    []string
 		f        faultTimes
 		faultsMu sync.Mutex
 		faults   = make(chan struct{})
@@ -315,6 +326,18 @@ func TestAgentInTheLab(t *testing.T) {
 			f.resumeAt = time.Now()
 			t.Logf("kube-apiserver SIGCONTed after %.1fs", f.resumeAt.Sub(f.pauseAt).Seconds())
 			time.Sleep(time.Second)
+			// The fourth agent upgraded, as its DaemonSet's rolling
+			// update does: SIGTERM (it flushes), the new one started.
+			f.upgradeAt = time.Now()
+			if st, err := upgraded.stopErr(); err != nil {
+				t.Errorf("upgrading: %v", err)
+			} else {
+				f.upgradeStats = st
+			}
+			faultsMu.Lock()
+			upgraded = startAgentProc(t, exe, upEnv, killArgs...)
+			faultsMu.Unlock()
+			f.upgradedAt = time.Now()
 			faultsMu.Lock()
 			f.lastScrape = scrapeWritten(killed)
 			f.killAt = time.Now()
@@ -366,9 +389,10 @@ func TestAgentInTheLab(t *testing.T) {
 	tw = startTransitionWatch(t, c.CP.Client())
 	big := startAgentProc(t, exe, env(px.DSN(dsn)), append(common, "--buffer-events=1000000")...)
 	small := startAgentProc(t, exe, env(pxSmall.DSN(dsnSmall)), append(common, "--buffer-events=200")...)
-	killEnv, killArgs = env(dsnKill), append(common, "--buffer-events=1000000")
+	killEnv, killArgs, upEnv = env(dsnKill), append(common, "--buffer-events=1000000"), env(dsnUp)
 	killed = startAgentProc(t, exe, killEnv, killArgs...)
-	for _, a := range []*agentProc{big, small, killed} {
+	upgraded = startAgentProc(t, exe, upEnv, killArgs...)
+	for _, a := range []*agentProc{big, small, killed, upgraded} {
 		waitFor(t, 2*time.Minute, "the agent's /readyz", func() bool { code, _ := a.get("/readyz"); return code == 200 })
 	}
 	// The server computes the rollout signals from the store. Its delay
@@ -393,9 +417,11 @@ func TestAgentInTheLab(t *testing.T) {
 	runEnd := time.Now()
 	tw.countUntil(runEnd)
 	faultsMu.Lock()
-	killedNow := killed
+	killedNow, upgradedNow := killed, upgraded
 	faultsMu.Unlock()
-	waitFor(t, 2*time.Minute, "the restarted agent's /readyz", func() bool { code, _ := killedNow.get("/readyz"); return code == 200 })
+	for _, a := range []*agentProc{killedNow, upgradedNow} {
+		waitFor(t, 2*time.Minute, "the restarted agents' /readyz", func() bool { code, _ := a.get("/readyz"); return code == 200 })
+	}
 
 	// Let the agents catch up, then read their metrics as Prometheus would.
 	waitFor(t, 2*time.Minute, "the agents' backlog to drain", func() bool {
@@ -486,8 +512,9 @@ func TestAgentInTheLab(t *testing.T) {
 	}
 
 	ks := killedNow.stop(t)
+	us := upgradedNow.stop(t)
 	checkFaults(t, faultRun{
 		c: c, tw: tw, f: f, from: outageStart, to: runEnd, labStore: labStore,
-		big: dsn, small: dsnSmall, killed: dsnKill, bigStats: st, smallStats: ss, killedSt: ks,
+		big: dsn, small: dsnSmall, killed: dsnKill, upgraded: dsnUp, bigStats: st, smallStats: ss, killedSt: ks, upgradedSt: us,
 	})
 }

@@ -100,11 +100,6 @@ func clock(ns int64) string {
 	return time.Unix(0, ns).UTC().Format("15:04:05.000")
 }
 
-// span is a time covered by a recorder, [from, to].
-type span struct {
-	from, to int64
-}
-
 // Coverage is what the recorders vouched for, from their
 // recorder_coverage spans: per node, the gaps between and inside them.
 // Where no node wrote a span (older agents, the lab's in-process node)
