@@ -229,13 +229,9 @@ type transitionCount struct {
 func compareTransitions(t *testing.T, dsn string, from, to time.Time, w *transitionWatch) transitionCount {
 	t.Helper()
 	ctx := context.Background()
-	st, err := store.Open(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := openDSN(t, dsn)
 	got := map[string]int{}
-	err = st.Scan(ctx, store.Query{Window: event.Window{From: from.UnixNano(), To: to.UnixNano()}}, func(e *event.Event) error {
+	err := st.Scan(ctx, store.Query{Window: event.Window{From: from.UnixNano(), To: to.UnixNano()}}, func(e *event.Event) error {
 		if k := transitionKey(e); k != "" {
 			got[k]++
 		}
@@ -281,11 +277,7 @@ func (c transitionCount) String() string {
 func coverageOf(t *testing.T, dsn string, w event.Window) []analysis.RecorderGap {
 	t.Helper()
 	ctx := context.Background()
-	st, err := store.Open(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := openDSN(t, dsn)
 	c, err := analysis.ReadCoverage(ctx, st, w.From, w.To)
 	if err != nil {
 		t.Fatal(err)
@@ -297,12 +289,8 @@ func coverageOf(t *testing.T, dsn string, w event.Window) []analysis.RecorderGap
 func sumAttr(t *testing.T, dsn string, k event.Kind, attr string) (sum int64, n int) {
 	t.Helper()
 	ctx := context.Background()
-	st, err := store.Open(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	err = st.Scan(ctx, store.Query{Kinds: []event.Kind{k}}, func(e *event.Event) error {
+	st := openDSN(t, dsn)
+	err := st.Scan(ctx, store.Query{Kinds: []event.Kind{k}}, func(e *event.Event) error {
 		n++
 		var v int64
 		fmt.Sscan(e.Attrs[attr], &v)
@@ -324,12 +312,7 @@ func copyClientFailures(t *testing.T, from store.Store, dsn string) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := store.Open(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	if err := st.Append(ctx, evs); err != nil {
+	if err := openDSN(t, dsn).Append(ctx, evs); err != nil {
 		t.Fatal(err)
 	}
 	return len(evs)
@@ -546,11 +529,7 @@ func countWhat(gs []analysis.RecorderGap, what string) int {
 func analyzeDSN(t *testing.T, dsn string, w event.Window) *analysis.Result {
 	t.Helper()
 	ctx := context.Background()
-	st, err := store.Open(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := openDSN(t, dsn)
 	res, err := analysis.AnalyzeWith(ctx, st, store.Query{Window: w}, analysis.Options{MaxFailures: -1})
 	if err != nil {
 		t.Fatal(err)

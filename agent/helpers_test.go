@@ -17,15 +17,22 @@ import (
 	"github.com/drainscope/drainscope/store"
 )
 
+// openDSN opens the store dsn names, closed when the test ends.
+func openDSN(t testing.TB, dsn string) store.Store {
+	t.Helper()
+	st, err := store.Open(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
 // countStored returns the events in the store dsn names, by kind.
 func countStored(t testing.TB, dsn string) (int, map[event.Kind]int) {
 	t.Helper()
 	ctx := context.Background()
-	st, err := store.Open(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := openDSN(t, dsn)
 	n, by := 0, map[event.Kind]int{}
 	if err := st.Scan(ctx, store.Query{}, func(e *event.Event) error {
 		n++

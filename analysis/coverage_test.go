@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/drainscope/drainscope/event"
 	"github.com/drainscope/drainscope/store"
@@ -24,26 +23,7 @@ func gapRollout() *rec {
 	}
 	r.created(n, -3*s)
 	r.ready(n, -200*ms)
-	for i, p := range []*tpod{a, b} {
-		base := int64(i) * 30 * s
-		p.pid = int32(3000 + i)
-		r.deletion(p, base, 30*time.Second)
-		r.signal(p, base+20*ms, 15)
-		r.exit(p, base+22*ms, 0, 0)
-		c := client(100 + i*10)
-		r.connClosed(p, base+22*ms+50_000, c, "local", event.FlagAtExit)
-		r.failure(base+25*ms, c, event.FailEOF)
-		slow := client(101 + i*10)
-		r.rst(p, base+22*ms+60_000, slow, "TCP_ABORT_ON_CLOSE", event.FlagAtExit|event.FlagUnreadData)
-		r.failure(base+24*ms, slow, event.FailReset, took(300*time.Millisecond))
-		for k := 0; k < 3; k++ {
-			c := client(102 + i*10 + k)
-			r.refused(p, base+100*ms+int64(k)*100*ms, c)
-			r.failure(base+101*ms+int64(k)*100*ms, c, event.FailRefused)
-		}
-		r.leave(p, base+500*ms, 120*ms)
-		r.removed(p, base+600*ms, 100*ms)
-	}
+	r.exitEach([]*tpod{a, b}, 30*s)
 	return r
 }
 

@@ -79,8 +79,17 @@ func exitAtSigterm() *rec {
 	n.wl, n.svc = a.wl, "api"
 	r.created(n, -3*s)
 	r.ready(n, -200*ms)
-	for i, p := range []*tpod{a, b} {
-		base := int64(i) * 4 * s
+	r.exitEach([]*tpod{a, b}, 4*s)
+	return r
+}
+
+// exitEach ends each pod step apart, from 0: deleted, SIGTERM 20 ms
+// later and the exit at once; a keep-alive connection cut at the exit, a
+// slow request cut in flight, three connections refused before the
+// endpoint left rotation 500 ms after the deletion.
+func (r *rec) exitEach(pods []*tpod, step int64) {
+	for i, p := range pods {
+		base := int64(i) * step
 		p.pid = int32(3000 + i)
 		r.deletion(p, base, 30*time.Second)
 		r.signal(p, base+20*ms, 15)
@@ -99,7 +108,6 @@ func exitAtSigterm() *rec {
 		r.leave(p, base+500*ms, 120*ms)
 		r.removed(p, base+600*ms, 100*ms)
 	}
-	return r
 }
 
 // kernelOnly is exitAtSigterm without any client log: what the pod side

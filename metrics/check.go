@@ -92,15 +92,20 @@ func (m *Metrics) RunChecks(ctx context.Context, st store.Store, o CheckOptions)
 		m.checks.checks, m.checks.last = checks, now
 		m.checks.mu.Unlock()
 	}
-	run()
-	t := time.NewTicker(o.Every)
+	repeat(ctx, o.Every, run)
+}
+
+// repeat calls fn now and every d until ctx ends.
+func repeat(ctx context.Context, d time.Duration, fn func()) {
+	fn()
+	t := time.NewTicker(d)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			run()
+			fn()
 		}
 	}
 }

@@ -109,15 +109,5 @@ func (m *Metrics) RunRecorders(ctx context.Context, st store.Store, every time.D
 		c.polled = now
 		c.mu.Unlock()
 	}
-	read()
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			read()
-		}
-	}
+	repeat(ctx, every, read)
 }
