@@ -17,8 +17,10 @@ func newRequestID() string {
 }
 
 // tooManyFailures answers 429 when the client's address failed too many
-// token checks lately; it reports whether it did. It runs before the token
-// is compared, so that a blocked client learns nothing from the check.
+// token checks lately; it reports whether it did. The UI's token is
+// compared first (wrongToken): its right token passes from any address.
+// The ingest and agents' endpoints, whose handlers check their own
+// tokens, are refused before the check (guardIngest).
 func (s *Server) tooManyFailures(w http.ResponseWriter, r *http.Request) bool {
 	wait := s.failures.Wait(httpauth.ClientKey(r))
 	if wait <= 0 {

@@ -102,13 +102,9 @@ func (s *Server) auth(next http.Handler) http.Handler {
 			t = ""
 		}
 		got := presented(r)
-		if (t != "" || got != "") && s.tooManyFailures(w, r) {
-			return
-		}
 		if t != "" {
 			if !s.tokenOK(t) {
-				s.failed(r)
-				s.unauthorized(w, r)
+				s.wrongToken(w, r)
 				return
 			}
 			s.setTokenCookie(w, r)
@@ -120,14 +116,30 @@ func (s *Server) auth(next http.Handler) http.Handler {
 			return
 		}
 		if !s.tokenOK(got) {
-			if got != "" { // no token at all is not a guess
-				s.failed(r)
+			if got == "" { // no token at all is not a guess
+				s.unauthorized(w, r)
+				return
 			}
-			s.unauthorized(w, r)
+			s.wrongToken(w, r)
 			return
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// wrongToken answers a wrong token: 429 while the client's address has
+// failed too many lately, else 401, counted. The right token is never
+// refused for its address's failures: every user of a `kubectl
+// port-forward` or a proxy shares one address, and one of them guessing
+// must not lock the others out. Tokens are at least 32 characters
+// (httpauth.MinTokenLength), so the limit does not stand between a guesser
+// and the token; it bounds the work and the log lines guesses cost.
+func (s *Server) wrongToken(w http.ResponseWriter, r *http.Request) {
+	if s.tooManyFailures(w, r) {
+		return
+	}
+	s.failed(r)
+	s.unauthorized(w, r)
 }
 
 func isAPI(r *http.Request) bool { return strings.HasPrefix(r.URL.Path, "/api/") }
@@ -157,10 +169,11 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, next, http.StatusSeeOther)
 		return
 	}
-	if s.tooManyFailures(w, r) {
-		return
-	}
 	if !s.tokenOK(r.PostForm.Get("token")) {
+		// As wrongToken: only wrong tokens are limited.
+		if s.tooManyFailures(w, r) {
+			return
+		}
 		s.failed(r)
 		s.render(w, r, http.StatusUnauthorized, "login.html", loginData{Next: next, Enabled: true, Failed: true})
 		return
