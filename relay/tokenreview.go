@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -66,7 +67,10 @@ const (
 //
 // Answers are kept for TTL to 1.5 TTL (refusals for DenyTTL), keyed by the
 // token's SHA-256, and never past the token's own expiry, so a batch costs
-// a review only once a minute or so per agent. The spread, drawn from the
+// a review only once a minute or so per agent, and a revoked token (its
+// pod deleted, its service account removed) is refused within 1.5 TTL:
+// 90 s by default. With Audiences set, the review must confirm one of
+// them (status.audiences). The spread, drawn from the
 // token's hash, keeps the reviews of agents that began together (every
 // agent, after the server restarts) from falling due together again
 // (docs/scale.md).
@@ -200,6 +204,13 @@ func (r *TokenReviewer) review(ctx context.Context, token string) (Agent, *AuthE
 		}
 		return Agent{}, &AuthError{Status: 401, Msg: msg}, nil
 	}
+	if len(r.Audiences) > 0 && !audienceConfirmed(r.Audiences, st.Audiences) {
+		// The API reference: a client that sets spec.audiences must check
+		// that status.audiences names one of them, or the reviewer is not
+		// audience aware and the token may be for any audience.
+		return Agent{}, &AuthError{Status: 401, Msg: fmt.Sprintf("the token review did not confirm an audience of %q (it answered %q)",
+			r.Audiences, st.Audiences)}, nil
+	}
 	want := "system:serviceaccount:" + r.Namespace + ":" + r.ServiceAccount
 	if st.User.Username != want {
 		return Agent{}, &AuthError{Status: 403, Msg: fmt.Sprintf("the token is %s's, not the agent's (%s)", st.User.Username, want)}, nil
@@ -218,6 +229,17 @@ func (r *TokenReviewer) review(ctx context.Context, token string) (Agent, *AuthE
 		return Agent{}, &AuthError{Status: 403, Msg: fmt.Sprintf("the token for pod %s/%s names no node (was it issued before the pod was scheduled, or by a Kubernetes before 1.30?)", a.PodNamespace, a.Pod)}, nil
 	}
 	return a, nil, nil
+}
+
+// audienceConfirmed reports whether the review's status.audiences names
+// one of the audiences asked for.
+func audienceConfirmed(want, got []string) bool {
+	for _, a := range got {
+		if slices.Contains(want, a) {
+			return true
+		}
+	}
+	return false
 }
 
 // tokenExpiry reads a JWT's exp claim without checking the signature: only
