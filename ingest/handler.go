@@ -206,6 +206,13 @@ var errTooLarge = errors.New("body too large")
 // day partition's bound overflows int64).
 var maxEventTime = time.Date(2262, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
 
+// KnownToken reports whether token is one the handler takes (Token or
+// DataplaneToken), compared in constant time: the web server lets such a
+// token through from an address other callers got blocked.
+func (h *Handler) KnownToken(token string) bool {
+	return (h.Token != "" && httpauth.TokenOK(token, h.Token)) || (h.DataplaneToken != "" && httpauth.TokenOK(token, h.DataplaneToken))
+}
+
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	dataplane, ok := h.admit(w, r)
 	if !ok {

@@ -154,6 +154,19 @@ func (r *TokenReviewer) Authenticate(ctx context.Context, token string) (Agent, 
 	return agent, nil
 }
 
+// Known reports whether token's review accepted it and its answer is
+// still held: no request is made.
+func (r *TokenReviewer) Known(token string) bool {
+	if token == "" {
+		return false
+	}
+	key := sha256.Sum256([]byte(token))
+	r.mu.Lock()
+	c, ok := r.cache[key]
+	r.mu.Unlock()
+	return ok && c.err == nil && r.now().Before(c.expires)
+}
+
 // spreadTTL is ttl lengthened by up to half, by the token hash's first
 // bytes: evenly over [ttl, 1.5 ttl) across tokens, the same for one token.
 func spreadTTL(key [32]byte, ttl time.Duration) time.Duration {

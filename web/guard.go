@@ -20,7 +20,8 @@ func newRequestID() string {
 // token checks lately; it reports whether it did. The UI's token is
 // compared first (wrongToken): its right token passes from any address.
 // The ingest and agents' endpoints, whose handlers check their own
-// tokens, are refused before the check (guardIngest).
+// tokens, refuse a blocked address before the check unless the handler
+// already knows the token (guardIngest).
 func (s *Server) tooManyFailures(w http.ResponseWriter, r *http.Request) bool {
 	wait := s.failures.Wait(httpauth.ClientKey(r))
 	if wait <= 0 {
@@ -43,12 +44,25 @@ func (s *Server) failed(r *http.Request) {
 	s.log.Warn("wrong token", "client", httpauth.ClientKey(r), "path", r.URL.Path)
 }
 
-// guardIngest puts the ingest handler's bearer check under the same
-// limit: a blocked address is refused before the handler sees the token,
-// and each 401 the handler answers counts as a failure.
+// KnownTokens is what a handler behind guardIngest may say of a bearer
+// token without asking anyone: that it takes it (ingest's configured
+// tokens; an agent's token its TokenReview accepted and still caches).
+type KnownTokens interface {
+	KnownToken(token string) bool
+}
+
+// guardIngest puts the ingest and agents' handlers' bearer checks under
+// the same limit: a blocked address is refused before the handler sees a
+// token it does not know, and each 401 the handler answers counts as a
+// failure. A token the handler knows (KnownTokens) passes from a blocked
+// address: agents behind one NAT, or log shippers behind one proxy, share
+// it, and one wrong token must not stop the others. An unknown token
+// from a blocked address costs nothing (no TokenReview).
 func (s *Server) guardIngest(next http.Handler) http.HandlerFunc {
+	kt, _ := next.(KnownTokens)
 	return func(w http.ResponseWriter, r *http.Request) {
-		if httpauth.Bearer(r) != "" && s.tooManyFailures(w, r) {
+		tok := httpauth.Bearer(r)
+		if tok != "" && (kt == nil || !kt.KnownToken(tok)) && s.tooManyFailures(w, r) {
 			return
 		}
 		sw := &statusWriter{ResponseWriter: w}
