@@ -409,6 +409,17 @@ func TestUpdatesLifetime(t *testing.T) {
 	}
 }
 
+// postAgentEvents posts an empty batch to the agents' endpoint from
+// remote with tok and returns the status.
+func postAgentEvents(s *Server, remote, tok string) int {
+	req := httptest.NewRequest("POST", "/api/v1/agent/events", strings.NewReader("{}"))
+	req.RemoteAddr = remote
+	req.Header.Set("Authorization", "Bearer "+tok)
+	rec := httptest.NewRecorder()
+	s.ServeHTTP(rec, req)
+	return rec.Code
+}
+
 // knownAgents is an agents' handler that knows the token "agent" (as a
 // TokenReviewer that accepted it does), taking it and refusing others.
 type knownAgents struct{}
@@ -432,14 +443,7 @@ func TestKnownAgentPassesABlockedAddress(t *testing.T) {
 		o.AgentEvents = knownAgents{}
 		o.AuthFailures = &httpauth.FailureLimiter{Burst: 2, Every: time.Hour}
 	})
-	post := func(tok string) int {
-		req := httptest.NewRequest("POST", "/api/v1/agent/events", strings.NewReader("{}"))
-		req.RemoteAddr = "198.51.100.21:1"
-		req.Header.Set("Authorization", "Bearer "+tok)
-		rec := httptest.NewRecorder()
-		s.ServeHTTP(rec, req)
-		return rec.Code
-	}
+	post := func(tok string) int { return postAgentEvents(s, "198.51.100.21:1", tok) }
 	for range 2 {
 		post("forged")
 	}
@@ -457,23 +461,11 @@ func TestAgentEventsMounted(t *testing.T) {
 	st := fixtureStore(t)
 	s := newTestServer(t, st, func(o *Options) {
 		o.AuthToken = "ui-token-of-thirty-two-characters"
-		o.AgentEvents = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.Header.Get("Authorization") != "Bearer agent" {
-				w.WriteHeader(http.StatusUnauthorized)
-				return
-			}
-			w.WriteHeader(http.StatusOK)
-		})
+		// A handler that does not say which tokens it knows.
+		o.AgentEvents = http.HandlerFunc(knownAgents{}.ServeHTTP)
 		o.AuthFailures = &httpauth.FailureLimiter{Burst: 2, Every: time.Hour}
 	})
-	post := func(tok string) int {
-		req := httptest.NewRequest("POST", "/api/v1/agent/events", strings.NewReader("{}"))
-		req.RemoteAddr = "198.51.100.20:1"
-		req.Header.Set("Authorization", "Bearer "+tok)
-		rec := httptest.NewRecorder()
-		s.ServeHTTP(rec, req)
-		return rec.Code
-	}
+	post := func(tok string) int { return postAgentEvents(s, "198.51.100.20:1", tok) }
 	if code := post("agent"); code != http.StatusOK {
 		t.Fatalf("agent's token: %d, want 200", code)
 	}
