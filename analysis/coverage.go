@@ -258,10 +258,16 @@ func (c *Coverage) Gaps(node string, from, to int64, withSlices bool) []Recorder
 	if withSlices {
 		pick(c.gaps[""])
 	}
-	slices.SortFunc(out, func(a, b RecorderGap) int {
+	sortGaps(out)
+	return out
+}
+
+// sortGaps orders gaps by their start, a node's before the
+// EndpointSlices' of the same start.
+func sortGaps(gs []RecorderGap) {
+	slices.SortFunc(gs, func(a, b RecorderGap) int {
 		return cmp.Or(cmp.Compare(a.From, b.From), cmp.Compare(b.Node, a.Node), cmp.Compare(a.What, b.What))
 	})
-	return out
 }
 
 // InWindow returns every gap that overlaps w, by node then time: the
@@ -343,6 +349,35 @@ func (a *Aligner) evidenceSpan(fx *Facts, p *podState) (from, to int64) {
 		}
 	}
 	return from, fx.Failure.Time + int64(a.opts.Lookahead)
+}
+
+// gapsFor returns the recorder gaps a failure's evidence overlaps: those
+// of the node of the pod that served it, and the EndpointSlices'. With no
+// pod known, those of the nodes of its Service's pods, any of which could
+// have served it and whose gap may hide the record that would name it;
+// every node's when its Service, or a node, is not known.
+func (a *Aligner) gapsFor(fx *Facts, p *podState) []RecorderGap {
+	from, to := a.evidenceSpan(fx, fx.pod)
+	if p != nil {
+		return a.cover.Gaps(cmp.Or(p.node, AnyNode), from, to, true)
+	}
+	pods := a.servicePods(fx.svcs, fx.Start)
+	if len(pods) == 0 {
+		return a.cover.Gaps(AnyNode, from, to, true)
+	}
+	nodes := map[string]bool{}
+	for _, sp := range pods {
+		if sp.node == "" {
+			return a.cover.Gaps(AnyNode, from, to, true)
+		}
+		nodes[sp.node] = true
+	}
+	gs := a.cover.Gaps("", from, to, true)
+	for n := range nodes {
+		gs = append(gs, a.cover.Gaps(n, from, to, false)...)
+	}
+	sortGaps(gs)
+	return gs
 }
 
 // SetCoverage gives the aligner the recorders' coverage: a failure whose

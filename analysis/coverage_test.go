@@ -199,3 +199,50 @@ func failureKey(f AlignedFailure) string {
 	}
 	return fmt.Sprintf("%s %s %s inferred=%v", pod, f.Failure.Reason, f.Failure.Local, f.Inferred)
 }
+
+// TestUnservedFailureReadsItsServicesNodes: a refusal no record ties to a
+// pod could have been served by any pod of its Service, so a gap on one
+// of their nodes leaves it unexplained, naming the gap; a gap on a node
+// none of them ran on does not, and it keeps its cause.
+func TestUnservedFailureReadsItsServicesNodes(t *testing.T) {
+	record := func(spans func(r *rec)) AlignedFailure {
+		r := gapRollout()
+		// A refused connection the pod side did not record: no pod.
+		r.failure(150*ms, client(190), event.FailRefused)
+		r.cover("node-b", "b1", -150*s, 60*s, nil) // node-b's agent ran throughout
+		spans(r)
+		res, err := AnalyzeEvents(r.events, store.Query{}, Options{MaxFailures: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range res.Failures {
+			if f.Failure.Local == client(190).String() && !f.Inferred {
+				return f
+			}
+		}
+		t.Fatal("the unserved failure is not among the results")
+		return AlignedFailure{}
+	}
+	base := record(func(r *rec) { r.cover("node-a", "a1", -150*s, 60*s, nil) })
+	if base.Pod != nil || base.Cause == CauseUnexplained {
+		t.Fatalf("without a gap: pod %v, cause %s; the test needs a cause found with no pod", base.Pod, base.Cause)
+	}
+	// node-c holds no pod of the Service; its agent was killed meanwhile.
+	other := record(func(r *rec) {
+		r.cover("node-a", "a1", -150*s, 60*s, nil)
+		r.cover("node-c", "c1", -150*s, -2*s, nil)
+		r.cover("node-c", "c2", 4*s, 60*s, nil)
+	})
+	if other.Cause != base.Cause {
+		t.Errorf("a gap on a node without the Service's pods: cause %s (missing %q), want %s", other.Cause, other.Missing, base.Cause)
+	}
+	// node-a holds them; its agent was killed meanwhile.
+	own := record(func(r *rec) {
+		r.cover("node-a", "a1", -150*s, -2*s, nil)
+		r.cover("node-a", "a2", 4*s, 60*s, nil)
+	})
+	want := "the recorder on node-a was not running from 12:00:23.000 to 12:00:29.000"
+	if own.Cause != CauseUnexplained || !strings.Contains(strings.Join(own.Missing, " "), want) {
+		t.Errorf("a gap on the node of the Service's pods: cause %s, missing %q; want unexplained naming %q", own.Cause, own.Missing, want)
+	}
+}

@@ -167,12 +167,7 @@ func (a *Aligner) decide(pf *pending) {
 		a.stats.Unresolved++
 	}
 	if why.Missing == "" && a.cover.Known() {
-		node := AnyNode // no pod: any node's gap may hide the one that served it
-		if p != nil {
-			node = p.node
-		}
-		from, to := a.evidenceSpan(fx, fx.pod)
-		if gs := a.cover.Gaps(node, from, to, true); len(gs) > 0 {
+		if gs := a.gapsFor(fx, p); len(gs) > 0 {
 			why = gapUnjudged(gs, t)
 			a.stats.InRecorderGap++
 		}
