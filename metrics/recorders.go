@@ -54,19 +54,16 @@ func (c *recorderMetrics) collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// see keeps a span if it is its node's newest.
-func (c *recorderMetrics) see(e *event.Event) {
+// keepNewest keeps e in newest if it is its node's newest span.
+func keepNewest(newest map[string]recorderLast, e *event.Event) {
 	if e.Kind != event.RecorderCoverage || e.Node == "" {
 		return
 	}
-	if c.last == nil {
-		c.last = map[string]recorderLast{}
-	}
-	if l, ok := c.last[e.Node]; ok && l.at >= e.Time {
+	if l, ok := newest[e.Node]; ok && l.at >= e.Time {
 		return
 	}
 	iv, _ := time.ParseDuration(e.Attrs[event.AttrInterval])
-	c.last[e.Node] = recorderLast{at: e.Time, interval: iv, stopped: e.Reason == event.CoverStopped}
+	newest[e.Node] = recorderLast{at: e.Time, interval: iv, stopped: e.Reason == event.CoverStopped}
 }
 
 // RunRecorders reads the spans stored since its last read every `every`
@@ -90,10 +87,9 @@ func (m *Metrics) RunRecorders(ctx context.Context, st store.Store, every time.D
 		// agent that could not reach the store writes older ones late,
 		// which only matter if they are its newest.
 		q := store.Query{Kinds: []event.Kind{event.RecorderCoverage}, Window: event.Window{From: from.Add(-2 * every).UnixNano()}}
-		var spans []event.Event
+		newest := map[string]recorderLast{} // one entry a node, however many spans
 		err := st.Scan(ctx, q, func(e *event.Event) error {
-			spans = append(spans, event.Event{Time: e.Time, Kind: e.Kind, Node: e.Node, Reason: e.Reason,
-				Attrs: map[string]string{event.AttrInterval: e.Attrs[event.AttrInterval]}})
+			keepNewest(newest, e)
 			return nil
 		})
 		if err != nil {
@@ -103,8 +99,13 @@ func (m *Metrics) RunRecorders(ctx context.Context, st store.Store, every time.D
 			return
 		}
 		c.mu.Lock()
-		for i := range spans {
-			c.see(&spans[i])
+		if c.last == nil {
+			c.last = make(map[string]recorderLast, len(newest))
+		}
+		for node, l := range newest {
+			if cur, ok := c.last[node]; !ok || l.at > cur.at {
+				c.last[node] = l
+			}
 		}
 		c.polled = now
 		c.mu.Unlock()
