@@ -478,11 +478,14 @@ func (c *ControlPlane) StartAPIServer(ctx context.Context) error {
 // the server runs again.
 func (c *ControlPlane) PauseAPIServer(d time.Duration) error {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if err := c.api.signal(syscall.SIGSTOP); err != nil {
+	err := c.api.signal(syscall.SIGSTOP)
+	c.mu.Unlock()
+	if err != nil {
 		return err
 	}
-	time.Sleep(d)
+	time.Sleep(d) // not holding c.mu: Stop and the rest are not held up
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	return c.api.signal(syscall.SIGCONT)
 }
 

@@ -117,10 +117,7 @@ func (r *TokenReviewer) Authenticate(ctx context.Context, token string) (Agent, 
 	}
 	key := sha256.Sum256([]byte(token))
 	now := r.now()
-	r.mu.Lock()
-	c, ok := r.cache[key]
-	r.mu.Unlock()
-	if ok && now.Before(c.expires) {
+	if c, ok := r.cached(key, now); ok {
 		if c.err != nil {
 			return Agent{}, c.err
 		}
@@ -160,11 +157,17 @@ func (r *TokenReviewer) Known(token string) bool {
 	if token == "" {
 		return false
 	}
-	key := sha256.Sum256([]byte(token))
+	c, ok := r.cached(sha256.Sum256([]byte(token)), r.now())
+	return ok && c.err == nil
+}
+
+// cached returns the answer held for the token hashed to key, if it has
+// not expired by now.
+func (r *TokenReviewer) cached(key [32]byte, now time.Time) (cached, bool) {
 	r.mu.Lock()
 	c, ok := r.cache[key]
 	r.mu.Unlock()
-	return ok && c.err == nil && r.now().Before(c.expires)
+	return c, ok && now.Before(c.expires)
 }
 
 // spreadTTL is ttl lengthened by up to half, by the token hash's first
