@@ -34,8 +34,9 @@ const coverageMargin = 2 * 5 * time.Minute // 2 × agent.MaxCoverageInterval
 const spanSlack = time.Millisecond
 
 // evidenceLead is the furthest before a failure's start its pod's
-// termination is looked at for a gap: a preStop and a grace period longer
-// than this are rare, and the account keeps a gap to the span it names.
+// termination is looked at for a gap: a preStop and a drain longer than
+// this are rare, and a gap that far back would hide little of what the
+// rules read about the failure itself.
 const evidenceLead = 5 * time.Minute
 
 // RecorderGap is a span of time a node's record is incomplete.

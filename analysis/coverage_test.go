@@ -33,9 +33,9 @@ type spanOpt func(e *event.Event)
 func attr(k, v string) spanOpt { return func(e *event.Event) { e.Attrs[k] = v } }
 func reason(r string) spanOpt  { return func(e *event.Event) { e.Reason = r } }
 
-// cover records node's agent's spans, one a second, over [from, to]
-// (offsets from t0) in session; opts change the span that ends at at (or
-// every span when at is 0 and all is set).
+// cover records node's agent's spans, one a second, ending from from to
+// to (offsets from t0) in session, the first a point; change holds the
+// changes of the spans ending at each offset (spansEnding).
 func (r *rec) cover(node, session string, from, to int64, change map[int64][]spanOpt) {
 	for t := from; t <= to; t += s {
 		e := event.Event{Time: r.at(t), Kind: event.RecorderCoverage, Node: node, Source: event.SourceAgent,
@@ -50,6 +50,15 @@ func (r *rec) cover(node, session string, from, to int64, change map[int64][]spa
 		}
 		r.add(e)
 	}
+}
+
+// spansEnding changes every span ending from from to to by o, for cover.
+func spansEnding(from, to int64, o spanOpt) map[int64][]spanOpt {
+	out := map[int64][]spanOpt{}
+	for t := from; t <= to; t += s {
+		out[t] = []spanOpt{o}
+	}
+	return out
 }
 
 // TestFailureInARecorderGap: a failure whose evidence lies where a node's
@@ -92,19 +101,11 @@ func TestFailureInARecorderGap(t *testing.T) {
 			r.cover("node-a", "s1", -150*s, 60*s, map[int64][]spanOpt{1 * s: {attr(event.AttrKernelLost, "37")}})
 		}, want{gap: "the recorder on node-a lost 37 kernel events (the ring buffer was full) from 12:00:25.000 to 12:00:26.000"}},
 		{"kernel capture off", func(r *rec) {
-			off := map[int64][]spanOpt{}
-			for t := -5 * s; t <= 2*s; t += s {
-				off[t] = []spanOpt{attr(event.AttrCoverKernel, "off")}
-			}
-			r.cover("node-a", "s1", -150*s, 60*s, off)
+			r.cover("node-a", "s1", -150*s, 60*s, spansEnding(-5*s, 2*s, attr(event.AttrCoverKernel, "off")))
 		}, want{gap: "the recorder on node-a ran without its kernel capture from 12:00:19.000 to 12:00:27.000"}},
 		{"the EndpointSlices' recorder down", func(r *rec) {
 			// Leader mode: node-b's agent holds the lease and was down.
-			notSlices := map[int64][]spanOpt{}
-			for t := -150 * s; t <= 60*s; t += s {
-				notSlices[t] = []spanOpt{attr(event.AttrCoverSlices, "false")}
-			}
-			r.cover("node-a", "s1", -150*s, 60*s, notSlices)
+			r.cover("node-a", "s1", -150*s, 60*s, spansEnding(-150*s, 60*s, attr(event.AttrCoverSlices, "false")))
 			r.cover("node-b", "s2", -150*s, -3*s, nil)
 			r.cover("node-b", "s3", 5*s, 60*s, nil)
 		}, want{gap: "no recorder of EndpointSlices was running from 12:00:22.000 to 12:00:30.000"}},
