@@ -1,7 +1,6 @@
 package relay
 
 import (
-	"bytes"
 	"compress/gzip"
 	"context"
 	"encoding/json"
@@ -13,6 +12,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/drainscope/drainscope/event"
@@ -31,10 +31,16 @@ const DefaultTokenFile = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 // splits to drop only the events refused; any other failure (the server
 // away, 429, 503, 401 while a rotated token is not yet read) keeps the
 // batch for a retry.
+//
+// It sends JSON until the server's answer names the wire form
+// (event.WireType) in its Accept-Post header, and the wire form from then
+// on: an agent upgraded before its server keeps working, and one whose
+// server went back to a version without it goes back to JSON.
 type Client struct {
 	url       string
 	tokenFile string
 	http      *http.Client
+	wire      atomic.Bool // the server takes the wire form
 }
 
 // NewClient writes to the server at base (http(s)://host[:port][/prefix]),
@@ -62,28 +68,29 @@ var gzipWriters = sync.Pool{New: func() any {
 	return zw
 }}
 
-// Append posts batch, gzip-compressed.
+// Append posts batch: in the wire form, uncompressed, when the server has
+// said it takes it, else as gzip-compressed JSON. The body streams as it
+// is encoded, so that the server decodes and checks the batch's first
+// events while the agent encodes its last.
 func (c *Client) Append(ctx context.Context, batch []event.Event) error {
 	tok, err := os.ReadFile(c.tokenFile)
 	if err != nil {
 		return fmt.Errorf("reading the agent token: %w", err)
 	}
-	var body bytes.Buffer
-	zw := gzipWriters.Get().(*gzip.Writer)
-	defer gzipWriters.Put(zw)
-	zw.Reset(&body)
-	if err := json.NewEncoder(zw).Encode(Batch{Events: batch}); err != nil {
-		return fmt.Errorf("encoding a batch: %w", err)
-	}
-	if err := zw.Close(); err != nil {
-		return err
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url, &body)
+	wire := c.wire.Load()
+	pr, pw := io.Pipe()
+	defer pr.Close() // the encoder's writes fail once Append is done
+	go func() { pw.CloseWithError(encode(pw, batch, wire)) }()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url, pr)
 	if err != nil {
 		return err
 	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Content-Encoding", "gzip")
+	if wire {
+		req.Header.Set("Content-Type", event.WireType)
+	} else {
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Content-Encoding", "gzip")
+	}
 	req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(tok)))
 	resp, err := c.http.Do(req)
 	if err != nil {
@@ -91,8 +98,14 @@ func (c *Client) Append(ctx context.Context, batch []event.Event) error {
 	}
 	defer resp.Body.Close()
 	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	c.wire.Store(takesWire(resp.Header))
 	if resp.StatusCode == http.StatusOK {
 		return nil
+	}
+	if wire && !c.wire.Load() {
+		// A server that no longer takes the wire form refuses the body,
+		// not the events: they go again, as JSON.
+		return fmt.Errorf("server answered %s to the wire form, which it no longer takes; sending JSON", resp.Status)
 	}
 	var ref Refusal
 	if json.Unmarshal(msg, &ref) != nil || ref.Error == "" {
@@ -105,6 +118,52 @@ func (c *Client) Append(ctx context.Context, batch []event.Event) error {
 	}
 	return err
 }
+
+// takesWire reports whether an answer's Accept-Post names the wire form.
+func takesWire(h http.Header) bool {
+	for _, v := range h.Values("Accept-Post") {
+		for t := range strings.SplitSeq(v, ",") {
+			if mediaType(t) == event.WireType {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// wireChunk is how many events are encoded before their bytes are handed
+// to the connection.
+const wireChunk = 256
+
+// encode writes batch to w in the wire form, or as gzip-compressed JSON.
+func encode(w io.Writer, batch []event.Event, wire bool) error {
+	if !wire {
+		zw := gzipWriters.Get().(*gzip.Writer)
+		defer gzipWriters.Put(zw)
+		zw.Reset(w)
+		if err := json.NewEncoder(zw).Encode(Batch{Events: batch}); err != nil {
+			return fmt.Errorf("encoding a batch: %w", err)
+		}
+		return zw.Close()
+	}
+	buf := wireBuffers.Get().(*[]byte)
+	defer wireBuffers.Put(buf)
+	b := event.AppendWireHeader((*buf)[:0], len(batch))
+	for len(batch) > 0 {
+		n := min(len(batch), wireChunk)
+		b = event.AppendWire(b, batch[:n])
+		batch = batch[n:]
+		if _, err := w.Write(b); err != nil {
+			return err
+		}
+		b = b[:0]
+	}
+	*buf = b
+	return nil
+}
+
+// wireBuffers hold a chunk of a batch's wire form.
+var wireBuffers = sync.Pool{New: func() any { return new([]byte) }}
 
 var errWriteOnly = errors.New("the agent's store is the server's endpoint: it takes writes only")
 

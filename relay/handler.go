@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -360,6 +361,7 @@ func (h *Handler) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	if log == nil {
 		log = slog.Default()
 	}
+	w.Header().Set("Accept-Post", acceptPost)
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
 		writeJSON(w, http.StatusMethodNotAllowed, Refusal{Error: "use POST"})
@@ -482,6 +484,9 @@ type outcome struct {
 // (event.CheckBounds) or refused by the checks refuses the batch there,
 // before the rest of the body is read. A small gzip body can expand to
 // millions of events; none past the first refused is ever allocated.
+//
+// The body is JSON (Batch), or the wire form (event.WireType) when its
+// Content-Type says so.
 func (h *Handler) receive(w http.ResponseWriter, r *http.Request, agent Agent) (evs []event.Event, out outcome) {
 	out.event = -1
 	limit := h.MaxBytes
@@ -504,19 +509,18 @@ func (h *Handler) receive(w http.ResponseWriter, r *http.Request, agent Agent) (
 	default:
 		return nil, outcome{status: http.StatusUnsupportedMediaType, msg: fmt.Sprintf("content encoding %q: send identity or gzip", enc), event: -1}
 	}
-	budget := &eventBudget{r: body, max: MaxEventBytes}
-	dec := json.NewDecoder(budget)
-	budget.dec = dec
-	dec.DisallowUnknownFields()
 	refuse := func(i int, err error) ([]event.Event, outcome) {
 		out.status, out.event = http.StatusBadRequest, -1
+		if errors.As(err, new(batchError)) {
+			i = -1
+		}
 		var mbe *http.MaxBytesError
 		switch {
 		case errors.As(err, &mbe) || errors.Is(err, errTooLarge):
 			out.status, out.msg = http.StatusRequestEntityTooLarge, fmt.Sprintf("body larger than %d bytes; nothing was stored (send smaller batches)", limit)
-		case errors.Is(err, errEventTooLarge):
+		case errors.Is(err, errEventTooLarge) || errors.Is(err, event.ErrWireTooLarge):
 			out.status, out.event = http.StatusRequestEntityTooLarge, i
-			out.msg = fmt.Sprintf("event %d: more than %d bytes of JSON; nothing was stored", i, MaxEventBytes)
+			out.msg = fmt.Sprintf("event %d: more than %d bytes; nothing was stored", i, MaxEventBytes)
 		case errors.Is(err, os.ErrDeadlineExceeded):
 			out.status, out.msg = http.StatusRequestTimeout, "the body did not arrive in time; nothing was stored"
 		case i >= 0:
@@ -526,78 +530,166 @@ func (h *Handler) receive(w http.ResponseWriter, r *http.Request, agent Agent) (
 		}
 		return nil, out
 	}
-	delim := func(want json.Delim, what string) error {
-		tok, err := dec.Token()
-		if err != nil {
-			return err
-		}
-		if d, ok := tok.(json.Delim); !ok || d != want {
-			return fmt.Errorf("%s: want %q, got %v", what, want, tok)
-		}
-		return nil
-	}
-	if err := delim('{', "the batch"); err != nil {
-		return refuse(-1, err)
-	}
-	now := h.now()
-	seen := false
-	for dec.More() {
-		tok, err := dec.Token()
+	var src eventStream
+	size := 64 // events kept before the slice grows
+	switch ct := mediaType(r.Header.Get("Content-Type")); ct {
+	case event.WireType:
+		wr, err := event.NewWireReader(body, MaxEventBytes)
 		if err != nil {
 			return refuse(-1, err)
+		}
+		src = wr
+		// The count the header announces, up to what a few hundred
+		// kilobytes hold: past that, the slice grows to it once the
+		// body has brought that many (below).
+		size = min(wr.Count(), max+1, 1024)
+	case "", "application/json":
+		js, err := newJSONStream(body)
+		if err != nil {
+			return refuse(-1, err)
+		}
+		src = js
+	default:
+		return nil, outcome{status: http.StatusUnsupportedMediaType, msg: fmt.Sprintf("content type %q: send %s", ct, acceptPost), event: -1}
+	}
+	now := h.now()
+	evs = make([]event.Event, 0, size)
+	for i := 0; ; i++ {
+		if i == cap(evs) {
+			if wr, ok := src.(*event.WireReader); ok && wr.Count() > i {
+				evs = slices.Grow(evs, min(wr.Count(), max+1)-i)
+			}
+		}
+		evs = append(evs, event.Event{})
+		e := &evs[i]
+		if err := src.Next(e); err == io.EOF {
+			return evs[:i], out
+		} else if err != nil {
+			return refuse(i, err)
+		}
+		if i == max {
+			out.status, out.event = http.StatusRequestEntityTooLarge, -1
+			out.msg = fmt.Sprintf("more than the %d events taken in one batch; nothing was stored", max)
+			return nil, out
+		}
+		t := time.Now()
+		placed, status, msg := h.check(i, e, agent, now)
+		out.check += time.Since(t)
+		if status != 0 {
+			out.status, out.msg, out.event = status, msg, i
+			if status == http.StatusServiceUnavailable {
+				out.event = -1
+			}
+			return nil, out
+		}
+		if !placed {
+			out.unplaced++
+		}
+	}
+}
+
+// acceptPost names the bodies Handler takes, for the Accept-Post header
+// of its every answer: an agent sends the wire form once it has seen it
+// there, and JSON to a server that does not name it.
+const acceptPost = "application/json, " + event.WireType
+
+// mediaType is a Content-Type's type, lower case, without parameters.
+func mediaType(ct string) string {
+	t, _, _ := strings.Cut(ct, ";")
+	return strings.ToLower(strings.TrimSpace(t))
+}
+
+// eventStream yields a body's events one at a time, io.EOF after the last.
+type eventStream interface {
+	Next(*event.Event) error
+}
+
+// jsonStream reads Batch's JSON event by event, holding at most
+// MaxEventBytes of one event at a time (eventBudget).
+type jsonStream struct {
+	dec *json.Decoder
+	// inArray: within "events"' array; seen: "events" was read.
+	inArray, seen bool
+}
+
+func newJSONStream(body io.Reader) (*jsonStream, error) {
+	budget := &eventBudget{r: body, max: MaxEventBytes}
+	dec := json.NewDecoder(budget)
+	budget.dec = dec
+	dec.DisallowUnknownFields()
+	js := &jsonStream{dec: dec}
+	if err := js.delim('{', "the batch"); err != nil {
+		return nil, err
+	}
+	return js, nil
+}
+
+func (js *jsonStream) delim(want json.Delim, what string) error {
+	tok, err := js.dec.Token()
+	if err != nil {
+		return err
+	}
+	if d, ok := tok.(json.Delim); !ok || d != want {
+		return fmt.Errorf("%s: want %q, got %v", what, want, tok)
+	}
+	return nil
+}
+
+func (js *jsonStream) Next(e *event.Event) error {
+	if err := js.advance(); err != nil {
+		return err
+	}
+	return js.dec.Decode(e)
+}
+
+// advance reads the batch's structure up to the next event, or to its end
+// (io.EOF); an error is the batch's (batchError), not an event's.
+func (js *jsonStream) advance() error {
+	for {
+		if js.inArray {
+			if js.dec.More() {
+				return nil
+			}
+			js.inArray = false
+			if err := js.delim(']', `field "events"`); err != nil {
+				return batchError{err}
+			}
+		}
+		if !js.dec.More() {
+			if err := js.delim('}', "the batch"); err != nil {
+				return batchError{err}
+			}
+			return io.EOF
+		}
+		tok, err := js.dec.Token()
+		if err != nil {
+			return batchError{err}
 		}
 		// encoding/json's own matching of the field name, as Batch's was.
 		if key, _ := tok.(string); !strings.EqualFold(key, "events") {
-			return refuse(-1, fmt.Errorf("json: unknown field %q", key))
+			return batchError{fmt.Errorf("json: unknown field %q", key)}
 		}
-		if seen {
-			return refuse(-1, errors.New(`field "events" twice`))
+		if js.seen {
+			return batchError{errors.New(`field "events" twice`)}
 		}
-		seen = true
-		tok, err = dec.Token()
-		if err != nil {
-			return refuse(-1, err)
+		js.seen = true
+		if tok, err = js.dec.Token(); err != nil {
+			return batchError{err}
 		}
 		if tok == nil {
 			continue // "events": null
 		}
 		if d, ok := tok.(json.Delim); !ok || d != '[' {
-			return refuse(-1, fmt.Errorf(`field "events": want an array, got %v`, tok))
+			return batchError{fmt.Errorf(`field "events": want an array, got %v`, tok)}
 		}
-		for dec.More() {
-			i := len(evs)
-			if i == max {
-				out.status, out.event = http.StatusRequestEntityTooLarge, -1
-				out.msg = fmt.Sprintf("more than the %d events taken in one batch; nothing was stored", max)
-				return nil, out
-			}
-			evs = append(evs, event.Event{})
-			if err := dec.Decode(&evs[i]); err != nil {
-				return refuse(i, err)
-			}
-			t := time.Now()
-			placed, status, msg := h.check(i, &evs[i], agent, now)
-			out.check += time.Since(t)
-			if status != 0 {
-				out.status, out.msg, out.event = status, msg, i
-				if status == http.StatusServiceUnavailable {
-					out.event = -1
-				}
-				return nil, out
-			}
-			if !placed {
-				out.unplaced++
-			}
-		}
-		if err := delim(']', `field "events"`); err != nil {
-			return refuse(-1, err)
-		}
+		js.inArray = true
 	}
-	if err := delim('}', "the batch"); err != nil {
-		return refuse(-1, err)
-	}
-	return evs, out
 }
+
+// batchError is an error in a body's structure, outside any one event.
+type batchError struct{ error }
+
+func (e batchError) Unwrap() error { return e.error }
 
 // check stamps and seals event i for agent, or refuses it: 400 for one
 // with a string past its bound or that is not valid, 403 for an event of

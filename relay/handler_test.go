@@ -142,7 +142,7 @@ func TestHandlerStringBounds(t *testing.T) {
 		{"a 10 KB pod UID", func(e *event.Event) { e.Pod.UID = strings.Repeat("u", 10_000) }, http.StatusBadRequest, "event 1: field pod.uid: 10000 bytes, past its bound of 128"},
 		{"a 300-byte namespace", func(e *event.Event) { e.Pod.Namespace = strings.Repeat("n", 300) }, http.StatusBadRequest, "field pod.namespace"},
 		{"a 100-byte proxy", func(e *event.Event) { e.Attrs = map[string]string{event.AttrProxy: strings.Repeat("p", 100)} }, http.StatusBadRequest, "field attrs[proxy]"},
-		{"a 1 MiB attribute", func(e *event.Event) { e.Attrs = map[string]string{"message": strings.Repeat("m", 1<<20)} }, http.StatusRequestEntityTooLarge, "event 1: more than 524288 bytes of JSON"},
+		{"a 1 MiB attribute", func(e *event.Event) { e.Attrs = map[string]string{"message": strings.Repeat("m", 1<<20)} }, http.StatusRequestEntityTooLarge, "event 1: more than 524288 bytes;"},
 	} {
 		evs := events("a", base, 3, "web-1")
 		tc.mod(&evs[1])

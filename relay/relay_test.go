@@ -152,13 +152,29 @@ func events(node string, base time.Time, n int, pod string) []event.Event {
 	return out
 }
 
+// post sends evs as an agent does, in the wire form, and answers what the
+// server said. A batch refused is sent again as JSON, which must be
+// refused alike: both forms meet the same checks.
 func post(t *testing.T, url, token string, evs []event.Event) (int, relay.Refusal) {
 	t.Helper()
-	body, err := json.Marshal(relay.Batch{Events: evs})
-	if err != nil {
-		t.Fatal(err)
+	code, ref := postAs(t, url, token, event.WireType, event.AppendWire(event.AppendWireHeader(nil, len(evs)), evs))
+	if code != http.StatusOK {
+		body, err := json.Marshal(relay.Batch{Events: evs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		jcode, jref := postAs(t, url, token, "application/json", body)
+		if jcode != code || (jref.Event == nil) != (ref.Event == nil) || (ref.Event != nil && *jref.Event != *ref.Event) {
+			t.Errorf("the wire form was answered %d %+v, JSON %d %+v", code, ref, jcode, jref)
+		}
 	}
+	return code, ref
+}
+
+func postAs(t *testing.T, url, token, ctype string, body []byte) (int, relay.Refusal) {
+	t.Helper()
 	req, _ := http.NewRequest(http.MethodPost, url+relay.EventsPath, bytes.NewReader(body))
+	req.Header.Set("Content-Type", ctype)
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
@@ -170,7 +186,7 @@ func post(t *testing.T, url, token string, evs []event.Event) (int, relay.Refusa
 	raw, _ := io.ReadAll(resp.Body)
 	var ref relay.Refusal
 	_ = json.Unmarshal(raw, &ref)
-	t.Logf("%d events → %d %s", len(evs), resp.StatusCode, strings.TrimSpace(string(raw)))
+	t.Logf("%s: %d bytes → %d %s", ctype, len(body), resp.StatusCode, strings.TrimSpace(string(raw)))
 	return resp.StatusCode, ref
 }
 
