@@ -48,6 +48,9 @@ with --ingest-dataplane-token, a third token of their own.
 pod's projected service account token, which the server checks with a
 TokenReview (it needs create on tokenreviews), and may store only the
 events of the node its pod is bound to (docs/agent-server.md).
+--agent-listen ADDR also takes them, and nothing else, over TLS with
+--agent-tls-cert and --agent-tls-key (read again when the files change),
+for agents started with --server https://… and --server-ca.
 
 --retention (default 14 days) deletes older events at start and then every
 hour (Postgres: whole day partitions, and the older rows of the day the cut
@@ -137,7 +140,15 @@ func runServe(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	}
 	h := web.New(opts)
 	defer h.Close() // stops background reads before the store closes
-	return serveUI(ctx, *f.listen, m.InstrumentHTTP("web", h), st, *f.token != "", *f.ingestToken != "")
+	ih := m.InstrumentHTTP("web", h)
+	if c.agentTLS != nil {
+		stopAgents, err := serveAgents(ctx, *f.agentListen, c.agentTLS, ih)
+		if err != nil {
+			return err
+		}
+		defer stopAgents()
+	}
+	return serveUI(ctx, *f.listen, ih, st, *f.token != "", *f.ingestToken != "")
 }
 
 // serveFlags are drainscope serve's flags.
@@ -158,6 +169,8 @@ type serveFlags struct {
 	agentConc                  *int
 	agentPods                  *bool
 	agentQPS                   *float64
+	agentListen                *string
+	agentCert, agentKey        *string
 	exp                        *exportFlags
 }
 
@@ -190,6 +203,9 @@ func defineServeFlags(fs *flag.FlagSet) *serveFlags {
 	f.agentConc = fs.Int("agent-concurrency", relay.DefaultMaxConcurrent, "agent batches stored at once; more are answered 429 with Retry-After and the agents retry")
 	f.agentPods = fs.Bool("agent-check-pods", true, "refuse an agent's kernel event about a pod on another node, knowing where pods are from one watch of every pod (needs list and watch on pods); false: check the events' node only")
 	f.agentQPS = fs.Float64("agent-review-qps", 100, "TokenReviews per second the server may send (burst twice that): each agent's token is reviewed once a minute, so 5,000 agents need 84/s, and all at once after a restart")
+	f.agentListen = fs.String("agent-listen", "", "also take the agents' events (and nothing else) over TLS on this address, host:port, with --agent-tls-cert and --agent-tls-key (default: none; they are taken on --listen as well)")
+	f.agentCert = fs.String("agent-tls-cert", "", "PEM certificate (chain) of --agent-listen, read again when the file changes")
+	f.agentKey = fs.String("agent-tls-key", "", "PEM private key of --agent-tls-cert")
 	f.exp = registerExport(fs)
 	return f
 }
@@ -200,6 +216,7 @@ type serveChecked struct {
 	loopback           bool
 	formats            []string
 	agentNS, agentName string
+	agentTLS           *keyPair // --agent-listen's certificate, when set
 }
 
 // check checks the flags, and warns of a non-loopback address served
@@ -234,6 +251,20 @@ func (f *serveFlags) check() (serveChecked, error) {
 	}
 	if *f.agentConc < 1 {
 		return c, fmt.Errorf("%w: --agent-concurrency must be positive", errUsage)
+	}
+	if *f.agentListen != "" || *f.agentCert != "" || *f.agentKey != "" {
+		switch {
+		case *f.agentListen == "" || *f.agentCert == "" || *f.agentKey == "":
+			return c, fmt.Errorf("%w: --agent-listen, --agent-tls-cert and --agent-tls-key go together", errUsage)
+		case *f.agentSA == "":
+			return c, fmt.Errorf("%w: --agent-listen takes agents' events: it needs --agent-service-account", errUsage)
+		}
+		if _, _, err := net.SplitHostPort(*f.agentListen); err != nil {
+			return c, fmt.Errorf("%w: --agent-listen %q: want host:port, e.g. :8443", errUsage, *f.agentListen)
+		}
+		if c.agentTLS, err = loadKeyPair(*f.agentCert, *f.agentKey); err != nil {
+			return c, fmt.Errorf("%w: %w", errUsage, err)
+		}
 	}
 	if *f.agentQPS <= 0 {
 		return c, fmt.Errorf("%w: --agent-review-qps must be positive", errUsage)

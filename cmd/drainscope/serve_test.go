@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -236,6 +237,30 @@ func TestServeRefusesABadAgentServiceAccount(t *testing.T) {
 		code, _, stderr := runCLI(t, "serve", "--agent-service-account="+v)
 		if code != 2 || !strings.Contains(stderr, "want NAMESPACE/NAME") {
 			t.Errorf("--agent-service-account=%s: exit %d, stderr %q; want exit 2 naming the form", v, code, stderr)
+		}
+	}
+}
+
+// TestServeRefusesBadAgentTLSFlags: the agents' TLS listener needs its
+// three flags and the agents' service account, and names a certificate
+// or key that does not read.
+func TestServeRefusesBadAgentTLSFlags(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "bad.crt"), []byte("not PEM"), 0o600)
+	sa := "--agent-service-account=drainscope/drainscope-agent"
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{sa, "--agent-listen=:8443"}, "go together"},
+		{[]string{sa, "--agent-tls-cert=a.crt", "--agent-tls-key=a.key"}, "go together"},
+		{[]string{"--agent-listen=:8443", "--agent-tls-cert=a.crt", "--agent-tls-key=a.key"}, "needs --agent-service-account"},
+		{[]string{sa, "--agent-listen=8443", "--agent-tls-cert=a.crt", "--agent-tls-key=a.key"}, "want host:port"},
+		{[]string{sa, "--agent-listen=:8443", "--agent-tls-cert=" + filepath.Join(dir, "bad.crt"), "--agent-tls-key=" + filepath.Join(dir, "bad.crt")}, "--agent-tls-cert " + filepath.Join(dir, "bad.crt")},
+	} {
+		code, _, stderr := runCLI(t, append([]string{"serve"}, c.args...)...)
+		if code != 2 || !strings.Contains(stderr, c.want) {
+			t.Errorf("%q: exit %d, stderr %q; want exit 2 saying %q", c.args, code, stderr, c.want)
 		}
 	}
 }
