@@ -31,6 +31,10 @@ const (
 	DefaultMaxEvents     = 20000    // events in one batch
 	DefaultMaxConcurrent = 64       // batches taken at once (read, checked, waiting for a merged write)
 	DefaultBodyTimeout   = 30 * time.Second
+	// DefaultSlotWait: a burst of batches (thousands of agents flushing
+	// at once, their reviews cached) waits its turn rather than being
+	// answered 429, which an agent answers by backing off, up to 10 s.
+	DefaultSlotWait = 2 * time.Second
 	// DefaultMaxAge is how old an event may be when it arrives: as long as
 	// the pod index remembers a deleted pod (DefaultPodRetain), since an
 	// older event's pod could not be placed. An agent holds its events
@@ -158,8 +162,9 @@ func ClusterWide(k event.Kind) bool {
 //
 // The store is written by this process only. At most MaxConcurrent batches
 // are taken at once, merged into at most MergeWriters store writes; past
-// that, batches are answered 429 with Retry-After (the store is behind),
-// and the agent keeps them and retries.
+// that, a batch waits up to SlotWait for a slot, then is answered 429
+// with Retry-After (the store is behind), and the agent keeps it and
+// retries.
 type Handler struct {
 	Store store.Store
 	Auth  Authenticator
@@ -169,6 +174,9 @@ type Handler struct {
 	MaxBytes      int64 // 0: DefaultMaxBytes
 	MaxEvents     int   // 0: DefaultMaxEvents
 	MaxConcurrent int   // 0: DefaultMaxConcurrent
+	// SlotWait is how long a batch waits for one of MaxConcurrent slots
+	// before it is answered 429 (0: DefaultSlotWait; negative: not at all).
+	SlotWait time.Duration
 	// MaxAge and MaxAhead bound an event's time around the server's clock
 	// (0: DefaultMaxAge, DefaultMaxAhead).
 	MaxAge, MaxAhead time.Duration
@@ -200,6 +208,7 @@ const MergeWriters = 2
 // The stages of a batch, as Handler.Stages names them.
 const (
 	StageReview = "review" // authenticating the token (a TokenReview, or its cache)
+	StageSlot   = "slot"   // waiting for one of MaxConcurrent slots (SlotWait at most)
 	StageBody   = "body"   // receiving and decoding the body
 	StageCheck  = "check"  // the node check and placing the events' pods
 	StageQueue  = "queue"  // waiting for a merged store write to take the batch
@@ -387,7 +396,9 @@ func (h *Handler) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusServiceUnavailable, Refusal{Error: "the token could not be reviewed; retry later"})
 		return
 	}
-	release, ok := h.acquire()
+	t = time.Now()
+	release, ok := h.acquire(r.Context())
+	t = h.stage(StageSlot, t)
 	if !ok {
 		w.Header().Set("Retry-After", "1")
 		writeJSON(w, http.StatusTooManyRequests, Refusal{Error: fmt.Sprintf("%d batches are being stored; retry later", cap(h.sem))})
@@ -400,7 +411,7 @@ func (h *Handler) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	}
 	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(timeout))
 
-	t = time.Now() // not the wait for a slot: there is none, a batch past them is answered 429
+	t = time.Now()
 	evs, out := h.receive(w, r, agent)
 	// The events are checked as they are decoded: the body's stage is
 	// the time of the two less the checks'.
@@ -873,8 +884,10 @@ func (h *Handler) placePod(i int, e *event.Event, agent Agent) (placed bool, sta
 	return false, 0, ""
 }
 
-// acquire takes one of MaxConcurrent slots without waiting.
-func (h *Handler) acquire() (release func(), ok bool) {
+// acquire takes one of MaxConcurrent slots, waiting for one at most
+// SlotWait (or until ctx is done). A batch waiting holds no more than its
+// goroutine: its body is read once it has a slot.
+func (h *Handler) acquire(ctx context.Context) (release func(), ok bool) {
 	h.semOnce.Do(func() {
 		n := h.MaxConcurrent
 		if n <= 0 {
@@ -886,8 +899,23 @@ func (h *Handler) acquire() (release func(), ok bool) {
 	case h.sem <- struct{}{}:
 		return func() { <-h.sem }, true
 	default:
+	}
+	wait := h.SlotWait
+	if wait == 0 {
+		wait = DefaultSlotWait
+	}
+	if wait < 0 {
 		return nil, false
 	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case h.sem <- struct{}{}:
+		return func() { <-h.sem }, true
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return nil, false
 }
 
 var (

@@ -43,9 +43,9 @@ type gate struct {
 }
 
 func (g *gate) Append(ctx context.Context, b []event.Event) error {
-	if g.hold != nil {
+	if hold := g.hold; hold != nil {
 		g.in <- struct{}{}
-		<-g.hold
+		<-hold
 	}
 	if g.fail != nil {
 		return g.fail
@@ -159,12 +159,14 @@ func TestHandlerStringBounds(t *testing.T) {
 	}
 }
 
-// TestHandlerBackPressure: with every slot storing, a batch is answered
-// 429 at once; a failing store is 503; the client keeps both for a retry
-// and treats a refusal as row-level.
+// TestHandlerBackPressure: with every slot storing, a batch waits
+// SlotWait for one and is answered 429 if none frees; one that frees in
+// time takes the batch; a failing store is 503; the client keeps both for
+// a retry and treats a refusal as row-level.
 func TestHandlerBackPressure(t *testing.T) {
 	g := &gate{Store: sqlite(t), hold: make(chan struct{}), in: make(chan struct{}, 1)}
-	h := &relay.Handler{Store: g, Auth: nodeToken{}, MaxConcurrent: 1}
+	const wait = 300 * time.Millisecond
+	h := &relay.Handler{Store: g, Auth: nodeToken{}, MaxConcurrent: 1, SlotWait: wait}
 	srv := httptest.NewServer(h)
 	defer srv.Close()
 	tok := filepath.Join(t.TempDir(), "token")
@@ -178,13 +180,24 @@ func TestHandlerBackPressure(t *testing.T) {
 	first := make(chan error, 1)
 	go func() { first <- cl.Append(ctx, events("a", base, 10, "p")) }()
 	<-g.in // the first batch holds the only slot
+	t0 := time.Now()
 	err = cl.Append(ctx, events("a", base.Add(time.Second), 10, "p"))
-	if err == nil || !strings.Contains(err.Error(), "429") || store.RowLevel(err) {
-		t.Errorf("second batch while the first is stored: %v, want a transient 429", err)
+	if err == nil || !strings.Contains(err.Error(), "429") || store.RowLevel(err) || time.Since(t0) < wait {
+		t.Errorf("second batch while the first is stored: %v after %s, want a transient 429 after waiting %s", err, time.Since(t0), wait)
 	}
-	close(g.hold)
+	// A third waits while the first is still held, and is stored once the
+	// first is: its slot freed within SlotWait.
+	third := make(chan error, 1)
+	go func() { third <- cl.Append(ctx, events("a", base.Add(2*time.Second), 10, "p")) }()
+	time.Sleep(wait / 3)
+	hold := g.hold
+	g.hold = nil // the third goes straight through once it has the slot
+	close(hold)
 	if err := <-first; err != nil {
 		t.Fatal(err)
+	}
+	if err := <-third; err != nil {
+		t.Errorf("a batch whose slot freed while it waited: %v, want it stored", err)
 	}
 	g.hold, g.fail = nil, errors.New("disk full")
 	if err := cl.Append(ctx, events("a", base, 1, "p")); err == nil || !strings.Contains(err.Error(), "503") || store.RowLevel(err) {

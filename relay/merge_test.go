@@ -195,7 +195,7 @@ func TestHandlerStages(t *testing.T) {
 
 	mu.Lock()
 	defer mu.Unlock()
-	want := map[string]int{relay.StageReview: 4, relay.StageBody: 4, relay.StageCheck: 4, relay.StageQueue: 3, relay.StageWrite: 3}
+	want := map[string]int{relay.StageReview: 4, relay.StageSlot: 4, relay.StageBody: 4, relay.StageCheck: 4, relay.StageQueue: 3, relay.StageWrite: 3}
 	for s, n := range want {
 		if len(stages[s]) != n {
 			t.Errorf("stage %s reported %d times, want %d (all: %v)", s, len(stages[s]), n, stages)

@@ -52,7 +52,7 @@ func batchStages(ctx context.Context, url string) ([]Stage, error) {
 		st.P50, st.P99 = bucketQuantile(h, .5), bucketQuantile(h, .99)
 		out = append(out, st)
 	}
-	order := map[string]int{"review": 0, "body": 1, "check": 2, "queue": 3, "write": 4}
+	order := map[string]int{"review": 0, "slot": 1, "body": 2, "check": 3, "queue": 4, "write": 5}
 	sort.Slice(out, func(i, j int) bool { return order[out[i].Name] < order[out[j].Name] })
 	return out, nil
 }
