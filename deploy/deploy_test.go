@@ -71,10 +71,10 @@ var variants = []variant{
 		"server.existingSecret=drainscope-token", "metrics.prometheusRule.enabled=true", "metrics.podMonitor.enabled=true",
 		"server.publicURL=https://drainscope.example.com", "server.otlp.endpoint=http://otel-collector.observability:4318",
 	}},
-	{"watches only", []string{"agent.kernel=false", "agent.endpointsMode=all-nodes", "server.enabled=false", "postgres.enabled=false", "store.dsn=postgres://drainscope@db:5432/drainscope"}},
+	{"watches only", []string{"agent.kernel=false", "agent.endpointsMode=all-nodes", "server.enabled=false", "agent.server=false", "postgres.enabled=false", "store.dsn=postgres://drainscope@db:5432/drainscope"}},
 	{"extras", []string{"agent.mountBPFFS=true", "agent.extraCapabilities={DAC_READ_SEARCH}", "agent.netnsDir=", "postgres.persistence.enabled=false"}},
 	{"monitoring extras", []string{"metrics.serviceMonitor.enabled=true", "logFormat=json", "metrics.grafanaDashboard.enabled=true"}},
-	{"agents through the server", []string{"agent.server=true"}},
+	{"agents writing to the store", []string{"agent.server=false"}},
 }
 
 func (v variant) args() []string {
@@ -112,7 +112,7 @@ func TestHelmRefusesBadValues(t *testing.T) {
 	}{
 		{[]string{"agent.endpointsMode=some-nodes"}, "at '/agent/endpointsMode': value must be one of 'auto', 'all-nodes', 'leader'"},
 		{[]string{"postgres.enabled=false"}, "no store"},
-		{[]string{"agent.server=true", "server.enabled=false"}, "it needs server.enabled"},
+		{[]string{"server.enabled=false"}, "it needs server.enabled"},
 	} {
 		_, err := run(t, helm, append([]string{"template", "drainscope", chart}, variant{set: tc.set}.args()...)...)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -311,16 +311,17 @@ func TestChartPrivileges(t *testing.T) {
 	}
 }
 
-// TestChartAgentsThroughServer: with agent.server the agents post to the
-// server with a projected token of audience drainscope and hold no store
-// credentials; the server reviews that audience for the agents' service
-// account.
+// TestChartAgentsThroughServer: by default (agent.server) the agents post
+// to the server's TLS port with a projected token of audience drainscope,
+// trust the chart's CA and hold no store credentials, nor the server's
+// key; the server reviews that audience for the agents' service account
+// and serves the certificate. agent.server=false is the store's DSN.
 func TestChartAgentsThroughServer(t *testing.T) {
 	helm := tool(t, "helm")
 	for _, on := range []bool{false, true} {
 		var set []string
-		if on {
-			set = []string{"agent.server=true"}
+		if !on {
+			set = []string{"agent.server=false"}
 		}
 		out := render(t, helm, variant{set: set})
 		o := parse(t, out)
@@ -331,21 +332,33 @@ func TestChartAgentsThroughServer(t *testing.T) {
 			store = store || e.Name == "DRAINSCOPE_STORE"
 		}
 		var aud string
+		var keys []string // what the agents get of the server's Secret
 		for _, v := range agent.Volumes {
 			if v.Projected != nil {
 				for _, src := range v.Projected.Sources {
 					if src.ServiceAccountToken != nil {
 						aud = src.ServiceAccountToken.Audience
 					}
+					if src.Secret != nil && src.Secret.Name == "drainscope-agent-tls" {
+						for _, it := range src.Secret.Items {
+							keys = append(keys, it.Key)
+						}
+					}
 				}
 			}
 		}
+		if on && !slices.Equal(keys, []string{"ca.crt"}) {
+			t.Errorf("the agents get %q of the server's TLS Secret, want ca.crt alone", keys)
+		}
 		server := strings.Contains(string(out), "--agent-service-account=drainscope/drainscope-agent") &&
-			strings.Contains(string(out), "--agent-audiences=drainscope")
-		through := strings.Contains(args, "--server=http://drainscope-server.drainscope.svc:80") &&
+			strings.Contains(string(out), "--agent-audiences=drainscope") &&
+			strings.Contains(string(out), "--agent-listen=0.0.0.0:8443") &&
+			strings.Contains(string(out), "--agent-tls-cert=/etc/drainscope/agent-tls/tls.crt")
+		through := strings.Contains(args, "--server=https://drainscope-server.drainscope.svc:8443") &&
+			strings.Contains(args, "--server-ca=/var/run/secrets/drainscope/ca.crt") &&
 			strings.Contains(args, "--token-file=/var/run/secrets/drainscope/token")
 		if on && (!through || store || aud != "drainscope" || !server || agent.ServiceAccountName != "drainscope-agent") {
-			t.Errorf("agent.server=true: agent through the server %v, store credentials %v, token audience %q, server reviewing %v, agent account %s",
+			t.Errorf("defaults: agent through the server %v, store credentials %v, token audience %q, server reviewing %v, agent account %s",
 				through, store, aud, server, agent.ServiceAccountName)
 		}
 		if !on && (through || !store || aud != "" || server) {

@@ -155,14 +155,18 @@ func TestChartGeneratesSecrets(t *testing.T) {
 			t.Errorf("%s DSN %q: want role %s with its generated password", who, dsn, want)
 		}
 	}
-	if k := envKey(t, a.pods["DaemonSet/drainscope-agent"], "DRAINSCOPE_STORE"); k != "agent-dsn" {
-		t.Errorf("the agents use the store key %q, want agent-dsn", k)
+	if k := envKey(t, a.pods["DaemonSet/drainscope-agent"], "DRAINSCOPE_STORE"); k != "" {
+		t.Errorf("the agents, which write through the server, use the store key %q", k)
+	}
+	direct := parseManifest(t, render(t, helm, variant{set: []string{"agent.server=false"}}))
+	if k := envKey(t, direct.pods["DaemonSet/drainscope-agent"], "DRAINSCOPE_STORE"); k != "agent-dsn" {
+		t.Errorf("with agent.server=false the agents use the store key %q, want agent-dsn", k)
 	}
 	if k := envKey(t, a.pods["Deployment/drainscope-server"], "DRAINSCOPE_STORE"); k != "server-dsn" {
 		t.Errorf("the server uses the store key %q, want server-dsn", k)
 	}
 	// Without a server the agents prune, which the agent role may not.
-	noServer := parseManifest(t, render(t, helm, variant{set: []string{"server.enabled=false"}}))
+	noServer := parseManifest(t, render(t, helm, variant{set: []string{"server.enabled=false", "agent.server=false"}}))
 	if k := envKey(t, noServer.pods["DaemonSet/drainscope-agent"], "DRAINSCOPE_STORE"); k != "server-dsn" {
 		t.Errorf("with server.enabled=false the agents, which then prune, use the store key %q, want server-dsn", k)
 	}
@@ -191,8 +195,9 @@ func TestChartNetworkPolicies(t *testing.T) {
 	helm := tool(t, "helm")
 	for _, v := range variants {
 		m := parseManifest(t, render(t, helm, v))
-		// With agent.server the agents reach the server, not the store.
-		through := slices.Contains(v.set, "agent.server=true")
+		// With agent.server (the default) the agents reach the server's
+		// TLS port, not the store.
+		through := !slices.Contains(v.set, "agent.server=false")
 		for name, p := range m.pods {
 			var types []networkingv1.PolicyType
 			for _, np := range m.policies {
@@ -230,9 +235,9 @@ func TestChartNetworkPolicies(t *testing.T) {
 						ports = append(ports, p.Port.IntVal)
 					}
 				}
-				want, not := []int32{443, 5432, 53}, int32(8080)
+				want, not := []int32{443, 5432, 53}, int32(8443)
 				if through {
-					want, not = []int32{443, 8080, 53}, 5432
+					want, not = []int32{443, 8443, 53}, 5432
 				}
 				for _, want := range want {
 					if !slices.Contains(ports, want) {
@@ -428,7 +433,9 @@ func TestChartServerEvents(t *testing.T) {
 	for _, on := range []bool{true, false} {
 		set := []string{"server.publicURL=https://drainscope.example.com"}
 		if !on {
-			set = append(set, "server.events.enabled=false")
+			// The agents' TLS port reviews their tokens, which needs the
+			// API server too: off here, to see the Events' own needs.
+			set = append(set, "server.events.enabled=false", "agent.server=false")
 		} else {
 			set = append(set, "server.otlp.endpoint=http://otel-collector.observability:4318")
 		}
@@ -558,7 +565,7 @@ func TestChartNetworkPolicyPeers(t *testing.T) {
 	}
 	check("defaults", parseManifest(t, render(t, helm, variant{})), nil, nil)
 	check("addresses given", parseManifest(t, render(t, helm, variant{set: []string{
-		"networkPolicy.apiServerCIDRs={10.0.0.1/32}", "postgres.enabled=false", "store.dsn=postgres://u:p@db/x",
+		"networkPolicy.apiServerCIDRs={10.0.0.1/32}", "postgres.enabled=false", "store.dsn=postgres://u:p@db/x", "agent.server=false",
 		"networkPolicy.storeCIDRs={10.1.2.3/32}"}})), []string{"10.0.0.1/32"}, []string{"10.1.2.3/32"})
 }
 

@@ -55,7 +55,7 @@ func TestChartRetention(t *testing.T) {
 	if server, _ := containerArgs(t, render(t, helm, variant{set: []string{"store.retention=7d"}})); !has(server, "--retention=7d") {
 		t.Errorf("store.retention=7d: server args %v", server)
 	}
-	server, agent = containerArgs(t, render(t, helm, variant{set: []string{"server.enabled=false"}}))
+	server, agent = containerArgs(t, render(t, helm, variant{set: []string{"server.enabled=false", "agent.server=false"}}))
 	if server != nil || !has(agent, "--retention=336h") {
 		t.Errorf("server.enabled=false: server args %v, agent args %v; want only the agents to prune", server, agent)
 	}

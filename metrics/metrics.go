@@ -126,7 +126,7 @@ func New(component, version string) *Metrics {
 	m.httpDuration = f.histogramVec("http_request_duration_seconds",
 		"Duration of HTTP requests, by handler name.", prometheus.DefBuckets, "handler")
 	m.agentStages = f.histogramVec("agent_batch_stage_seconds",
-		"On the server: how long each stage of an agent's batch took, by stage: review (its token's TokenReview, or the cache), body (receiving and decoding), check (the node check, placing the pods), queue (waiting for a merged store write to take it), write (that write). What holds the slots when agents are answered 429.",
+		"On the server: how long each stage of an agent's batch took, by stage: review (its token's TokenReview, or the cache), slot (waiting for one of the slots, 2 s at most, then 429), body (receiving and decoding), check (the node check, placing the pods), queue (waiting for a merged store write to take it), write (that write). What holds the slots when agents are answered 429.",
 		[]float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}, "stage")
 	m.registerScrape()
 	m.registerRetention()

@@ -140,6 +140,11 @@ func TestChartAgentOnRealNode(t *testing.T) {
 			"--kubeconfig", c.CP.Kubeconfig(), "--namespace", ns,
 			"--set", "image.repository=" + repo, "--set", "image.tag=" + tag,
 			"--set", "postgres.enabled=false", "--set", "store.existingSecret=drainscope-store",
+			// The agent writes to the store: the chart's default, through
+			// the server's TLS port, names the server by its Service's DNS
+			// name, and the lab runs no cluster DNS. The TLS path of the
+			// real binaries is TestAgentThroughServer's (cmd/drainscope).
+			"--set", "agent.server=false",
 			// containerd's network namespaces, where the chart mounts the
 			// runtime's /run/netns from.
 			"--set", "agent.netnsDir=" + filepath.Join(scenario.RealNodeDir(), "containerd/state/io.containerd.grpc.v1.cri/netns")}, extra...)

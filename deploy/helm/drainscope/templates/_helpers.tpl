@@ -158,3 +158,15 @@ server-dsn
 ingest-token
 {{- end -}}
 {{- end -}}
+
+{{/* The Secret holding the certificate of the agents' TLS port
+     (server.agentTLS): tls.crt, tls.key and ca.crt. */}}
+{{- define "drainscope.agentTLSSecret" -}}
+{{- .Values.server.agentTLS.existingSecret | default (printf "%s-agent-tls" (include "drainscope.fullname" .)) -}}
+{{- end -}}
+
+{{/* The names the server's certificate is for: its Service's. */}}
+{{- define "drainscope.serverDNSNames" -}}
+{{- $svc := printf "%s-server" (include "drainscope.fullname" .) -}}
+{{- list $svc (printf "%s.%s" $svc .Release.Namespace) (printf "%s.%s.svc" $svc .Release.Namespace) (printf "%s.%s.svc.cluster.local" $svc .Release.Namespace) | toJson -}}
+{{- end -}}
