@@ -38,9 +38,11 @@ func freeAddr(t *testing.T) string {
 
 // TestAgentThroughServer runs drainscope serve --agent-service-account and
 // two drainscope agent --server (watches only) against a real etcd and
-// kube-apiserver: the agent of node A, with the token of its pod on node A,
-// stores node A's events; an agent that calls itself node B but holds node
-// A's token is refused (403) and stores nothing.
+// kube-apiserver, over TLS as the Helm chart runs them (serve
+// --agent-listen, agent --server https://… --server-ca): the agent of node
+// A, with the token of its pod on node A, stores node A's events; an agent
+// that calls itself node B but holds node A's token is refused (403) and
+// stores nothing.
 func TestAgentThroughServer(t *testing.T) {
 	if _, err := controlplane.CheckBinaries("", "etcd", "kube-apiserver"); err != nil {
 		testenv.Unavailable(t, err.Error())
@@ -88,7 +90,9 @@ func TestAgentThroughServer(t *testing.T) {
 	}
 
 	db := filepath.Join(t.TempDir(), "events.db")
-	addr, maddr := freeAddr(t), freeAddr(t)
+	addr, maddr, tlsAddr := freeAddr(t), freeAddr(t), freeAddr(t)
+	certs := t.TempDir()
+	issue(t, certs, "drainscope-server")
 	var (
 		scancel context.CancelFunc
 		served  chan error
@@ -101,7 +105,8 @@ func TestAgentThroughServer(t *testing.T) {
 			fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 			fs.SetOutput(io.Discard)
 			served <- runServe(sctx, fs, []string{"--listen", addr, "--metrics-listen", maddr, "--store", db, "--kubeconfig", cp.Kubeconfig(),
-				"--agent-service-account", ns + "/" + sa, "--agent-audiences", "drainscope"})
+				"--agent-service-account", ns + "/" + sa, "--agent-audiences", "drainscope",
+				"--agent-listen", tlsAddr, "--agent-tls-cert", filepath.Join(certs, "tls.crt"), "--agent-tls-key", filepath.Join(certs, "tls.key")})
 		}()
 		for deadline := time.Now().Add(20 * time.Second); ; {
 			res, err := http.Get("http://" + addr + "/healthz")
@@ -124,7 +129,7 @@ func TestAgentThroughServer(t *testing.T) {
 		go func() {
 			fs := flag.NewFlagSet("agent", flag.ContinueOnError)
 			fs.SetOutput(io.Discard)
-			agents <- runAgent(actx, fs, []string{"--server", "http://" + addr, "--token-file", tokFile, "--kubeconfig", cp.Kubeconfig(),
+			agents <- runAgent(actx, fs, []string{"--server", "https://" + tlsAddr, "--server-ca", filepath.Join(certs, "ca.crt"), "--token-file", tokFile, "--kubeconfig", cp.Kubeconfig(),
 				"--node", node, "--no-kernel", "--dataplane=off", "--cilium-maps=off", "--metrics-listen=", "--coverage-interval=1s"})
 		}()
 	}
