@@ -69,36 +69,42 @@ func appendRecord(b []byte, e *Event) []byte {
 	b = binary.AppendUvarint(b, uint64(e.ID))
 	for _, s := range [...]string{string(e.Kind), e.Node, string(e.Source),
 		e.Pod.Namespace, e.Pod.Name, e.Pod.UID, e.Pod.Container, e.Workload.Kind, e.Workload.Name} {
-		b = appendWireString(b, s)
+		b = AppendString(b, s)
 	}
 	b = binary.AppendVarint(b, int64(e.PID))
 	b = binary.AppendVarint(b, int64(e.PeerPID))
-	b = appendWireString(b, e.Comm)
-	b = appendWireString(b, e.PeerComm)
+	b = AppendString(b, e.Comm)
+	b = AppendString(b, e.PeerComm)
 	b = binary.AppendVarint(b, int64(e.Signal))
 	b = binary.AppendVarint(b, int64(e.Code))
 	b = binary.AppendVarint(b, e.Duration)
-	b = appendWireAddr(b, e.Local)
-	b = appendWireAddr(b, e.Remote)
+	b = AppendAddrPort(b, e.Local)
+	b = AppendAddrPort(b, e.Remote)
 	b = binary.AppendUvarint(b, e.NetNS)
 	for _, s := range [...]string{e.Service, e.Slice, e.Reason} {
-		b = appendWireString(b, s)
+		b = AppendString(b, s)
 	}
 	b = binary.AppendUvarint(b, uint64(e.Flags))
 	b = binary.AppendUvarint(b, uint64(len(e.Attrs)))
 	if len(e.Attrs) > 0 {
 		for _, k := range slices.Sorted(maps.Keys(e.Attrs)) {
-			b = appendWireString(appendWireString(b, k), e.Attrs[k])
+			b = AppendString(AppendString(b, k), e.Attrs[k])
 		}
 	}
 	return b
 }
 
-func appendWireString(b []byte, s string) []byte {
+// AppendString appends s as the wire form writes a string: its length as
+// a uvarint, then its bytes. The SQLite store packs its detail column the
+// same way.
+func AppendString(b []byte, s string) []byte {
 	return append(binary.AppendUvarint(b, uint64(len(s))), s...)
 }
 
-func appendWireAddr(b []byte, ap netip.AddrPort) []byte {
+// AppendAddrPort appends ap as the wire form writes an address: 0 for
+// none, or 4 or 16 and the address's bytes, then the port as two
+// big-endian bytes. The SQLite store packs its detail column the same way.
+func AppendAddrPort(b []byte, ap netip.AddrPort) []byte {
 	a := ap.Addr()
 	switch {
 	case !a.IsValid():

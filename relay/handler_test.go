@@ -65,8 +65,18 @@ func sqlite(t testing.TB) store.Store {
 
 func postRaw(t *testing.T, url, tok string, body []byte, gz bool) int {
 	t.Helper()
+	return postBody(t, url, tok, "", body, gz)
+}
+
+// postBody posts body with Content-Type ctype (none when empty), gzipped
+// when gz, and answers the status.
+func postBody(t *testing.T, url, tok, ctype string, body []byte, gz bool) int {
+	t.Helper()
 	req, _ := http.NewRequest(http.MethodPost, url+relay.EventsPath, bytes.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+tok)
+	if ctype != "" {
+		req.Header.Set("Content-Type", ctype)
+	}
 	if gz {
 		req.Header.Set("Content-Encoding", "gzip")
 	}

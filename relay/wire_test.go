@@ -1,7 +1,6 @@
 package relay_test
 
 import (
-	"bytes"
 	"context"
 	"net/http"
 	"net/http/httptest"
@@ -19,23 +18,6 @@ import (
 	"github.com/drainscope/drainscope/relay"
 	"github.com/drainscope/drainscope/store"
 )
-
-// postWire posts a body of the wire form, gzipped when gz.
-func postWire(t *testing.T, url, tok string, body []byte, gz bool) int {
-	t.Helper()
-	req, _ := http.NewRequest(http.MethodPost, url+relay.EventsPath, bytes.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+tok)
-	req.Header.Set("Content-Type", event.WireType)
-	if gz {
-		req.Header.Set("Content-Encoding", "gzip")
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	return resp.StatusCode
-}
 
 // TestClientSendsTheWireForm: the agent's client sends JSON until the
 // server's answer names the wire form, the wire form after; what is
@@ -173,7 +155,7 @@ func TestWireBodiesBounded(t *testing.T) {
 		var before, after runtime.MemStats
 		runtime.GC()
 		runtime.ReadMemStats(&before)
-		heap, _ := memtest.Peak(func() { code = postWire(t, srv.URL, "node:a", body, true) })
+		heap, _ := memtest.Peak(func() { code = postBody(t, srv.URL, "node:a", event.WireType, body, true) })
 		runtime.ReadMemStats(&after)
 		alloc := after.TotalAlloc - before.TotalAlloc
 		t.Logf("%s: %d bytes of gzip (%d of the wire form) → %d; heap in use grew by at most %.1f MiB, %.1f MiB allocated in all",

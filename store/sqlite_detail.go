@@ -34,38 +34,19 @@ func appendSQLiteRow(vals []any, buf []byte, e *event.Event) ([]any, []byte) {
 		buf = binary.AppendVarint(buf, v)
 	}
 	for _, s := range []string{e.Comm, e.PeerComm, e.Service, e.Slice, e.Reason} {
-		buf = appendString(buf, s)
+		buf = event.AppendString(buf, s)
 	}
-	buf = appendAddrPort(buf, e.Local)
-	buf = appendAddrPort(buf, e.Remote)
+	buf = event.AppendAddrPort(buf, e.Local)
+	buf = event.AppendAddrPort(buf, e.Remote)
 	buf = binary.AppendUvarint(buf, uint64(len(e.Attrs)))
 	for k, v := range e.Attrs {
-		buf = appendString(appendString(buf, k), v)
+		buf = event.AppendString(event.AppendString(buf, k), v)
 	}
 	return append(vals,
 		e.Time, int64(e.ID), string(e.Kind), e.Node, string(e.Source),
 		e.Pod.Namespace, e.Pod.Name, e.Pod.UID, e.Pod.Container, e.Workload.Kind, e.Workload.Name,
 		int64(e.Signal), buf[start:len(buf):len(buf)], entityOrNil(e),
 	), buf
-}
-
-func appendString(b []byte, s string) []byte {
-	return append(binary.AppendUvarint(b, uint64(len(s))), s...)
-}
-
-func appendAddrPort(b []byte, ap netip.AddrPort) []byte {
-	a := ap.Addr()
-	switch {
-	case !a.IsValid():
-		return append(b, 0)
-	case a.Is4():
-		v := a.As4()
-		b = append(append(b, 4), v[:]...)
-	default:
-		v := a.As16()
-		b = append(append(b, 16), v[:]...)
-	}
-	return binary.BigEndian.AppendUint16(b, ap.Port())
 }
 
 var errDetail = errors.New("truncated or corrupt detail")
