@@ -130,19 +130,33 @@ type WireReader struct {
 	rec         []byte
 }
 
-// NewWireReader reads a body's header from r and returns a reader of the
-// records after it, each at most maxEvent bytes.
+// NewWireReader reads a body's header from r (ReadWireHeader) and returns
+// a reader of the records after it (NewWireRecords).
 func NewWireReader(r io.Reader, maxEvent int) (*WireReader, error) {
-	br := bufio.NewReaderSize(r, 64<<10)
+	count, err := ReadWireHeader(r)
+	if err != nil {
+		return nil, err
+	}
+	return NewWireRecords(r, count, maxEvent), nil
+}
+
+// ReadWireHeader reads a body's header from r, and no byte past it: the
+// number of events the body announces.
+func ReadWireHeader(r io.Reader) (count int, err error) {
 	var hdr [len(WireMagic) + 4]byte
-	if _, err := io.ReadFull(br, hdr[:]); err != nil {
-		return nil, fmt.Errorf("reading the wire form's header: %w", err)
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return 0, fmt.Errorf("reading the wire form's header: %w", err)
 	}
 	if string(hdr[:len(WireMagic)]) != WireMagic {
-		return nil, fmt.Errorf("the body does not start with the wire form's header %q (version 1)", WireMagic)
+		return 0, fmt.Errorf("the body does not start with the wire form's header %q (version 1)", WireMagic)
 	}
-	count := binary.BigEndian.Uint32(hdr[len(WireMagic):])
-	return &WireReader{r: br, max: maxEvent, count: int(min(count, 1<<31-1))}, nil
+	return int(min(binary.BigEndian.Uint32(hdr[len(WireMagic):]), 1<<31-1)), nil
+}
+
+// NewWireRecords reads the records that follow a header announcing count
+// events from r, each at most maxEvent bytes.
+func NewWireRecords(r io.Reader, count, maxEvent int) *WireReader {
+	return &WireReader{r: bufio.NewReaderSize(r, 64<<10), max: maxEvent, count: count}
 }
 
 // Count is how many events the header announced. Next holds the body to

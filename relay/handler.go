@@ -17,6 +17,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sync/semaphore"
+
 	"github.com/drainscope/drainscope/event"
 	"github.com/drainscope/drainscope/internal/httpauth"
 	"github.com/drainscope/drainscope/store"
@@ -29,8 +31,11 @@ const EventsPath = "/api/v1/agent/events"
 const (
 	DefaultMaxBytes      = 16 << 20 // a body, before and after gzip
 	DefaultMaxEvents     = 20000    // events in one batch
-	DefaultMaxConcurrent = 64       // batches taken at once (read, checked, waiting for a merged write)
-	DefaultBodyTimeout   = 30 * time.Second
+	DefaultMaxConcurrent = 512      // batches taken at once (read, checked, waiting for a merged write)
+	// DefaultMaxEventsInFlight bounds their events: about 90 MiB decoded,
+	// ten batches of MaxEvents or thousands of an agent's usual few.
+	DefaultMaxEventsInFlight = 200000
+	DefaultBodyTimeout       = 30 * time.Second
 	// DefaultSlotWait: a burst of batches (thousands of agents flushing
 	// at once, their reviews cached) waits its turn rather than being
 	// answered 429, which an agent answers by backing off, up to 10 s.
@@ -174,6 +179,10 @@ type Handler struct {
 	MaxBytes      int64 // 0: DefaultMaxBytes
 	MaxEvents     int   // 0: DefaultMaxEvents
 	MaxConcurrent int   // 0: DefaultMaxConcurrent
+	// MaxEventsInFlight bounds the events of the batches taken at once
+	// (0: DefaultMaxEventsInFlight): a batch in the wire form takes the
+	// count its header announces, one in JSON MaxEvents.
+	MaxEventsInFlight int
 	// SlotWait is how long a batch waits for one of MaxConcurrent slots
 	// before it is answered 429 (0: DefaultSlotWait; negative: not at all).
 	SlotWait time.Duration
@@ -192,6 +201,8 @@ type Handler struct {
 
 	semOnce sync.Once
 	sem     chan struct{}
+	room    *semaphore.Weighted // MaxEventsInFlight
+	budget  int64
 
 	stored, events, refused, failed, unplaced atomic.Int64
 
@@ -396,10 +407,18 @@ func (h *Handler) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusServiceUnavailable, Refusal{Error: "the token could not be reviewed; retry later"})
 		return
 	}
+	// A slot, then room for the batch's events (once its header says how
+	// many): both waited for until SlotWait has passed, then 429.
+	wait := h.SlotWait
+	if wait == 0 {
+		wait = DefaultSlotWait
+	}
 	t = time.Now()
-	release, ok := h.acquire(r.Context())
-	t = h.stage(StageSlot, t)
+	deadline := t.Add(max(wait, 0))
+	release, ok := h.acquire(r.Context(), deadline)
+	slotWait := time.Since(t)
 	if !ok {
+		h.stage(StageSlot, t)
 		w.Header().Set("Retry-After", "1")
 		writeJSON(w, http.StatusTooManyRequests, Refusal{Error: fmt.Sprintf("%d batches are being stored; retry later", cap(h.sem))})
 		return
@@ -411,15 +430,34 @@ func (h *Handler) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	}
 	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(timeout))
 
+	var held int64             // events of the budget this batch holds
+	var roomWait time.Duration // waiting for them
+	defer func() { h.releaseEvents(held) }()
+	admit := func(n int64) bool {
+		t0 := time.Now()
+		ok := h.takeEvents(r.Context(), n, deadline)
+		roomWait = time.Since(t0)
+		if ok {
+			held = n
+		}
+		return ok
+	}
 	t = time.Now()
-	evs, out := h.receive(w, r, agent)
+	evs, out := h.receive(w, r, agent, admit)
 	// The events are checked as they are decoded: the body's stage is
-	// the time of the two less the checks'.
+	// the time of the two less the checks' and the wait for room.
 	if h.Stages != nil {
-		h.Stages(StageBody, time.Since(t)-out.check)
-		h.Stages(StageCheck, out.check)
+		h.Stages(StageSlot, slotWait+roomWait)
+		if out.status != http.StatusTooManyRequests {
+			h.Stages(StageBody, time.Since(t)-out.check-roomWait)
+			h.Stages(StageCheck, out.check)
+		}
 	}
 	switch {
+	case out.status == http.StatusTooManyRequests:
+		w.Header().Set("Retry-After", "1")
+		writeJSON(w, out.status, Refusal{Error: out.msg})
+		return
 	case out.status == http.StatusServiceUnavailable:
 		log.Warn("agent events: placing pods", "err", out.msg)
 		w.Header().Set("Retry-After", "5")
@@ -498,7 +536,12 @@ type outcome struct {
 //
 // The body is JSON (Batch), or the wire form (event.WireType) when its
 // Content-Type says so.
-func (h *Handler) receive(w http.ResponseWriter, r *http.Request, agent Agent) (evs []event.Event, out outcome) {
+//
+// Before the first event is decoded, admit is asked for room for the
+// batch's events: the count the wire form's header announces (the reader
+// holds the body to it), or MaxEvents for JSON, which announces none. A
+// batch admit refuses is answered 429.
+func (h *Handler) receive(w http.ResponseWriter, r *http.Request, agent Agent, admit func(events int64) bool) (evs []event.Event, out outcome) {
 	out.event = -1
 	limit := h.MaxBytes
 	if limit <= 0 {
@@ -543,18 +586,33 @@ func (h *Handler) receive(w http.ResponseWriter, r *http.Request, agent Agent) (
 	}
 	var src eventStream
 	size := 64 // events kept before the slice grows
+	room := int64(max)
 	switch ct := mediaType(r.Header.Get("Content-Type")); ct {
 	case event.WireType:
-		wr, err := event.NewWireReader(body, MaxEventBytes)
+		count, err := event.ReadWireHeader(body)
 		if err != nil {
 			return refuse(-1, err)
 		}
+		// One past MaxEvents is the most the reader decodes: the batch
+		// is refused there.
+		room = int64(min(count, max+1))
+		need := room
+		if need == 0 {
+			need = 1 // an empty batch takes one all the same
+		}
+		if !admit(need) {
+			return nil, h.busy(need)
+		}
+		wr := event.NewWireRecords(body, count, MaxEventBytes)
 		src = wr
 		// The count the header announces, up to what a few hundred
 		// kilobytes hold: past that, the slice grows to it once the
 		// body has brought that many (below).
-		size = min(wr.Count(), max+1, 1024)
+		size = min(count, max+1, 1024)
 	case "", "application/json":
+		if !admit(room) {
+			return nil, h.busy(room)
+		}
 		js, err := newJSONStream(body)
 		if err != nil {
 			return refuse(-1, err)
@@ -884,30 +942,42 @@ func (h *Handler) placePod(i int, e *event.Event, agent Agent) (placed bool, sta
 	return false, 0, ""
 }
 
-// acquire takes one of MaxConcurrent slots, waiting for one at most
-// SlotWait (or until ctx is done). A batch waiting holds no more than its
-// goroutine: its body is read once it has a slot.
-func (h *Handler) acquire(ctx context.Context) (release func(), ok bool) {
+// init makes the slots and the budget of events once.
+func (h *Handler) init() {
 	h.semOnce.Do(func() {
 		n := h.MaxConcurrent
 		if n <= 0 {
 			n = DefaultMaxConcurrent
 		}
 		h.sem = make(chan struct{}, n)
+		h.budget = int64(h.MaxEventsInFlight)
+		if h.budget <= 0 {
+			h.budget = DefaultMaxEventsInFlight
+		}
+		// A batch of MaxEvents must fit, or it would wait forever.
+		h.budget = max(h.budget, int64(h.maxEvents())+1)
+		h.room = semaphore.NewWeighted(h.budget)
 	})
+}
+
+func (h *Handler) maxEvents() int {
+	if h.MaxEvents > 0 {
+		return h.MaxEvents
+	}
+	return DefaultMaxEvents
+}
+
+// acquire takes one of MaxConcurrent slots, waiting for one until
+// deadline (or ctx is done). A batch waiting holds no more than its
+// goroutine: its body is read once it has a slot.
+func (h *Handler) acquire(ctx context.Context, deadline time.Time) (release func(), ok bool) {
+	h.init()
 	select {
 	case h.sem <- struct{}{}:
 		return func() { <-h.sem }, true
 	default:
 	}
-	wait := h.SlotWait
-	if wait == 0 {
-		wait = DefaultSlotWait
-	}
-	if wait < 0 {
-		return nil, false
-	}
-	t := time.NewTimer(wait)
+	t := time.NewTimer(time.Until(deadline))
 	defer t.Stop()
 	select {
 	case h.sem <- struct{}{}:
@@ -916,6 +986,31 @@ func (h *Handler) acquire(ctx context.Context) (release func(), ok bool) {
 	case <-ctx.Done():
 	}
 	return nil, false
+}
+
+// takeEvents takes room for n events from the budget of MaxEventsInFlight,
+// waiting until deadline (or ctx is done); releaseEvents gives it back.
+// Batches wait their turn in order of arrival.
+func (h *Handler) takeEvents(ctx context.Context, n int64, deadline time.Time) bool {
+	h.init()
+	if h.room.TryAcquire(n) {
+		return true
+	}
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	return h.room.Acquire(ctx, n) == nil
+}
+
+func (h *Handler) releaseEvents(n int64) {
+	if n > 0 {
+		h.room.Release(n)
+	}
+}
+
+// busy is the outcome of a batch refused room for its events.
+func (h *Handler) busy(n int64) outcome {
+	return outcome{status: http.StatusTooManyRequests, event: -1,
+		msg: fmt.Sprintf("room for %d more events is not free (%d are taken at once); retry later", n, h.budget)}
 }
 
 var (

@@ -2,6 +2,7 @@ package relay_test
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -178,5 +179,48 @@ func TestWireBodiesBounded(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusUnsupportedMediaType || !strings.Contains(resp.Header.Get("Accept-Post"), event.WireType) {
 		t.Errorf("a form: %d, Accept-Post %q; want 415 naming the wire form", resp.StatusCode, resp.Header.Get("Accept-Post"))
+	}
+}
+
+// TestHandlerEventsInFlight: the batches taken at once hold at most
+// MaxEventsInFlight events: a wire batch takes the count its header
+// announces, a JSON batch MaxEvents. While one batch of 100 is held,
+// another of 40 fits and is stored, one of 60 waits SlotWait and is
+// answered 429, and so is a JSON batch of one event; once the first is
+// stored the 60 fit.
+func TestHandlerEventsInFlight(t *testing.T) {
+	g := &gate{Store: sqlite(t), hold: make(chan struct{}), in: make(chan struct{}, 1)}
+	h := &relay.Handler{Store: g, Auth: nodeToken{}, MaxEvents: 100, MaxEventsInFlight: 150, SlotWait: 200 * time.Millisecond}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	base := time.Now().Add(-time.Minute)
+	wire := func(n int, at time.Duration) []byte {
+		evs := events("a", base.Add(at), n, "web-1")
+		return event.AppendWire(event.AppendWireHeader(nil, n), evs)
+	}
+	first := make(chan int, 1)
+	go func() { first <- postBody(t, srv.URL, "node:a", event.WireType, wire(100, 0), false) }()
+	<-g.in // the 100 are held, waiting for the store
+	hold := g.hold
+	g.hold = nil
+	if code := postBody(t, srv.URL, "node:a", event.WireType, wire(40, time.Second), false); code != http.StatusOK {
+		t.Errorf("40 events beside the 100 held, of 150: %d, want 200", code)
+	}
+	if code := postBody(t, srv.URL, "node:a", event.WireType, wire(60, 2*time.Second), false); code != http.StatusTooManyRequests {
+		t.Errorf("60 events beside the 100 held, of 150: %d, want 429", code)
+	}
+	raw, _ := json.Marshal(relay.Batch{Events: events("a", base.Add(3*time.Second), 1, "web-1")})
+	if code := postBody(t, srv.URL, "node:a", "application/json", raw, false); code != http.StatusTooManyRequests {
+		t.Errorf("a JSON batch, which takes MaxEvents, beside the 100 held: %d, want 429", code)
+	}
+	close(hold)
+	if code := <-first; code != http.StatusOK {
+		t.Fatalf("the first batch: %d", code)
+	}
+	if code := postBody(t, srv.URL, "node:a", event.WireType, wire(60, 2*time.Second), false); code != http.StatusOK {
+		t.Errorf("60 events once the 100 are stored: %d, want 200", code)
+	}
+	if n := count(t, g.Store, "a"); n != 200 {
+		t.Errorf("stored %d events, want 100 + 40 + 60", n)
 	}
 }

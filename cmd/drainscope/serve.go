@@ -166,7 +166,7 @@ type serveFlags struct {
 	ingestMax                  *int64
 	ingestConc                 *int
 	agentSA, agentAud          *string
-	agentConc                  *int
+	agentConc, agentEvents     *int
 	agentPods                  *bool
 	agentQPS                   *float64
 	agentListen                *string
@@ -200,7 +200,8 @@ func defineServeFlags(fs *flag.FlagSet) *serveFlags {
 	f.ingestConc = fs.Int("ingest-concurrency", ingest.DefaultMaxConcurrent, "client-failure posts served at once; more are answered 503 with Retry-After")
 	f.agentSA = fs.String("agent-service-account", os.Getenv("DRAINSCOPE_AGENT_SERVICE_ACCOUNT"), "NAMESPACE/NAME of the agents' service account: take their events at POST "+relay.EventsPath+", each agent's own node's only, authenticated by TokenReview with --kubeconfig/--context or the pod's service account (env DRAINSCOPE_AGENT_SERVICE_ACCOUNT; empty: off)")
 	f.agentAud = fs.String("agent-audiences", "", "comma-separated audiences the agents' tokens must carry (default: the API server's own, as the default projected token has)")
-	f.agentConc = fs.Int("agent-concurrency", relay.DefaultMaxConcurrent, "agent batches stored at once; more are answered 429 with Retry-After and the agents retry")
+	f.agentConc = fs.Int("agent-concurrency", relay.DefaultMaxConcurrent, "agent batches taken at once; more wait up to 2 s for a slot, then are answered 429 with Retry-After and the agents retry")
+	f.agentEvents = fs.Int("agent-events-in-flight", relay.DefaultMaxEventsInFlight, "events of the agent batches taken at once (a batch takes the count it announces, a JSON one 20,000): what bounds the server's memory for them, about 450 bytes an event")
 	f.agentPods = fs.Bool("agent-check-pods", true, "refuse an agent's kernel event about a pod on another node, knowing where pods are from one watch of every pod (needs list and watch on pods); false: check the events' node only")
 	f.agentQPS = fs.Float64("agent-review-qps", 100, "TokenReviews per second the server may send (burst twice that): each agent's token is reviewed once a minute, so 5,000 agents need 84/s, and all at once after a restart")
 	f.agentListen = fs.String("agent-listen", "", "also take the agents' events (and nothing else) over TLS on this address, host:port, with --agent-tls-cert and --agent-tls-key (default: none; they are taken on --listen as well)")
@@ -249,8 +250,8 @@ func (f *serveFlags) check() (serveChecked, error) {
 	if err != nil {
 		return c, err
 	}
-	if *f.agentConc < 1 {
-		return c, fmt.Errorf("%w: --agent-concurrency must be positive", errUsage)
+	if *f.agentConc < 1 || *f.agentEvents < 1 {
+		return c, fmt.Errorf("%w: --agent-concurrency and --agent-events-in-flight must be positive", errUsage)
 	}
 	if *f.agentListen != "" || *f.agentCert != "" || *f.agentKey != "" {
 		switch {
@@ -339,7 +340,7 @@ func (f *serveFlags) webOptions(ctx context.Context, st store.Store, c serveChec
 		if err != nil {
 			return opts, fmt.Errorf("--agent-service-account: creating Kubernetes client: %w", err)
 		}
-		h := &relay.Handler{Store: st, Log: slog.Default(), MaxConcurrent: *f.agentConc, Stages: stages,
+		h := &relay.Handler{Store: st, Log: slog.Default(), MaxConcurrent: *f.agentConc, MaxEventsInFlight: *f.agentEvents, Stages: stages,
 			Auth: &relay.TokenReviewer{Client: cs.AuthenticationV1(), Namespace: c.agentNS, ServiceAccount: c.agentName, Audiences: splitList(*f.agentAud)}}
 		if *f.agentPods {
 			// Until it has listed the pods, batches are answered 503 and
