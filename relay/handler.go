@@ -194,9 +194,9 @@ type Handler struct {
 	Now              func() time.Time // the clock; nil: time.Now
 	// Stages, when set, is told how long each stage of a batch took (the
 	// Stage constants), so that an operator can see what holds the slots
-	// when agents are answered 429: the review, the body, placing the
-	// pods, the wait for a merged write, or the write. A stage a batch did
-	// not reach is not reported.
+	// when agents are answered 429: the review, the wait for a slot and
+	// room, the body, placing the pods, the wait for a merged write, or
+	// the write. A stage a batch did not reach is not reported.
 	Stages func(stage string, d time.Duration)
 
 	semOnce sync.Once
