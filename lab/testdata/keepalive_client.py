@@ -20,12 +20,16 @@ duration_ms. For the caller's own checks only, x_pod holds the X-Pod header
 of the last answer on that connection (empty on a connection that never
 answered); drainscope's importer ignores it.
 
-SIGTERM or SIGINT stops the client after the requests in flight end.
+SIGTERM or SIGINT stops the client after the requests in flight end, or
+once the request timeout and two seconds more have passed: a request still
+in flight then is not logged, and its target and local address are named on
+stderr.
 """
 
 import argparse
 import http.client
 import json
+import os
 import signal
 import socket
 import sys
@@ -34,6 +38,7 @@ import time
 
 stop = threading.Event()
 log_lock = threading.Lock()
+inflight = {}  # a worker's thread id: the target and connection of its request
 
 
 def rfc3339(ns):
@@ -88,6 +93,7 @@ def worker(t, idx, args, out):
                 return
             conn, pod = Conn(t.host, t.port, args.source, args.timeout), ""
         used = conn  # conn is dropped after a failure; its local address stays here
+        inflight[threading.get_ident()] = (t.addr, used)
         start = time.monotonic_ns()
         rec = {"target": t.addr}
         try:
@@ -109,6 +115,7 @@ def worker(t, idx, args, out):
         rec["duration_ms"] = round((time.monotonic_ns() - start) / 1e6, 3)
         rec["client"] = used.local
         rec["x_pod"] = pod
+        inflight.pop(threading.get_ident(), None)
         with log_lock:
             out.write(json.dumps(rec) + "\n")
             out.flush()
@@ -151,8 +158,18 @@ def main():
                     targets[addr].retired.set()
             done = len(lines)
             stop.wait(0.05)
+        deadline = time.monotonic() + args.timeout + 2
         for th in threads:
-            th.join()
+            th.join(max(0.0, deadline - time.monotonic()))
+        if any(th.is_alive() for th in threads):
+            # Held to the end: no worker writes half a line past here.
+            log_lock.acquire()
+            out.flush()
+            for addr, conn in list(inflight.values()):
+                print("keepalive-client: a request to %s from %s still in flight at stop, %.1f s after it; not logged"
+                      % (addr, conn.local or "(not connected)", args.timeout + 2), file=sys.stderr)
+            sys.stderr.flush()
+            os._exit(0)
     return 0
 
 
