@@ -166,10 +166,10 @@ func ClusterWide(k event.Kind) bool {
 // dataplane events: a node's proxy rules name endpoints on every node.
 //
 // The store is written by this process only. At most MaxConcurrent batches
-// are taken at once, merged into at most MergeWriters store writes; past
-// that, a batch waits up to SlotWait for a slot, then is answered 429
-// with Retry-After (the store is behind), and the agent keeps it and
-// retries.
+// are taken at once, holding at most MaxEventsInFlight events among them,
+// merged into at most MergeWriters store writes; past that, a batch waits
+// up to SlotWait for a slot and room, then is answered 429 with
+// Retry-After (the store is behind), and the agent keeps it and retries.
 type Handler struct {
 	Store store.Store
 	Auth  Authenticator
