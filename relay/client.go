@@ -79,8 +79,15 @@ func (c *Client) Append(ctx context.Context, batch []event.Event) error {
 	}
 	wire := c.wire.Load()
 	pr, pw := io.Pipe()
-	defer pr.Close() // the encoder's writes fail once Append is done
-	go func() { pw.CloseWithError(encode(pw, batch, wire)) }()
+	encoded := make(chan struct{})
+	go func() {
+		defer close(encoded)
+		pw.CloseWithError(encode(pw, batch, wire))
+	}()
+	// The encoder reads batch: Append returns only once it has stopped,
+	// its writes failing if the server answered before reading it all,
+	// so that the caller may reuse batch at once.
+	defer func() { pr.Close(); <-encoded }()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url, pr)
 	if err != nil {
 		return err

@@ -603,8 +603,7 @@ func (h *Handler) receive(w http.ResponseWriter, r *http.Request, agent Agent, a
 		if !admit(need) {
 			return nil, h.busy(need)
 		}
-		wr := event.NewWireRecords(body, count, MaxEventBytes)
-		src = wr
+		src = event.NewWireRecords(body, count, MaxEventBytes)
 		// The count the header announces, up to what a few hundred
 		// kilobytes hold: past that, the slice grows to it once the
 		// body has brought that many (below).
